@@ -1,0 +1,143 @@
+/* weft: fused computation-collective operations on GPUs. The only public C header.
+ *
+ * Conventions (NCCL-shaped):
+ * - Every call returns weft_result_t. WEFT_ERR_INVALID_ARGUMENT means nothing happened and the
+ *   communicator is still usable; weft_get_last_error() then names the bad argument.
+ * - Ops are stream-ordered and return once enqueued; streams are void* (cudaStream_t,
+ *   hipStream_t). On the CPU backend there are no streams: pass NULL and the call returns when the
+ *   op is complete.
+ * - Collective calls (init, mem_alloc/free, finalize and every op) must be made by every rank of the
+ *   communicator in the same order.
+ * - Outputs that peers write into (AllReduce result, All-to-All receive buffer) must come from
+ *   weft_mem_alloc (the symmetric heap); inputs may be anywhere in this process's memory.
+ * - Thread safety: ops, weft_comm_abort, weft_comm_get_async_error and the queries may be called
+ *   from any thread; the collective host calls (mem_alloc/free, finalize, destroy) must not race
+ *   with other calls on the same communicator.
+ */
+#ifndef WEFT_WEFT_H
+#define WEFT_WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/version.h"
+
+#if defined(__GNUC__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Result codes; the values are fixed. */
+typedef enum {
+  WEFT_SUCCESS = 0,
+  WEFT_ERR_INVALID_ARGUMENT = 1, /* a bad argument; nothing happened, the communicator is usable */
+  WEFT_ERR_INVALID_USAGE = 2,    /* a call out of place: destroyed communicator, ranks that disagree */
+  WEFT_ERR_NOT_SUPPORTED = 3,    /* not available in this build or on this system */
+  WEFT_ERR_OUT_OF_MEMORY = 4,    /* host, device or symmetric-heap memory exhausted */
+  WEFT_ERR_SYSTEM = 5,           /* an operating-system or driver call failed */
+  WEFT_ERR_TRANSPORT = 6,        /* a network or peer connection failed */
+  WEFT_ERR_TIMEOUT = 7,          /* a bounded wait expired (a peer never came); see weft_get_last_error */
+  WEFT_ERR_ABORTED = 8,          /* weft_comm_abort was called */
+  WEFT_ERR_INTERNAL = 9          /* a bug in weft; please report it with the message */
+} weft_result_t;
+
+/* Element types. Reductions accumulate in float32. */
+typedef enum { WEFT_FLOAT32 = 0, WEFT_FLOAT16 = 1, WEFT_BFLOAT16 = 2 } weft_dtype_t;
+
+typedef struct weft_comm* weft_comm_t;
+
+#define WEFT_UNIQUE_ID_BYTES 128
+/* Names one communicator's bootstrap (rank 0's address and a random secret). Created by one rank
+ * with weft_get_unique_id and passed to every rank by the caller (MPI_Bcast, torch.distributed). */
+typedef struct {
+  char internal[WEFT_UNIQUE_ID_BYTES];
+} weft_unique_id_t;
+
+/* Versioned configuration. Initialise with WEFT_CONFIG_INITIALIZER and set only the fields you
+ * need; a field left at its initial value takes the WEFT_* environment variable, then the config
+ * file, then the default (see `weftctl info -c`). */
+typedef struct {
+  size_t size;          /* sizeof(weft_config_t), set by the initializer */
+  unsigned int magic;   /* set by the initializer */
+  unsigned int version; /* WEFT_VERSION_CODE of the header the caller compiled against */
+  double timeout_s;     /* bound of every wait on a peer, seconds (WEFT_TIMEOUT_S); <= 0: unset */
+  int persistent_ctas;  /* resident workers of the persistent engine; <= 0: unset */
+  int queue_depth;      /* slots of the work queue; <= 0: unset */
+  size_t heap_bytes;    /* symmetric heap per rank, bytes; 0: unset */
+  size_t tile_bytes;    /* bytes per tile; 0: unset */
+  const char* transport; /* "auto", "p2p" or "proxy"; NULL: unset */
+} weft_config_t;
+
+#define WEFT_CONFIG_MAGIC 0x77656674u
+#define WEFT_CONFIG_INITIALIZER \
+  { sizeof(weft_config_t), WEFT_CONFIG_MAGIC, WEFT_VERSION_CODE, -1.0, -1, -1, 0, 0, NULL }
+
+/* Library version as WEFT_VERSION_CODE: major * 10000 + minor * 100 + patch. */
+WEFT_API weft_result_t weft_get_version(int* version);
+
+/* A static, human-readable name for a result code. */
+WEFT_API const char* weft_get_error_string(weft_result_t result);
+
+/* The detailed message of the calling thread's last failed call ("" if none). `comm` may be NULL.
+ * The string stays valid until the thread's next weft call. */
+WEFT_API const char* weft_get_last_error(weft_comm_t comm);
+
+/* Creates a new id and starts listening for the ranks in this process (call it on the rank that
+ * will be rank 0). The address advertised is WEFT_BOOTSTRAP_ADDR, else the first address of
+ * WEFT_BOOTSTRAP_IFNAME, else the first non-loopback IPv4 interface. */
+WEFT_API weft_result_t weft_get_unique_id(weft_unique_id_t* id);
+
+/* Collective: joins `nranks` ranks into a communicator. Bounded by bootstrap_timeout_s. A rank
+ * whose nranks disagrees with rank 0's makes every rank fail with WEFT_ERR_INVALID_USAGE.
+ * `config` may be NULL (defaults). */
+WEFT_API weft_result_t weft_comm_init_rank(weft_comm_t* comm, int nranks, weft_unique_id_t id, int rank,
+                                           const weft_config_t* config);
+
+/* Collective: as weft_comm_init_rank, with rank, size and rank 0's address taken from the
+ * launcher's environment (torchrun/weftrun, Open MPI, PMI, Slurm; see README). */
+WEFT_API weft_result_t weft_comm_init_env(weft_comm_t* comm, const weft_config_t* config);
+
+/* Collective: waits for the ops in flight, then for every rank to get here. Call before destroy
+ * for a clean shutdown. */
+WEFT_API weft_result_t weft_comm_finalize(weft_comm_t comm);
+
+/* Local: stops the engine and frees every resource. The handle is invalid afterwards; using it
+ * returns WEFT_ERR_INVALID_USAGE. */
+WEFT_API weft_result_t weft_comm_destroy(weft_comm_t comm);
+
+/* Safe from any thread: every op in flight returns WEFT_ERR_ABORTED within a second, and later ops
+ * fail at once. The communicator must still be destroyed. Peers are not told; they time out. */
+WEFT_API weft_result_t weft_comm_abort(weft_comm_t comm);
+
+/* WEFT_SUCCESS, or the communicator's first asynchronous failure (WEFT_ERR_TIMEOUT,
+ * WEFT_ERR_ABORTED) in *async_error; weft_get_last_error then describes it (op, peer, signal). */
+WEFT_API weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t* async_error);
+
+WEFT_API weft_result_t weft_comm_rank(weft_comm_t comm, int* rank);
+WEFT_API weft_result_t weft_comm_size(weft_comm_t comm, int* size);
+
+/* Collective: a block of `bytes` (> 0) at the same offset of every rank's symmetric heap. */
+WEFT_API weft_result_t weft_mem_alloc(weft_comm_t comm, size_t bytes, void** ptr);
+/* Collective: frees a block from weft_mem_alloc; every rank frees the same blocks in the same order. */
+WEFT_API weft_result_t weft_mem_free(weft_comm_t comm, void* ptr);
+
+/* Sum AllReduce of `count` elements. recvbuf must be in the symmetric heap; sendbuf == recvbuf
+ * (in place) is allowed, any other overlap is not. */
+WEFT_API weft_result_t weft_allreduce(weft_comm_t comm, const void* sendbuf, void* recvbuf, int64_t count,
+                                      weft_dtype_t dtype, void* stream);
+
+/* All-to-All: block j (count_per_rank elements) of sendbuf goes to rank j; block i of recvbuf
+ * (symmetric heap, nranks * count_per_rank elements) comes from rank i. Not in place. */
+WEFT_API weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void* recvbuf, int64_t count_per_rank,
+                                     weft_dtype_t dtype, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEFT_WEFT_H */

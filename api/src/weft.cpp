@@ -1,0 +1,207 @@
+// The exported C functions: argument checks, then the runtime. Nothing here runs without a guard.
+#include <cstring>
+#include <map>
+
+#include "common/log.hpp"
+#include "guard.hpp"
+#include "runtime/launch_env.hpp"
+#include "runtime/unique_id.hpp"
+
+using weft::Code;
+using weft::Error;
+namespace api = weft::api;
+
+namespace {
+
+// Config fields the caller set, as text for the settings table.
+std::map<std::string, std::string> configOverrides(const weft_config_t* c) {
+  std::map<std::string, std::string> out;
+  if (!c) return out;
+  if (c->magic != WEFT_CONFIG_MAGIC || c->size < offsetof(weft_config_t, transport) + sizeof(c->transport))
+    throw Error(Code::kInvalidArgument, "config: not initialised with WEFT_CONFIG_INITIALIZER");
+  if (c->timeout_s > 0) out["timeout_s"] = std::to_string(c->timeout_s);
+  if (c->persistent_ctas > 0) out["persistent_ctas"] = std::to_string(c->persistent_ctas);
+  if (c->queue_depth > 0) out["queue_depth"] = std::to_string(c->queue_depth);
+  if (c->heap_bytes > 0) out["heap_bytes"] = std::to_string(c->heap_bytes);
+  if (c->tile_bytes > 0) out["tile_bytes"] = std::to_string(c->tile_bytes);
+  if (c->transport) out["transport"] = c->transport;
+  return out;
+}
+
+Code initComm(weft_comm_t* comm, const weft::UniqueId& id, int rank, int nranks, const weft_config_t* config) {
+  weft::Settings s = weft::Settings::resolve(configOverrides(config));
+  weft::log::configure(s.getString("log_level"), s.getString("log_subsys"), s.getString("log_file"));
+  *comm = api::registerComm(weft::Comm::create(id, rank, nranks, s));
+  return Code::kSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+weft_result_t weft_get_version(int* version) {
+  return api::guarded(__func__, [&] {
+    api::requirePtr(version, "version");
+    *version = WEFT_VERSION_CODE;
+    return Code::kSuccess;
+  });
+}
+
+const char* weft_get_error_string(weft_result_t r) {
+  switch (r) {
+    case WEFT_SUCCESS:
+      return "success";
+    case WEFT_ERR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case WEFT_ERR_INVALID_USAGE:
+      return "invalid usage";
+    case WEFT_ERR_NOT_SUPPORTED:
+      return "not supported";
+    case WEFT_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case WEFT_ERR_SYSTEM:
+      return "system error";
+    case WEFT_ERR_TRANSPORT:
+      return "transport error";
+    case WEFT_ERR_TIMEOUT:
+      return "timeout";
+    case WEFT_ERR_ABORTED:
+      return "aborted";
+    case WEFT_ERR_INTERNAL:
+      return "internal error";
+  }
+  return "unknown result code";
+}
+
+const char* weft_get_last_error(weft_comm_t) { return api::lastError(); }
+
+weft_result_t weft_get_unique_id(weft_unique_id_t* id) {
+  return api::guarded(__func__, [&] {
+    api::requirePtr(id, "id");
+    weft::Settings s = weft::Settings::resolve();
+    weft::UniqueId u = weft::createUniqueId(s.getString("bootstrap_addr"), s.getString("bootstrap_ifname"));
+    static_assert(sizeof id->internal == weft::kUniqueIdBytes);
+    u.encode(reinterpret_cast<uint8_t*>(id->internal));
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_comm_init_rank(weft_comm_t* comm, int nranks, weft_unique_id_t id, int rank,
+                                  const weft_config_t* config) {
+  return api::guarded(__func__, [&] {
+    api::requirePtr(comm, "comm");
+    *comm = nullptr;
+    if (nranks < 1) throw Error(Code::kInvalidArgument, "nranks: " + std::to_string(nranks) + " is below 1");
+    if (rank < 0 || rank >= nranks)
+      throw Error(Code::kInvalidArgument,
+                  "rank: " + std::to_string(rank) + " is outside [0, " + std::to_string(nranks) + ")");
+    const auto u = weft::UniqueId::decode(reinterpret_cast<const uint8_t*>(id.internal), "id");
+    return initComm(comm, u, rank, nranks, config);
+  });
+}
+
+weft_result_t weft_comm_init_env(weft_comm_t* comm, const weft_config_t* config) {
+  return api::guarded(__func__, [&] {
+    api::requirePtr(comm, "comm");
+    *comm = nullptr;
+    const weft::LaunchInfo l = weft::launchFromEnv([](const char* n) { return std::getenv(n); });
+    return initComm(comm, l.id, l.rank, l.nranks, config);
+  });
+}
+
+weft_result_t weft_comm_finalize(weft_comm_t comm) {
+  return api::guarded(__func__, [&] {
+    api::lookupComm(comm)->finalize();
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_comm_destroy(weft_comm_t comm) {
+  return api::guarded(__func__, [&] {
+    api::unregisterComm(comm);
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_comm_abort(weft_comm_t comm) {
+  return api::guarded(__func__, [&] {
+    api::lookupComm(comm)->abort();
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t* async_error) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    api::requirePtr(async_error, "async_error");
+    std::string msg;
+    *async_error = static_cast<weft_result_t>(c->asyncError(&msg));
+    if (*async_error != WEFT_SUCCESS) api::setLastError(msg);
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_comm_rank(weft_comm_t comm, int* rank) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    api::requirePtr(rank, "rank");
+    *rank = c->rank();
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_comm_size(weft_comm_t comm, int* size) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    api::requirePtr(size, "size");
+    *size = c->nranks();
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_mem_alloc(weft_comm_t comm, size_t bytes, void** ptr) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    api::requirePtr(ptr, "ptr");
+    *ptr = nullptr;
+    if (bytes == 0) throw Error(Code::kInvalidArgument, "bytes: 0; a block must have at least one byte");
+    *ptr = c->memAlloc(bytes);
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_mem_free(weft_comm_t comm, void* ptr) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    api::requirePtr(ptr, "ptr");
+    c->memFree(ptr);
+    return Code::kSuccess;
+  });
+}
+
+weft_result_t weft_allreduce(weft_comm_t comm, const void* sendbuf, void* recvbuf, int64_t count, weft_dtype_t dtype,
+                             void* stream) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    const auto dt = api::requireDtype(dtype, "dtype");
+    const uint64_t n = api::requireCount(count, "count", weft::dev::dtypeSize(dt), 1);
+    api::requirePtr(sendbuf, "sendbuf");
+    api::requirePtr(recvbuf, "recvbuf");
+    return c->allReduce(sendbuf, recvbuf, n, dt, stream);
+  });
+}
+
+weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void* recvbuf, int64_t count_per_rank,
+                            weft_dtype_t dtype, void* stream) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    const auto dt = api::requireDtype(dtype, "dtype");
+    const uint64_t n = api::requireCount(count_per_rank, "count_per_rank", weft::dev::dtypeSize(dt),
+                                         static_cast<uint64_t>(c->nranks()));
+    api::requirePtr(sendbuf, "sendbuf");
+    api::requirePtr(recvbuf, "recvbuf");
+    return c->allToAll(sendbuf, recvbuf, n, dt, stream);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,27 @@
+# Compiler settings shared by every target.
+add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-Wall> $<$<COMPILE_LANGUAGE:CXX>:-Wextra>
+                    $<$<COMPILE_LANGUAGE:CXX>:-Wno-unused-parameter>)
+
+if(WEFT_SANITIZE)
+  if(NOT WEFT_SANITIZE MATCHES "^(address|undefined|thread)$")
+    message(FATAL_ERROR "WEFT_SANITIZE must be address, undefined or thread")
+  endif()
+  add_compile_options(-fsanitize=${WEFT_SANITIZE} -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=${WEFT_SANITIZE})
+  if(WEFT_SANITIZE STREQUAL "undefined")
+    add_compile_options(-fno-sanitize-recover=undefined)
+  endif()
+endif()
+
+if(WEFT_GPU STREQUAL "cuda")
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_VISIBILITY_PRESET hidden)
+  find_package(CUDAToolkit REQUIRED)
+elseif(WEFT_GPU STREQUAL "hip")
+  set(WEFT_HIP_ARCH "gfx90a" CACHE STRING "AMD GPU architecture for the HIP build")
+endif()

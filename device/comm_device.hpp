@@ -1,0 +1,124 @@
+// The communicator as the engine sees it, and the three communication primitives every operator
+// is written with: put (move bytes into a peer's heap), signal (publish that they are there) and
+// wait (bounded, abortable acquire poll). The host runtime builds CommView; workers only read it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "coop_device.hpp"
+#include "gpu.hpp"
+#include "heap_layout_device.hpp"
+#include "queue_device.hpp"
+
+namespace weft::dev {
+
+struct CommView {
+  int32_t rank = 0;
+  int32_t nranks = 0;
+  uint8_t* const* heap = nullptr;  // [nranks] base of every rank's heap, mapped in this address space
+  HeapLayout layout;
+  QueueHeader* queue = nullptr;
+  QueueSlot* slots = nullptr;
+  uint64_t timeoutNs = 0;  // bound of every wait
+
+  WEFT_HOST_DEVICE uint64_t* signal(int owner, uint64_t offset) const {
+    return reinterpret_cast<uint64_t*>(heap[owner] + offset);
+  }
+  WEFT_HOST_DEVICE uint8_t* at(int owner, uint64_t offset) const { return heap[owner] + offset; }
+};
+
+// Identifies a wait for the failure record.
+struct WaitSite {
+  uint64_t ticket;
+  uint32_t item;
+  int32_t peer;
+  WaitWhat what;
+};
+
+// Copies `bytes` into (possibly peer) memory. Every thread of the group takes part.
+template <class Coop>
+WEFT_HOST_DEVICE void put(const Coop& c, void* dst, const void* src, uint64_t bytes) {
+#if defined(WEFT_BACKEND_CPU)
+  if (bytes) memcpy(dst, src, bytes);
+#else
+  auto d = static_cast<uint8_t*>(dst);
+  auto s = static_cast<const uint8_t*>(src);
+  uint64_t i = 0;
+  if (((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(s)) & 15) == 0) {
+    uint64_t vecs = bytes / 16;
+    for (uint64_t v = c.rank(); v < vecs; v += c.size())
+      reinterpret_cast<uint4*>(d)[v] = reinterpret_cast<const uint4*>(s)[v];
+    i = vecs * 16;
+  }
+  for (uint64_t b = i + c.rank(); b < bytes; b += c.size()) d[b] = s[b];
+#endif
+}
+
+// Publishes everything the group wrote before it: the group syncs, then its leader stores with
+// release order at system scope (cumulative over the writes the barrier ordered before it).
+template <class Coop>
+WEFT_HOST_DEVICE void signalStore(const Coop& c, uint64_t* flag, uint64_t value) {
+  c.sync();
+  if (c.leader()) gpu::atomicStore<gpu::Order::kRelease>(flag, value);
+}
+template <class Coop>
+WEFT_HOST_DEVICE void signalAdd(const Coop& c, uint64_t* flag, uint64_t value) {
+  c.sync();
+  if (c.leader()) gpu::atomicFetchAdd<gpu::Order::kRelease>(flag, value);
+}
+
+// Records the first failure of the communicator; later failures only return their status.
+WEFT_HOST_DEVICE void recordFailure(const CommView& v, const WaitSite& site, Status st, uint64_t expected,
+                                    uint64_t observed) {
+  uint32_t none = 0;
+  if (!gpu::atomicCas<gpu::Order::kAcqRel>(&v.queue->error, none, static_cast<uint32_t>(st))) return;
+  WaitRecord& r = v.queue->record;
+  r.ticket = site.ticket;
+  r.item = site.item;
+  r.peer = site.peer;
+  r.what = static_cast<uint32_t>(site.what);
+  r.status = static_cast<uint32_t>(st);
+  r.expected = expected;
+  r.observed = observed;
+  gpu::atomicStore<gpu::Order::kRelease>(&v.queue->recordValid, 1u);
+}
+
+// Why waits give up early: abort/destroy, or an earlier failure of the communicator.
+WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
+  if (gpu::atomicLoad<gpu::Order::kRelaxed>(&v.queue->abort) || gpu::atomicLoad<gpu::Order::kRelaxed>(&v.queue->stop))
+    return Status::kAborted;
+  if (gpu::atomicLoad<gpu::Order::kRelaxed>(&v.queue->error)) return Status::kPeerFailed;
+  return Status::kOk;
+}
+
+// Leader-only: polls until *flag >= atLeast (acquire), the timeout expires, or the communicator
+// stops. Abort and the clock are checked every 64 polls.
+WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uint64_t atLeast, const WaitSite& site) {
+  uint64_t seen = gpu::atomicLoad<gpu::Order::kAcquire>(flag);
+  if (seen >= atLeast) return Status::kOk;
+  const uint64_t start = gpu::nowNs();
+  for (uint32_t spins = 1;; ++spins) {
+    gpu::relax(spins);
+    seen = gpu::atomicLoad<gpu::Order::kAcquire>(flag);
+    if (seen >= atLeast) return Status::kOk;
+    if ((spins & 63) != 0) continue;
+    Status st = stopReason(v);
+    if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
+    if (st != Status::kOk) {
+      if (st != Status::kPeerFailed) recordFailure(v, site, st, atLeast, seen);
+      return st;
+    }
+  }
+}
+
+// The whole group waits; every thread gets the leader's result (memory is acquired by the leader
+// and published to the group by the broadcast barrier).
+template <class Coop>
+WEFT_HOST_DEVICE Status wait(const Coop& c, const CommView& v, const uint64_t* flag, uint64_t atLeast,
+                             const WaitSite& site) {
+  Status st = c.leader() ? pollAtLeast(v, flag, atLeast, site) : Status::kOk;
+  return c.broadcast(st);
+}
+
+}  // namespace weft::dev

@@ -1,0 +1,19 @@
+#include "cpu_engine.hpp"
+
+#include "../engine_device.hpp"
+
+namespace weft::dev {
+
+void CpuEngine::start(const CommView& view, int workers, uint64_t firstTicket) {
+  view_ = view;
+  threads_.reserve(workers);
+  for (int i = 0; i < workers; ++i) threads_.emplace_back([this, firstTicket] { runWorker(SoloCoop{}, view_, firstTicket); });
+}
+
+void CpuEngine::join() {
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+}  // namespace weft::dev

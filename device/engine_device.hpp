@@ -1,0 +1,95 @@
+// The persistent engine: every resident worker (a thread block on a GPU, an OS thread on the CPU
+// backend) runs this loop. Workers visit the ring in ticket order; on each op they take items by
+// CAS on the slot's tagged claim word until none is left, then wait for the op to complete before
+// moving on, so ops on one communicator run one after another, as stream order requires.
+#pragma once
+
+#include "comm_device.hpp"
+#include "ops/allreduce_device.hpp"
+#include "ops/alltoall_device.hpp"
+
+namespace weft::dev {
+
+constexpr uint32_t kNoItem = 0xffffffffu;
+
+enum class Poll : uint32_t { kReady, kGone, kStop };
+
+WEFT_HOST_DEVICE bool engineStopping(const QueueHeader* q) {
+  return gpu::atomicLoad<gpu::Order::kRelaxed>(&q->stop) || gpu::atomicLoad<gpu::Order::kRelaxed>(&q->abort);
+}
+
+// Leader-only. Idle polling is unbounded by design (a persistent kernel waits for work), but it
+// exits on stop or abort; kGone means other workers already completed the op.
+WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t ticket) {
+  for (uint32_t spins = 0;; ++spins) {
+    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == ticket + 1) return Poll::kReady;
+    if (gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->completed) > ticket) return Poll::kGone;
+    if (engineStopping(v.queue)) return Poll::kStop;
+    gpu::relax(spins);
+  }
+}
+
+// Leader-only. The claim word carries the ticket's low 32 bits, so a worker that saw this op late
+// cannot take an item of the next op that reuses the slot.
+WEFT_HOST_DEVICE uint32_t claimItem(QueueSlot& s, uint64_t ticket) {
+  uint64_t cur = gpu::atomicLoad<gpu::Order::kAcquire>(&s.claim);
+  for (;;) {
+    if ((cur >> 32) != (ticket & 0xffffffffu)) return kNoItem;
+    const uint32_t idx = static_cast<uint32_t>(cur);
+    if (idx >= s.desc.nitems) return kNoItem;
+    if (gpu::atomicCas<gpu::Order::kAcqRel>(&s.claim, cur, cur + 1)) return idx;
+  }
+}
+
+// Leader-only. The worker that finishes the last item publishes the op's completion.
+WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticket, Status st) {
+  if (st != Status::kOk) {
+    uint32_t none = 0;
+    gpu::atomicCas<gpu::Order::kRelaxed>(&s.status, none, static_cast<uint32_t>(st));
+  }
+  const uint64_t prev = gpu::atomicFetchAdd<gpu::Order::kAcqRel>(&s.finished, uint64_t{1});
+  if (prev + 1 != s.desc.nitems) return;
+  gpu::atomicStore<gpu::Order::kRelease>(&s.done, ticket + 1);
+  if ((s.flags & kSlotHostWaits) == 0) gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
+  gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
+}
+
+template <class Coop>
+WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket, uint32_t item) {
+  switch (static_cast<OpKind>(d.kind)) {
+    case OpKind::kAllReduce:
+      return AllReduceOp::run(c, v, d, ticket, item);
+    case OpKind::kAllToAll:
+      return AllToAllOp::run(c, v, d, ticket, item);
+    default:
+      return Status::kOk;
+  }
+}
+
+template <class Coop>
+WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t firstTicket) {
+  for (uint64_t ticket = firstTicket;; ++ticket) {
+    QueueSlot& s = v.slots[ticket % v.queue->depth];
+    const Poll p = c.broadcast(c.leader() ? pollReady(v, s, ticket) : Poll::kReady);
+    if (p == Poll::kStop) return;
+    if (p == Poll::kGone) continue;
+    for (;;) {
+      const uint32_t item = c.broadcast(c.leader() ? claimItem(s, ticket) : kNoItem);
+      if (item == kNoItem) break;
+      // Holding an item keeps the op from completing, so the slot's descriptor is stable here.
+      Status st = stopReason(v);
+      if (st == Status::kOk) st = runItem(c, v, s.desc, ticket, item);
+      c.sync();
+      if (c.leader()) finishItem(v, s, ticket, st);
+    }
+    // The op is complete once the workers holding its last items finish; their waits are bounded.
+    if (c.leader())
+      for (uint32_t spins = 0; gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->completed) <= ticket; ++spins) {
+        if (engineStopping(v.queue)) break;
+        gpu::relax(spins);
+      }
+    if (c.broadcast(engineStopping(v.queue))) return;
+  }
+}
+
+}  // namespace weft::dev

@@ -1,0 +1,158 @@
+// Portability layer shared by every device-visible header: one source for CUDA, HIP and the CPU
+// backend. Flags are only ever touched through the atomics below, with an explicit order and
+// scope, so the CPU backend runs exactly the device protocol (and ThreadSanitizer can check it).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define WEFT_BACKEND_CUDA 1
+#include <cuda/atomic>
+#elif defined(__HIPCC__) || defined(__HIP__)
+#define WEFT_BACKEND_HIP 1
+#include <hip/hip_runtime.h>
+#else
+#define WEFT_BACKEND_CPU 1
+#include <chrono>
+#include <thread>
+#endif
+
+#if defined(WEFT_BACKEND_CPU)
+#define WEFT_HOST_DEVICE inline
+#define WEFT_DEVICE inline
+#else
+#define WEFT_HOST_DEVICE __host__ __device__ inline
+#define WEFT_DEVICE __device__ inline
+#endif
+
+// True while compiling code that runs on a GPU (the device pass of nvcc/hipcc).
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define WEFT_DEVICE_PASS 1
+#endif
+
+namespace weft::gpu {
+
+enum class Order { kRelaxed, kAcquire, kRelease, kAcqRel };
+// kDevice: other workgroups of this GPU; kSystem: peers (other GPUs, the host, other processes).
+enum class Scope { kDevice, kSystem };
+
+#if defined(WEFT_BACKEND_CPU)
+constexpr int gccOrder(Order o) {
+  return o == Order::kRelaxed   ? __ATOMIC_RELAXED
+         : o == Order::kAcquire ? __ATOMIC_ACQUIRE
+         : o == Order::kRelease ? __ATOMIC_RELEASE
+                                : __ATOMIC_ACQ_REL;
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+inline T atomicLoad(const T* p) {
+  return __atomic_load_n(p, gccOrder(O));
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+inline void atomicStore(T* p, T v) {
+  __atomic_store_n(p, v, gccOrder(O));
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+inline T atomicFetchAdd(T* p, T v) {
+  return __atomic_fetch_add(p, v, gccOrder(O));
+}
+// Strong compare-and-swap; on failure `expected` receives the value seen.
+template <Order O, Scope S = Scope::kSystem, typename T>
+inline bool atomicCas(T* p, T& expected, T desired) {
+  return __atomic_compare_exchange_n(p, &expected, desired, false, gccOrder(O), __ATOMIC_RELAXED);
+}
+#elif defined(WEFT_BACKEND_CUDA)
+constexpr cuda::memory_order cudaOrder(Order o) {
+  return o == Order::kRelaxed   ? cuda::memory_order_relaxed
+         : o == Order::kAcquire ? cuda::memory_order_acquire
+         : o == Order::kRelease ? cuda::memory_order_release
+                                : cuda::memory_order_acq_rel;
+}
+template <Scope S>
+using CudaScope = std::integral_constant<cuda::thread_scope, S == Scope::kSystem ? cuda::thread_scope_system
+                                                                                   : cuda::thread_scope_device>;
+template <Order O, Scope S = Scope::kSystem, typename T>
+__host__ __device__ inline T atomicLoad(const T* p) {
+  return cuda::atomic_ref<T, CudaScope<S>::value>(*const_cast<T*>(p)).load(cudaOrder(O));
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+__host__ __device__ inline void atomicStore(T* p, T v) {
+  cuda::atomic_ref<T, CudaScope<S>::value>(*p).store(v, cudaOrder(O));
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+__host__ __device__ inline T atomicFetchAdd(T* p, T v) {
+  return cuda::atomic_ref<T, CudaScope<S>::value>(*p).fetch_add(v, cudaOrder(O));
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+__host__ __device__ inline bool atomicCas(T* p, T& expected, T desired) {
+  return cuda::atomic_ref<T, CudaScope<S>::value>(*p).compare_exchange_strong(expected, desired, cudaOrder(O),
+                                                                             cuda::memory_order_relaxed);
+}
+#else  // HIP
+constexpr int hipOrder(Order o) {
+  return o == Order::kRelaxed   ? __ATOMIC_RELAXED
+         : o == Order::kAcquire ? __ATOMIC_ACQUIRE
+         : o == Order::kRelease ? __ATOMIC_RELEASE
+                                : __ATOMIC_ACQ_REL;
+}
+constexpr int hipScope(Scope s) {
+  return s == Scope::kSystem ? __HIP_MEMORY_SCOPE_SYSTEM : __HIP_MEMORY_SCOPE_AGENT;
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+__host__ __device__ inline T atomicLoad(const T* p) {
+  return __hip_atomic_load(p, hipOrder(O), hipScope(S));
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+__host__ __device__ inline void atomicStore(T* p, T v) {
+  __hip_atomic_store(p, v, hipOrder(O), hipScope(S));
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+__host__ __device__ inline T atomicFetchAdd(T* p, T v) {
+  return __hip_atomic_fetch_add(p, v, hipOrder(O), hipScope(S));
+}
+template <Order O, Scope S = Scope::kSystem, typename T>
+__host__ __device__ inline bool atomicCas(T* p, T& expected, T desired) {
+  return __hip_atomic_compare_exchange_strong(p, &expected, desired, hipOrder(O), __ATOMIC_RELAXED, hipScope(S));
+}
+#endif
+
+// Monotonic time in nanoseconds, comparable across the workgroups of one device.
+WEFT_HOST_DEVICE uint64_t nowNs() {
+#if defined(WEFT_BACKEND_CPU)
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+#elif defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#elif defined(WEFT_DEVICE_PASS)
+  return static_cast<uint64_t>(wall_clock64()) * 10;  // 100 MHz constant clock on gfx90a
+#else
+  return 0;  // never called from host code of a GPU build
+#endif
+}
+
+// Back-off inside a polling loop; `spins` counts the polls so far. On the CPU backend the
+// workers of several ranks share few cores, so polling escalates from a pause to a sleep.
+WEFT_HOST_DEVICE void relax(uint32_t spins) {
+#if defined(WEFT_BACKEND_CPU)
+  if (spins < 64) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  } else if (spins < 256) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(spins < 4096 ? 20 : 200));
+  }
+#elif defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  if (spins > 32) __nanosleep(spins < 1024 ? 64 : 512);
+#elif defined(WEFT_DEVICE_PASS)
+  if (spins > 1024)
+    __builtin_amdgcn_s_sleep(8);
+  else if (spins > 32)
+    __builtin_amdgcn_s_sleep(1);
+#endif
+}
+
+}  // namespace weft::gpu

@@ -1,0 +1,56 @@
+// Geometry of the control area at the start of every rank's symmetric heap. The area holds the
+// signal words peers write into this rank and the inbox that carries AllReduce tiles; user buffers
+// follow it. Every rank computes the same layout, so a peer's word is peerBase + offset.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu.hpp"
+
+namespace weft::dev {
+
+constexpr uint64_t kSignalStride = 64;  // one signal word per cache line: no false sharing between writers
+
+struct HeapLayout {
+  uint32_t nranks = 0;
+  uint32_t inboxSlots = 0;  // tiles in flight per (sender, receiver) pair
+  uint64_t tileBytes = 0;   // bytes of one inbox slot
+
+  // Each array below is indexed by the peer that writes the word (or, for credits, that owns the slot).
+  WEFT_HOST_DEVICE uint64_t readyFromOffset(int peer) const { return signalOffset(0, peer); }
+  WEFT_HOST_DEVICE uint64_t arrivedOffset(int peer) const { return signalOffset(1, peer); }
+  WEFT_HOST_DEVICE uint64_t gatheredOffset(int peer) const { return signalOffset(2, peer); }
+  WEFT_HOST_DEVICE uint64_t inboxFlagOffset(int peer, uint32_t slot) const {
+    return slotSignalOffset(0, peer, slot);
+  }
+  WEFT_HOST_DEVICE uint64_t inboxCreditOffset(int peer, uint32_t slot) const {
+    return slotSignalOffset(1, peer, slot);
+  }
+  WEFT_HOST_DEVICE uint64_t inboxDataOffset(int peer, uint32_t slot) const {
+    return inboxBase() + (static_cast<uint64_t>(peer) * inboxSlots + slot) * tileBytes;
+  }
+  // Bytes of the whole control area; user allocations start here (page aligned).
+  WEFT_HOST_DEVICE uint64_t controlBytes() const {
+    uint64_t end = inboxBase() + static_cast<uint64_t>(nranks) * inboxSlots * tileBytes;
+    return (end + 4095) & ~uint64_t{4095};
+  }
+
+ private:
+  static constexpr uint64_t kHeaderBytes = 64;
+  static constexpr int kPeerArrays = 3;
+  static constexpr int kSlotArrays = 2;
+
+  WEFT_HOST_DEVICE uint64_t signalOffset(int array, int peer) const {
+    return kHeaderBytes + (static_cast<uint64_t>(array) * nranks + peer) * kSignalStride;
+  }
+  WEFT_HOST_DEVICE uint64_t slotSignalOffset(int array, int peer, uint32_t slot) const {
+    uint64_t base = signalOffset(kPeerArrays, 0);
+    return base + ((static_cast<uint64_t>(array) * nranks + peer) * inboxSlots + slot) * kSignalStride;
+  }
+  WEFT_HOST_DEVICE uint64_t inboxBase() const {
+    uint64_t end = slotSignalOffset(kSlotArrays, 0, 0);
+    return (end + 255) & ~uint64_t{255};
+  }
+};
+
+}  // namespace weft::dev

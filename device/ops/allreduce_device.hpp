@@ -1,0 +1,97 @@
+// Sum AllReduce, reduce-scatter + all-gather through the persistent engine.
+//
+// Rank r owns shard r. Work item t (one per tile of a shard) on rank r:
+//   1. for every peer j: put tile t of shard j of r's input into j's inbox slot from r, signal it
+//      (the slot is reused only after j credits it back);
+//   2. wait for every peer's tile t of shard r, sum in float32 in rank order with r's own tile,
+//      write the result to r's output, credit the inbox slots back, and put the result straight
+//      into every peer's output (zero copy), adding 1 to their `gathered[r]` counter.
+// The last item waits until every peer's shard has been gathered into r's output.
+// In place is safe: a peer writes into r's output only after r's input tile reached its inbox.
+#pragma once
+
+#include "../comm_device.hpp"
+#include "../dtype_device.hpp"
+#include "partition_device.hpp"
+
+namespace weft::dev {
+
+struct AllReduceOp {
+  WEFT_HOST_DEVICE static uint64_t tilesPerShard(uint64_t count, uint32_t nranks, uint32_t esize, uint64_t tileElems) {
+    return ceilDiv(shardElems(count, nranks, vectorElems(esize)), tileElems);
+  }
+  // Signal counters (inbox sequence, gathered tiles) advance by this much per op on every pair.
+  WEFT_HOST_DEVICE static uint64_t seqAdvance(uint64_t count, uint32_t nranks, uint32_t esize, uint64_t tileElems) {
+    return tilesPerShard(count, nranks, esize, tileElems);
+  }
+  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t count, uint32_t nranks, uint32_t esize, uint64_t tileElems) {
+    return static_cast<uint32_t>(tilesPerShard(count, nranks, esize, tileElems) + 1);
+  }
+
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket,
+                                     uint32_t item) {
+    const auto dt = static_cast<DType>(d.dtype);
+    const uint32_t es = dtypeSize(dt);
+    const uint64_t tps = tilesPerShard(d.count, v.nranks, es, d.tileElems);
+    if (item == tps) return finish(c, v, d, ticket, item, tps);
+
+    const HeapLayout& L = v.layout;
+    const int me = v.rank;
+    const uint64_t q = d.seqBase + item + 1;  // channel sequence number of this tile
+    const uint32_t slot = static_cast<uint32_t>((q - 1) % L.inboxSlots);
+    const auto* send = reinterpret_cast<const uint8_t*>(d.send);
+
+    for (int p = 1; p < v.nranks; ++p) {
+      const int j = (me + p) % v.nranks;
+      Range r = tileRange(shardRange(d.count, v.nranks, vectorElems(es), j), d.tileElems, item);
+      if (q > L.inboxSlots) {
+        WaitSite site{ticket, item, j, WaitWhat::kInboxCredit};
+        Status st = wait(c, v, v.signal(me, L.inboxCreditOffset(j, slot)), q - L.inboxSlots, site);
+        if (st != Status::kOk) return st;
+      }
+      put(c, v.at(j, L.inboxDataOffset(me, slot)), send + r.lo * es, r.size() * es);
+      signalStore(c, v.signal(j, L.inboxFlagOffset(me, slot)), q);
+    }
+
+    Range mine = tileRange(shardRange(d.count, v.nranks, vectorElems(es), me), d.tileElems, item);
+    for (int p = 1; p < v.nranks; ++p) {
+      const int src = (me + p) % v.nranks;
+      WaitSite site{ticket, item, src, WaitWhat::kInboxData};
+      Status st = wait(c, v, v.signal(me, L.inboxFlagOffset(src, slot)), q, site);
+      if (st != Status::kOk) return st;
+    }
+    uint8_t* out = v.at(me, d.recv);
+    for (uint64_t i = c.rank(); i < mine.size(); i += c.size()) {
+      float acc = 0.f;
+      for (int src = 0; src < v.nranks; ++src) {
+        const void* in = src == me ? send + mine.lo * es : v.at(me, L.inboxDataOffset(src, slot));
+        acc += loadAsFloat(in, i, dt);
+      }
+      storeFromFloat(out + mine.lo * es, i, dt, acc);
+    }
+    c.sync();
+    for (int p = 1; p < v.nranks; ++p) {
+      const int j = (me + p) % v.nranks;
+      if (c.leader()) gpu::atomicStore<gpu::Order::kRelease>(v.signal(j, L.inboxCreditOffset(me, slot)), q);
+      put(c, v.at(j, d.recv) + mine.lo * es, out + mine.lo * es, mine.size() * es);
+      signalAdd(c, v.signal(j, L.gatheredOffset(me)), uint64_t{1});
+    }
+    return Status::kOk;
+  }
+
+ private:
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status finish(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket,
+                                        uint32_t item, uint64_t tps) {
+    for (int p = 1; p < v.nranks; ++p) {
+      const int src = (v.rank + p) % v.nranks;
+      WaitSite site{ticket, item, src, WaitWhat::kGather};
+      Status st = wait(c, v, v.signal(v.rank, v.layout.gatheredOffset(src)), d.seqBase + tps, site);
+      if (st != Status::kOk) return st;
+    }
+    return Status::kOk;
+  }
+};
+
+}  // namespace weft::dev

@@ -1,0 +1,74 @@
+// All-to-All by direct stores into the receivers' outputs (zero copy).
+//
+// Item 0 tells every peer that this rank's output is ready for this op (readyFrom[me] = epoch):
+// a sender must not overwrite an output the receiver's stream may still be reading from the
+// previous op. Items 1..nranks*tiles move one tile of one block each, remote blocks first in
+// rotating order so the ranks do not all hit the same receiver, this rank's own block last; each
+// remote tile adds 1 to the receiver's arrived[me]. The last item waits for every peer's tiles.
+#pragma once
+
+#include "../comm_device.hpp"
+#include "../dtype_device.hpp"
+#include "partition_device.hpp"
+
+namespace weft::dev {
+
+struct AllToAllOp {
+  WEFT_HOST_DEVICE static uint64_t tilesPerBlock(uint64_t countPerRank, uint64_t tileElems) {
+    return ceilDiv(countPerRank, tileElems);
+  }
+  WEFT_HOST_DEVICE static uint64_t seqAdvance(uint64_t countPerRank, uint64_t tileElems) {
+    return tilesPerBlock(countPerRank, tileElems);
+  }
+  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t countPerRank, uint32_t nranks, uint64_t tileElems) {
+    return static_cast<uint32_t>(2 + nranks * tilesPerBlock(countPerRank, tileElems));
+  }
+
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket,
+                                     uint32_t item) {
+    const HeapLayout& L = v.layout;
+    const int me = v.rank;
+    const uint64_t tpb = tilesPerBlock(d.count, d.tileElems);
+    if (item == 0) {
+      c.sync();
+      if (c.leader())
+        for (int j = 0; j < v.nranks; ++j)
+          if (j != me) gpu::atomicStore<gpu::Order::kRelease>(v.signal(j, L.readyFromOffset(me)), d.epoch);
+      return Status::kOk;
+    }
+    if (item == 1 + v.nranks * tpb) return finish(c, v, d, ticket, item, tpb);
+
+    const uint64_t k = item - 1;
+    const int j = static_cast<int>((me + 1 + k / tpb) % v.nranks);
+    const uint64_t es = dtypeSize(static_cast<DType>(d.dtype));
+    const Range r = tileRange(Range{0, d.count}, d.tileElems, k % tpb);
+    const auto* src = reinterpret_cast<const uint8_t*>(d.send) + (j * d.count + r.lo) * es;
+    uint8_t* dst = v.at(j, d.recv) + (me * d.count + r.lo) * es;
+    if (j == me) {
+      put(c, dst, src, r.size() * es);
+      return Status::kOk;
+    }
+    WaitSite site{ticket, item, j, WaitWhat::kReady};
+    Status st = wait(c, v, v.signal(me, L.readyFromOffset(j)), d.epoch, site);
+    if (st != Status::kOk) return st;
+    put(c, dst, src, r.size() * es);
+    signalAdd(c, v.signal(j, L.arrivedOffset(me)), uint64_t{1});
+    return Status::kOk;
+  }
+
+ private:
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status finish(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket,
+                                        uint32_t item, uint64_t tpb) {
+    for (int p = 1; p < v.nranks; ++p) {
+      const int src = (v.rank + p) % v.nranks;
+      WaitSite site{ticket, item, src, WaitWhat::kArrival};
+      Status st = wait(c, v, v.signal(v.rank, v.layout.arrivedOffset(src)), d.seqBase + tpb, site);
+      if (st != Status::kOk) return st;
+    }
+    return Status::kOk;
+  }
+};
+
+}  // namespace weft::dev

@@ -1,0 +1,99 @@
+// Wire format of the work queue: a ring of descriptor slots in shared, pinned host memory, written
+// by submitters (any thread, later any process) and executed by the persistent engine. Every field
+// names who writes it and who reads it.
+//
+// Protocol for ticket t (slot t % depth):
+//   submitter: t = fetch_add(tail); wait free >= t + 1 - depth; fill desc, status = 0,
+//              finished = 0, claim = tag(t); store ready = t + 1 (release).
+//   engine:    poll ready == t + 1 (acquire); workers take items by CAS on claim (which carries
+//              the ticket, so a late worker can never take an item of the slot's next op);
+//              the worker finishing the last item stores status, done = t + 1 (release) and,
+//              unless the submitter waits on the host, free = t + 1; then completed = t + 1.
+//   host wait: poll done == t + 1, read status, then store free = t + 1.
+#pragma once
+
+#include <cstdint>
+
+namespace weft::dev {
+
+constexpr uint64_t kQueueMagic = 0x7765667471756575ull;  // "weftqueu"
+
+enum class OpKind : uint32_t { kNop = 0, kAllReduce = 1, kAllToAll = 2 };
+
+// Result of an op or of a wait. Values are stable: they cross the queue.
+enum class Status : uint32_t {
+  kOk = 0,
+  kTimeout = 1,     // a bounded wait expired
+  kAborted = 2,     // weft_comm_abort or destroy
+  kPeerFailed = 3,  // another wait of this communicator failed first; see QueueHeader::error
+};
+
+// What a wait was waiting for, for the failure record.
+enum class WaitWhat : uint32_t {
+  kNone = 0,
+  kInboxData = 1,    // a peer's tile in this rank's inbox
+  kInboxCredit = 2,  // a peer to free an inbox slot of this rank's
+  kGather = 3,       // a peer's reduced tiles (AllReduce all-gather)
+  kReady = 4,        // a peer to be ready to receive (All-to-All)
+  kArrival = 5,      // a peer's blocks (All-to-All)
+  kQueueSlot = 6,    // the engine to free a queue slot (submitter back-pressure)
+  kOpDone = 7,       // the engine to finish an op (host wait)
+};
+
+// Written by the submitter before `ready`; read-only for the engine.
+struct OpDesc {
+  uint32_t kind;       // OpKind
+  uint32_t dtype;      // DType
+  uint64_t count;      // AllReduce: elements; All-to-All: elements per rank
+  uint64_t send;       // input address in the engine's address space
+  uint64_t recv;       // output offset in the symmetric heap
+  uint64_t seqBase;    // per-kind signal counters before this op (same on every rank)
+  uint64_t epoch;      // per-kind op count including this op (same on every rank)
+  uint32_t tileElems;  // elements per tile
+  uint32_t nitems;     // work items, claimed in order by the workers
+  uint64_t reserved;
+};
+static_assert(sizeof(OpDesc) == 64, "OpDesc is a wire struct");
+
+constexpr uint32_t kSlotHostWaits = 1u;  // the submitter frees the slot after reading status
+
+struct alignas(64) QueueSlot {
+  uint64_t ready;     // submitter writes t + 1 (release); engine reads
+  uint64_t claim;     // submitter resets to (t << 32); workers CAS (ticket tag << 32 | next item)
+  uint64_t finished;  // submitter resets to 0; workers add 1 per item done
+  uint64_t done;      // engine writes t + 1 (release) after status; host or stream waits on it
+  uint64_t free;      // engine or host writes t + 1 when the slot may take ticket t + depth
+  uint32_t status;    // submitter resets; workers record the first failure (Status)
+  uint32_t flags;     // submitter: kSlotHostWaits
+  uint64_t pad[2];
+  OpDesc desc;
+};
+static_assert(sizeof(QueueSlot) == 128, "QueueSlot is a wire struct");
+
+// Where the first failing wait of a communicator was; written once, by the wait that set `error`.
+struct WaitRecord {
+  uint64_t ticket;    // op
+  uint32_t item;      // work item (tile) of the op
+  int32_t peer;       // rank waited on, -1 for none
+  uint32_t what;      // WaitWhat
+  uint32_t status;    // Status
+  uint64_t expected;  // value waited for (at least)
+  uint64_t observed;  // value last seen
+};
+static_assert(sizeof(WaitRecord) == 40, "WaitRecord is a wire struct");
+
+struct alignas(64) QueueHeader {
+  uint64_t magic;        // creator
+  uint32_t depth;        // creator: number of slots
+  uint32_t reserved0;
+  alignas(64) uint64_t tail;       // submitters: fetch_add for a ticket
+  alignas(64) uint64_t completed;  // engine: ops completed, in ticket order
+  alignas(64) uint32_t stop;       // host: the engine must exit (destroy)
+  uint32_t abort;                  // host: weft_comm_abort; every wait gives up
+  uint32_t error;                  // first failing wait: its Status (sticky)
+  uint32_t recordValid;            // set (release) once `record` is written
+  WaitRecord record;
+};
+static_assert(sizeof(QueueHeader) == 256, "QueueHeader is a wire struct");
+
+}  // namespace weft::dev

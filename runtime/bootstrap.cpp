@@ -1,0 +1,140 @@
+#include "bootstrap.hpp"
+
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+
+namespace weft {
+
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x6f6c6568;  // "helo"
+constexpr uint32_t kProtocol = 1;
+
+struct Hello {
+  uint32_t magic;
+  uint32_t protocol;
+  uint8_t secret[kSecretBytes];
+  int32_t nranks;
+  int32_t rank;
+};
+
+struct Verdict {
+  int32_t code;  // Code
+  char message[252];
+};
+static_assert(sizeof(Verdict) == 256);
+
+std::string rankName(int r) { return "rank " + std::to_string(r); }
+
+}  // namespace
+
+std::unique_ptr<Bootstrap> Bootstrap::join(const UniqueId& id, int rank, int nranks, double timeoutS) {
+  std::unique_ptr<Bootstrap> b(new Bootstrap(rank, nranks, timeoutS));
+  if (rank == 0)
+    b->joinAsRoot(id);
+  else
+    b->joinAsPeer(id);
+  WEFT_LOG(kInfo, kBootstrap, "rank {} of {} joined via {}", rank, nranks, id.root.str());
+  return b;
+}
+
+void Bootstrap::failJob(Code code, const std::string& why, net::Socket* extra) {
+  Verdict v{};
+  v.code = static_cast<int32_t>(code);
+  snprintf(v.message, sizeof v.message, "%s", why.c_str());
+  const auto d = net::deadlineIn(1.0);
+  auto tell = [&](net::Socket& s) {
+    try {
+      if (s.valid()) s.sendAll(&v, sizeof v, d);
+    } catch (const Error&) {
+    }
+    s.close();
+  };
+  for (auto& s : peers_) tell(s);
+  if (extra) tell(*extra);
+  throw Error(code, why);
+}
+
+void Bootstrap::joinAsRoot(const UniqueId& id) {
+  net::Socket listener = takeListener(id);
+  if (!listener.valid()) listener = net::Socket::listenOn(id.root);
+  peers_.resize(nranks_);
+  const auto deadline = net::deadlineIn(timeoutS_);
+  for (int joined = 1; joined < nranks_;) {
+    net::Socket s;
+    try {
+      s = listener.accept(deadline, std::to_string(nranks_ - joined) + " more rank(s) to join");
+    } catch (const Error& e) {
+      failJob(e.code(), e.what(), nullptr);
+    }
+    Hello h{};
+    try {
+      s.recvAll(&h, sizeof h, std::min(deadline, net::deadlineIn(10)), "a joining rank's hello");
+    } catch (const Error& e) {
+      WEFT_LOG(kWarn, kBootstrap, "dropped a connection that sent no hello: {}", e.what());
+      continue;
+    }
+    Secret got;
+    memcpy(got.data(), h.secret, kSecretBytes);
+    if (h.magic != kHelloMagic || h.protocol != kProtocol || !secretsEqual(got, id.secret)) {
+      WEFT_LOG(kWarn, kBootstrap, "dropped a connection with a wrong secret or protocol");
+      continue;
+    }
+    if (h.nranks != nranks_)
+      failJob(Code::kInvalidUsage,
+              "nranks: " + rankName(h.rank) + " passed " + std::to_string(h.nranks) + ", rank 0 passed " +
+                  std::to_string(nranks_),
+              &s);
+    if (h.rank <= 0 || h.rank >= nranks_ || peers_[h.rank].valid())
+      failJob(Code::kInvalidUsage, "rank: " + std::to_string(h.rank) + " joined twice or is out of range", &s);
+    peers_[h.rank] = std::move(s);
+    ++joined;
+  }
+  Verdict ok{};
+  const auto d = net::deadlineIn(timeoutS_);
+  for (int r = 1; r < nranks_; ++r) peers_[r].sendAll(&ok, sizeof ok, d);
+}
+
+void Bootstrap::joinAsPeer(const UniqueId& id) {
+  const auto deadline = net::deadlineIn(timeoutS_);
+  root_ = net::Socket::connectTo(id.root, deadline);
+  Hello h{kHelloMagic, kProtocol, {}, nranks_, rank_};
+  memcpy(h.secret, id.secret.data(), kSecretBytes);
+  root_.sendAll(&h, sizeof h, deadline);
+  Verdict v{};
+  root_.recvAll(&v, sizeof v, deadline, "rank 0 to admit every rank");
+  if (v.code != 0) {
+    v.message[sizeof v.message - 1] = '\0';
+    throw Error(static_cast<Code>(v.code), v.message);
+  }
+}
+
+void Bootstrap::allGather(const void* mine, size_t bytes, void* all) {
+  auto* out = static_cast<uint8_t*>(all);
+  memcpy(out + rank_ * bytes, mine, bytes);
+  if (nranks_ == 1) return;
+  const auto deadline = net::deadlineIn(timeoutS_);
+  if (rank_ != 0) {
+    root_.sendAll(mine, bytes, deadline);
+    root_.recvAll(out, bytes * nranks_, deadline, "rank 0");
+    return;
+  }
+  try {
+    for (int r = 1; r < nranks_; ++r) peers_[r].recvAll(out + r * bytes, bytes, deadline, rankName(r));
+    for (int r = 1; r < nranks_; ++r) peers_[r].sendAll(out, bytes * nranks_, deadline);
+  } catch (const Error&) {
+    // Close every connection so that the other ranks fail now instead of at their deadline.
+    for (auto& s : peers_) s.close();
+    throw;
+  }
+}
+
+void Bootstrap::barrier() {
+  std::vector<uint8_t> all(nranks_);
+  uint8_t one = 1;
+  allGather(&one, 1, all.data());
+}
+
+}  // namespace weft

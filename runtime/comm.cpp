@@ -1,0 +1,256 @@
+#include "comm.hpp"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "common/log.hpp"
+#include "device/ops/allreduce_device.hpp"
+#include "device/ops/alltoall_device.hpp"
+
+namespace weft {
+
+using dev::Status;
+namespace gpu = weft::gpu;
+
+namespace {
+
+// What every rank tells the others at init.
+struct RankInfo {
+  uint64_t hostHash;
+  uint64_t tileBytes;
+  uint64_t inboxSlots;
+  uint64_t heapBytes;
+  int32_t pid;
+  char hostname[60];
+};
+
+Code codeOf(Status st, const dev::QueueHeader* q) {
+  switch (st) {
+    case Status::kOk:
+      return Code::kSuccess;
+    case Status::kTimeout:
+      return Code::kTimeout;
+    case Status::kAborted:
+      return Code::kAborted;
+    default: {
+      const auto first = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&q->error));
+      return first == Status::kAborted ? Code::kAborted : Code::kTimeout;
+    }
+  }
+}
+
+void checkAgree(const std::vector<RankInfo>& all, uint64_t RankInfo::*field, const char* name, int me) {
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].*field != all[me].*field)
+      throw Error(Code::kInvalidUsage, std::string(name) + ": rank " + std::to_string(r) + " uses " +
+                                           std::to_string(all[r].*field) + ", rank " + std::to_string(me) + " uses " +
+                                           std::to_string(all[me].*field) + "; every rank must use the same value");
+}
+
+bool rangesOverlap(const void* a, const void* b, uint64_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return bytes > 0 && x < y + bytes && y < x + bytes;
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, const Settings& s) {
+  std::unique_ptr<Comm> c(new Comm(rank, nranks, s));
+  c->timeoutNs_ = static_cast<uint64_t>(s.getDouble("timeout_s") * 1e9);
+  c->tileBytes_ = static_cast<uint64_t>(s.getInt("tile_bytes"));
+  c->host_ = localHost();
+  c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));
+
+  RankInfo mine{};
+  mine.hostHash = c->host_.hash;
+  mine.tileBytes = c->tileBytes_;
+  mine.inboxSlots = static_cast<uint64_t>(s.getInt("inbox_slots"));
+  mine.heapBytes = static_cast<uint64_t>(s.getInt("heap_bytes"));
+  mine.pid = static_cast<int32_t>(getpid());
+  snprintf(mine.hostname, sizeof mine.hostname, "%s", c->host_.hostname.c_str());
+  std::vector<RankInfo> all(nranks);
+  c->boot_->allGather(&mine, sizeof mine, all.data());
+  checkAgree(all, &RankInfo::tileBytes, "tile_bytes", rank);
+  checkAgree(all, &RankInfo::inboxSlots, "inbox_slots", rank);
+  checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
+
+  const bool forceProxy = s.getString("transport") == "proxy";
+  for (int r = 0; r < nranks; ++r) {
+    c->paths_.push_back(transport::choosePath(rank, r, mine.hostHash, all[r].hostHash, forceProxy));
+    if (s.getString("transport") == "p2p" && c->paths_.back() == transport::Path::kProxy)
+      throw Error(Code::kInvalidUsage, "transport: p2p was asked for, but rank " + std::to_string(r) + " is on host " +
+                                           all[r].hostname);
+  }
+
+  c->layout_.nranks = static_cast<uint32_t>(nranks);
+  c->layout_.inboxSlots = static_cast<uint32_t>(mine.inboxSlots);
+  c->layout_.tileBytes = c->tileBytes_;
+  c->heap_ = std::make_unique<SymmetricHeap>(*c->boot_, c->paths_, mine.heapBytes, c->layout_);
+  c->queue_ = std::make_unique<WorkQueue>(static_cast<uint32_t>(s.getInt("queue_depth")));
+
+  dev::CommView v;
+  v.rank = rank;
+  v.nranks = nranks;
+  v.heap = c->heap_->bases();
+  v.layout = c->layout_;
+  v.queue = c->queue_->header();
+  v.slots = c->queue_->slots();
+  v.timeoutNs = c->timeoutNs_;
+  c->engine_.start(v, static_cast<int>(s.getInt("persistent_ctas")), 0);
+  WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {} worker(s), queue depth {}, tile {} bytes", rank, nranks,
+           c->host_.hostname, c->engine_.workers(), c->queue_->depth(), c->tileBytes_);
+  return c;
+}
+
+Comm::~Comm() {
+  if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
+  engine_.join();
+}
+
+void* Comm::memAlloc(uint64_t bytes) {
+  const std::optional<uint64_t> off = heap_->allocate(bytes);
+  struct Result {
+    uint64_t ok;
+    uint64_t offset;
+  } mine{off.has_value(), off.value_or(0)}, *all = nullptr;
+  std::vector<Result> results(nranks_);
+  all = results.data();
+  try {
+    boot_->allGather(&mine, sizeof mine, all);
+  } catch (...) {
+    if (off) heap_->release(*off);
+    throw;
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    if (all[r].ok && (!off || all[r].offset == *off)) continue;
+    if (off) heap_->release(*off);
+    if (!all[r].ok)
+      throw Error(Code::kOutOfMemory, "bytes: rank " + std::to_string(r) + " has no free block of " +
+                                          std::to_string(bytes) + " bytes in its symmetric heap (this rank has " +
+                                          std::to_string(heap_->freeBytes()) + " bytes free); raise heap_bytes");
+    throw Error(Code::kInvalidUsage,
+                "weft_mem_alloc: ranks got different offsets; every rank must call weft_mem_alloc and "
+                "weft_mem_free with the same sizes in the same order");
+  }
+  return heap_->base(rank_) + *off;
+}
+
+void Comm::memFree(void* p) {
+  const std::optional<uint64_t> off = heap_->offsetInBlock(p, 0);
+  uint64_t mine = off ? *off : ~uint64_t{0};
+  std::vector<uint64_t> all(nranks_);
+  boot_->allGather(&mine, sizeof mine, all.data());
+  if (!off) throw Error(Code::kInvalidArgument, "ptr: not a block returned by weft_mem_alloc on this communicator");
+  for (int r = 0; r < nranks_; ++r)
+    if (all[r] != mine)
+      throw Error(Code::kInvalidUsage, "ptr: rank " + std::to_string(r) +
+                                           " freed a different block; every rank must free the same blocks in the "
+                                           "same order");
+  if (!heap_->release(*off))
+    throw Error(Code::kInvalidArgument, "ptr: points inside a block, not at its start");
+}
+
+uint64_t Comm::heapOffset(const void* p, uint64_t bytes, const char* arg) const {
+  if (auto off = heap_->offsetInBlock(p, bytes)) return *off;
+  if (heap_->offsetInBlock(p, 0) || heap_->overlaps(p, 1))
+    throw Error(Code::kInvalidArgument, std::string(arg) + ": " + std::to_string(bytes) +
+                                            " bytes run past the end of its weft_mem_alloc block");
+  throw Error(Code::kInvalidArgument, std::string(arg) +
+                                          ": must be a buffer from weft_mem_alloc on this communicator (the "
+                                          "symmetric heap)");
+}
+
+void Comm::requireNoStream(void* stream) const {
+  if (stream)
+    throw Error(Code::kInvalidArgument, "stream: the CPU backend has no streams; pass NULL (the call returns when "
+                                        "the op is complete)");
+}
+
+Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter) {
+  std::string msg;
+  if (Code e = asyncError(&msg); e != Code::kSuccess)
+    throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
+  inFlight_.fetch_add(1);
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    d.seqBase = *seqCounter;
+    d.epoch = ++*epochCounter;
+    *seqCounter += seqAdvance;
+    ticket = queue_->reserve();
+  }
+  Status st = queue_->publish(ticket, d, true, timeoutNs_);
+  if (st == Status::kOk) st = queue_->wait(ticket, 2 * timeoutNs_ + 1000000000ull, 1000000000ull);
+  inFlight_.fetch_sub(1);
+  if (st == Status::kOk) return Code::kSuccess;
+  const Code c = codeOf(st, queue_->header());
+  std::string why = queue_->failureText();
+  throw Error(c, (c == Code::kAborted ? "op aborted" : "op timed out") + (why.empty() ? "" : ": " + why));
+}
+
+Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt, void* stream) {
+  requireNoStream(stream);
+  const uint32_t es = dev::dtypeSize(dt);
+  const uint64_t bytes = count * es;
+  dev::OpDesc d{};
+  d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduce);
+  d.dtype = static_cast<uint32_t>(dt);
+  d.count = count;
+  d.recv = heapOffset(recv, bytes, "recvbuf");
+  if (send != recv) {
+    if (heap_->overlaps(send, bytes)) heapOffset(send, bytes, "sendbuf");
+    if (rangesOverlap(send, recv, bytes))
+      throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf without being the same buffer (in place)");
+  }
+  d.send = reinterpret_cast<uint64_t>(send);
+  d.tileElems = static_cast<uint32_t>(tileBytes_ / es);
+  d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.tileElems);
+  return submit(d, dev::AllReduceOp::seqAdvance(count, nranks_, es, d.tileElems), &allReduceSeq_, &allReduceEpoch_);
+}
+
+Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DType dt, void* stream) {
+  requireNoStream(stream);
+  const uint32_t es = dev::dtypeSize(dt);
+  const uint64_t bytes = countPerRank * es * nranks_;
+  dev::OpDesc d{};
+  d.kind = static_cast<uint32_t>(dev::OpKind::kAllToAll);
+  d.dtype = static_cast<uint32_t>(dt);
+  d.count = countPerRank;
+  d.recv = heapOffset(recv, bytes, "recvbuf");
+  if (heap_->overlaps(send, bytes)) heapOffset(send, bytes, "sendbuf");
+  if (rangesOverlap(send, recv, bytes))
+    throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf; All-to-All cannot run in place");
+  d.send = reinterpret_cast<uint64_t>(send);
+  d.tileElems = static_cast<uint32_t>(tileBytes_ / es);
+  d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.tileElems);
+  return submit(d, dev::AllToAllOp::seqAdvance(countPerRank, d.tileElems), &allToAllSeq_, &allToAllEpoch_);
+}
+
+void Comm::abort() {
+  gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->abort, 1u);
+  WEFT_LOG(kWarn, kInit, "rank {}: communicator aborted", rank_);
+}
+
+void Comm::finalize() {
+  const auto deadline = gpu::nowNs() + 2 * timeoutNs_;
+  for (uint32_t spins = 0; inFlight_.load() != 0; ++spins) {
+    if (gpu::nowNs() > deadline)
+      throw Error(Code::kTimeout, "weft_comm_finalize: ops still in flight after " +
+                                      std::to_string(2 * timeoutNs_ / 1000000000ull) + " s");
+    gpu::relax(spins);
+  }
+  boot_->barrier();
+}
+
+Code Comm::asyncError(std::string* message) const {
+  const auto* h = queue_->header();
+  const auto st = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&h->error));
+  if (st == Status::kOk && !gpu::atomicLoad<gpu::Order::kAcquire>(&h->abort)) return Code::kSuccess;
+  if (message) *message = queue_->failureText();
+  if (message && message->empty()) *message = "the communicator was aborted";
+  return st == Status::kTimeout ? Code::kTimeout : Code::kAborted;
+}
+
+}  // namespace weft

@@ -1,0 +1,77 @@
+// One communicator: bootstrap, symmetric heap, work queue and the persistent engine of one rank.
+// Thread safety: ops and abort may be called from any thread; memAlloc/memFree/finalize are
+// collective and must not run concurrently with each other on one communicator.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bootstrap.hpp"
+#include "common/error.hpp"
+#include "config.hpp"
+#include "device/cpu/cpu_engine.hpp"
+#include "device/dtype_device.hpp"
+#include "heap.hpp"
+#include "topology.hpp"
+#include "work_queue.hpp"
+
+namespace weft {
+
+class Comm {
+ public:
+  // Collective. Throws weft::Error.
+  static std::unique_ptr<Comm> create(const UniqueId& id, int rank, int nranks, const Settings& settings);
+  ~Comm();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const Settings& settings() const { return settings_; }
+
+  // Collective; throws kOutOfMemory / kInvalidUsage (ranks disagree).
+  void* memAlloc(uint64_t bytes);
+  void memFree(void* p);
+
+  // Stream-ordered ops. Arguments are already checked for NULL, range and dtype by the API layer;
+  // these check heap placement and throw kInvalidArgument naming the argument. The return value
+  // is the op's outcome (kSuccess, kTimeout, kAborted...).
+  Code allReduce(const void* send, void* recv, uint64_t count, dev::DType dt, void* stream);
+  Code allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DType dt, void* stream);
+
+  // From any thread: every wait gives up, the engine stops within a millisecond or so.
+  void abort();
+  // Waits for the ops in flight, then a barrier with every rank. Collective.
+  void finalize();
+  // kSuccess, or the first failure (sticky) and its description.
+  Code asyncError(std::string* message) const;
+
+ private:
+  Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
+  Code submit(dev::OpDesc desc, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter);
+  uint64_t heapOffset(const void* p, uint64_t bytes, const char* arg) const;
+  void requireNoStream(void* stream) const;
+
+  const int rank_;
+  const int nranks_;
+  Settings settings_;
+  HostIdentity host_;
+  std::unique_ptr<Bootstrap> boot_;
+  std::vector<transport::Path> paths_;
+  dev::HeapLayout layout_;
+  std::unique_ptr<SymmetricHeap> heap_;
+  std::unique_ptr<WorkQueue> queue_;
+  dev::CpuEngine engine_;
+  uint64_t timeoutNs_ = 0;
+  uint64_t tileBytes_ = 0;
+
+  // Op order and per-kind signal counters: the same on every rank because every rank issues the
+  // same ops in the same order.
+  std::mutex submitMutex_;
+  uint64_t allReduceSeq_ = 0, allReduceEpoch_ = 0;
+  uint64_t allToAllSeq_ = 0, allToAllEpoch_ = 0;
+  std::atomic<uint64_t> inFlight_{0};
+};
+
+}  // namespace weft

@@ -1,0 +1,205 @@
+#include "config.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "common/error.hpp"
+
+namespace weft {
+
+const char* sourceName(Source s) {
+  switch (s) {
+    case Source::kApi:
+      return "api";
+    case Source::kEnv:
+      return "env";
+    case Source::kFile:
+      return "file";
+    default:
+      return "default";
+  }
+}
+
+const std::vector<SettingSpec>& settingSpecs() {
+  static const std::vector<SettingSpec> kSpecs = {
+      {"timeout_s", SettingType::kDouble, "30", "Bound of every wait on a peer or the engine, in seconds", 0.001, 86400},
+      {"bootstrap_timeout_s", SettingType::kDouble, "120", "Bound of every bootstrap connect and exchange, in seconds",
+       0.1, 86400},
+      {"bootstrap_addr", SettingType::kString, "", "Address weft_get_unique_id advertises (default: first interface)"},
+      {"bootstrap_ifname", SettingType::kString, "", "Interface whose address weft_get_unique_id advertises"},
+      {"persistent_ctas", SettingType::kInt, "2", "Resident workers of the persistent engine", 1, 1024},
+      {"queue_depth", SettingType::kInt, "64", "Slots of the work queue", 2, 65536},
+      {"heap_bytes", SettingType::kSize, "256M", "Symmetric heap per rank (control area included)", 1 << 20,
+       1099511627776.0},
+      {"tile_bytes", SettingType::kSize, "64K", "Bytes of one tile (and of one inbox slot)", 256, 1 << 26},
+      {"inbox_slots", SettingType::kInt, "8", "Tiles in flight per peer pair", 1, 1024},
+      {"transport", SettingType::kString, "auto", "Path between ranks: auto, p2p or proxy"},
+      {"log_level", SettingType::kString, "warn", "error, warn, info, debug or trace"},
+      {"log_subsys", SettingType::kString, "all",
+       "Comma list of init,bootstrap,heap,queue,engine,p2p,proxy,ucx,ofi,api,config or all"},
+      {"log_file", SettingType::kString, "", "Log file instead of stderr; %h = host name, %p = pid"},
+  };
+  return kSpecs;
+}
+
+std::string envName(const char* setting) {
+  std::string s = "WEFT_";
+  for (const char* p = setting; *p; ++p) s += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
+  return s;
+}
+
+int64_t parseInteger(const std::string& name, const std::string& text, bool allowSuffix) {
+  size_t pos = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &pos, 0);
+  } catch (const std::exception&) {
+    throw Error(Code::kInvalidArgument, name + ": '" + text + "' is not an integer");
+  }
+  std::string rest = text.substr(pos);
+  while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.back()))) rest.pop_back();
+  int shift = 0;
+  if (allowSuffix && !rest.empty()) {
+    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(rest[0])));
+    shift = c == 'K' ? 10 : c == 'M' ? 20 : c == 'G' ? 30 : c == 'T' ? 40 : -1;
+    if (shift > 0 && (rest.size() == 1 || rest.substr(1) == "iB" || rest.substr(1) == "B")) rest.clear();
+  }
+  if (!rest.empty()) throw Error(Code::kInvalidArgument, name + ": '" + text + "' is not an integer");
+  if (shift > 0 && (v < 0 || v > (INT64_MAX >> shift))) throw Error(Code::kInvalidArgument, name + ": '" + text + "' is too large");
+  return static_cast<int64_t>(v) << shift;
+}
+
+double parseDouble(const std::string& name, const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v))
+    throw Error(Code::kInvalidArgument, name + ": '" + text + "' is not a number");
+  return v;
+}
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::string fmtNumber(double d) {
+  char b[32];
+  snprintf(b, sizeof b, "%.15g", d);
+  return b;
+}
+
+const SettingSpec& spec(const std::string& name) {
+  for (const auto& s : settingSpecs())
+    if (name == s.name) return s;
+  throw Error(Code::kInvalidArgument, "unknown setting '" + name + "'");
+}
+
+void validate(const SettingSpec& s, const SettingValue& v) {
+  const std::string where = std::string(s.name) + " (from " + (v.origin.empty() ? sourceName(v.source) : v.origin) + ")";
+  double num = 0;
+  switch (s.type) {
+    case SettingType::kInt:
+      num = static_cast<double>(parseInteger(where, v.text, false));
+      break;
+    case SettingType::kSize:
+      num = static_cast<double>(parseInteger(where, v.text, true));
+      break;
+    case SettingType::kDouble:
+      num = parseDouble(where, v.text);
+      break;
+    case SettingType::kString:
+      if (std::string(s.name) == "transport" && v.text != "auto" && v.text != "p2p" && v.text != "proxy")
+        throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, p2p or proxy");
+      return;
+  }
+  if (num < s.min || num > s.max)
+    throw Error(Code::kInvalidArgument, where + ": " + v.text + " is outside [" + fmtNumber(s.min) + ", " + fmtNumber(s.max) + "]");
+}
+
+}  // namespace
+
+std::map<std::string, SettingValue> parseConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(Code::kInvalidArgument, "config file " + path + ": cannot be opened");
+  std::map<std::string, SettingValue> out;
+  std::string line;
+  for (int lineNo = 1; std::getline(in, line); ++lineNo) {
+    const std::string where = path + ":" + std::to_string(lineNo);
+    std::string s = line;
+    bool inQuote = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '"') inQuote = !inQuote;
+      if (s[i] == '#' && !inQuote) {
+        s.resize(i);
+        break;
+      }
+    }
+    s = trim(s);
+    if (s.empty()) continue;
+    if (s.front() == '[') {
+      if (s != "[weft]") throw Error(Code::kInvalidArgument, where + ": only a [weft] section is allowed");
+      continue;
+    }
+    size_t eq = s.find('=');
+    if (eq == std::string::npos) throw Error(Code::kInvalidArgument, where + ": expected key = value");
+    std::string key = trim(s.substr(0, eq));
+    std::string val = trim(s.substr(eq + 1));
+    if (val.size() >= 2 && val.front() == '"' && val.back() == '"') val = val.substr(1, val.size() - 2);
+    try {
+      spec(key);
+    } catch (const Error&) {
+      throw Error(Code::kInvalidArgument, where + ": unknown setting '" + key + "'");
+    }
+    out[key] = SettingValue{val, Source::kFile, where};
+  }
+  return out;
+}
+
+Settings Settings::resolve(const std::map<std::string, std::string>& api) {
+  return resolve(api, [](const char* n) { return std::getenv(n); });
+}
+
+Settings Settings::resolve(const std::map<std::string, std::string>& api, const Getenv& getenv) {
+  Settings st;
+  std::map<std::string, SettingValue> file;
+  if (const char* path = getenv("WEFT_CONFIG_FILE"); path && *path) {
+    st.configFile_ = path;
+    file = parseConfigFile(path);
+  }
+  for (const auto& s : settingSpecs()) {
+    SettingValue v{s.defaultValue, Source::kDefault, ""};
+    if (auto it = file.find(s.name); it != file.end()) v = it->second;
+    const std::string env = envName(s.name);
+    if (const char* e = getenv(env.c_str()); e && *e) v = SettingValue{e, Source::kEnv, env};
+    if (auto it = api.find(s.name); it != api.end()) v = SettingValue{it->second, Source::kApi, "weft_config_t"};
+    validate(s, v);
+    st.values_[s.name] = v;
+  }
+  for (const auto& [k, _] : api) spec(k);
+  return st;
+}
+
+const SettingValue& Settings::value(const char* name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) throw Error(Code::kInternal, std::string("setting '") + name + "' is not in the table");
+  return it->second;
+}
+
+int64_t Settings::getInt(const char* name) const {
+  const SettingValue& v = value(name);
+  return parseInteger(name, v.text, spec(name).type == SettingType::kSize);
+}
+
+double Settings::getDouble(const char* name) const { return parseDouble(name, value(name).text); }
+
+const std::string& Settings::getString(const char* name) const { return value(name).text; }
+
+}  // namespace weft

@@ -1,0 +1,68 @@
+// Every runtime setting in one declarative table (name, type, default, help). A value comes from,
+// in order of precedence: the weft_config_t passed to init, a WEFT_<NAME> environment variable,
+// the config file (WEFT_CONFIG_FILE), or the default. `weftctl info -c` prints each value and
+// its source.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+enum class SettingType { kInt, kSize, kDouble, kString };
+enum class Source { kDefault, kFile, kEnv, kApi };
+
+const char* sourceName(Source s);
+
+struct SettingSpec {
+  const char* name;  // also the config-file key; the environment variable is WEFT_<NAME upper-cased>
+  SettingType type;
+  const char* defaultValue;
+  const char* help;
+  double min = 0;  // inclusive bounds for numbers
+  double max = 0;
+};
+
+// The table itself.
+const std::vector<SettingSpec>& settingSpecs();
+std::string envName(const char* setting);
+
+struct SettingValue {
+  std::string text;  // as given
+  Source source = Source::kDefault;
+  std::string origin;  // where it was read: variable name or file:line
+};
+
+class Settings {
+ public:
+  using Getenv = std::function<const char*(const char*)>;
+
+  // Resolves every setting from the environment and the config file; `api` holds values from the
+  // config struct (already text). Throws weft::Error (invalid argument) naming the first bad value.
+  static Settings resolve(const std::map<std::string, std::string>& api, const Getenv& getenv);
+  static Settings resolve(const std::map<std::string, std::string>& api = {});
+
+  int64_t getInt(const char* name) const;
+  double getDouble(const char* name) const;
+  const std::string& getString(const char* name) const;
+  const SettingValue& value(const char* name) const;
+  const std::string& configFile() const { return configFile_; }
+
+ private:
+  std::map<std::string, SettingValue> values_;
+  std::string configFile_;
+};
+
+// Parses a flat TOML subset: `key = value` lines, '#' comments, optional [weft] section headers,
+// quoted strings, integers with optional KiB/MiB/GiB suffix in quotes, floats, booleans. Throws
+// weft::Error naming the file and line of a syntax error.
+std::map<std::string, SettingValue> parseConfigFile(const std::string& path);
+
+// Numbers accept suffixes K, M, G (powers of 1024) for sizes. Throws on junk.
+int64_t parseInteger(const std::string& name, const std::string& text, bool allowSuffix);
+double parseDouble(const std::string& name, const std::string& text);
+
+}  // namespace weft

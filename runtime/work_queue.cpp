@@ -1,0 +1,106 @@
+#include "work_queue.hpp"
+
+#include "common/error.hpp"
+#include "device/comm_device.hpp"
+
+namespace weft {
+
+using dev::Status;
+namespace gpu = weft::gpu;
+
+WorkQueue::WorkQueue(uint32_t depth) {
+  const size_t bytes = sizeof(dev::QueueHeader) + sizeof(dev::QueueSlot) * depth;
+  shm_ = transport::ShmSegment::create(transport::ShmSegment::uniqueName("queue"), bytes);
+  // Nobody else attaches yet; the daemon hands the descriptor to clients once it serves them.
+  shm_.unlink();
+  header_ = static_cast<dev::QueueHeader*>(shm_.data());
+  slots_ = reinterpret_cast<dev::QueueSlot*>(header_ + 1);
+  header_->depth = depth;
+  gpu::atomicStore<gpu::Order::kRelease>(&header_->magic, dev::kQueueMagic);
+}
+
+uint64_t WorkQueue::reserve() { return gpu::atomicFetchAdd<gpu::Order::kRelaxed>(&header_->tail, uint64_t{1}); }
+
+Status WorkQueue::publish(uint64_t ticket, const dev::OpDesc& desc, bool hostWaits, uint64_t timeoutNs) {
+  dev::QueueSlot& s = slots_[ticket % depth()];
+  const uint64_t needFree = ticket >= depth() ? ticket + 1 - depth() : 0;
+  dev::CommView v;
+  v.queue = header_;
+  v.timeoutNs = timeoutNs;
+  Status st = dev::pollAtLeast(v, &s.free, needFree, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kQueueSlot});
+  if (st != Status::kOk) return st;
+  s.desc = desc;
+  s.status = 0;
+  s.flags = hostWaits ? dev::kSlotHostWaits : 0;
+  gpu::atomicStore<gpu::Order::kRelaxed>(&s.finished, uint64_t{0});
+  gpu::atomicStore<gpu::Order::kRelaxed>(&s.claim, uint64_t{(ticket & 0xffffffffu) << 32});
+  gpu::atomicStore<gpu::Order::kRelease>(&s.ready, ticket + 1);
+  return Status::kOk;
+}
+
+Status WorkQueue::wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs) {
+  dev::QueueSlot& s = slots_[ticket % depth()];
+  uint64_t progress = ~uint64_t{0};
+  uint64_t lastMove = gpu::nowNs();
+  uint64_t abortSeen = 0;
+  for (uint32_t spins = 0;; ++spins) {
+    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.done) == ticket + 1) {
+      const auto st = static_cast<Status>(gpu::atomicLoad<gpu::Order::kRelaxed>(&s.status));
+      gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
+      return st;
+    }
+    gpu::relax(spins);
+    if ((spins & 15) != 0) continue;
+    const uint64_t now = gpu::nowNs();
+    if (gpu::atomicLoad<gpu::Order::kRelaxed>(&header_->abort)) {
+      if (!abortSeen) abortSeen = now;
+      if (now - abortSeen > abortGraceNs) return Status::kAborted;
+      continue;
+    }
+    const uint64_t p = gpu::atomicLoad<gpu::Order::kRelaxed>(&s.finished) +
+                       gpu::atomicLoad<gpu::Order::kRelaxed>(&header_->completed);
+    if (p != progress) {
+      progress = p;
+      lastMove = now;
+    } else if (now - lastMove > stallNs) {
+      dev::CommView v;
+      v.queue = header_;
+      dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, Status::kTimeout, ticket + 1,
+                         gpu::atomicLoad<gpu::Order::kRelaxed>(&s.done));
+      return Status::kTimeout;
+    }
+  }
+}
+
+const char* waitWhatName(dev::WaitWhat w) {
+  switch (w) {
+    case dev::WaitWhat::kInboxData:
+      return "inbox tile (data signal)";
+    case dev::WaitWhat::kInboxCredit:
+      return "inbox slot credit";
+    case dev::WaitWhat::kGather:
+      return "all-gather tiles";
+    case dev::WaitWhat::kReady:
+      return "ready-to-receive signal";
+    case dev::WaitWhat::kArrival:
+      return "All-to-All block tiles";
+    case dev::WaitWhat::kQueueSlot:
+      return "a free queue slot";
+    case dev::WaitWhat::kOpDone:
+      return "the engine to finish the op";
+    default:
+      return "nothing";
+  }
+}
+
+std::string WorkQueue::failureText() const {
+  if (!gpu::atomicLoad<gpu::Order::kAcquire>(&header_->recordValid)) return "";
+  const dev::WaitRecord& r = header_->record;
+  const char* what = r.status == static_cast<uint32_t>(Status::kAborted) ? "aborted" : "timed out";
+  std::string peer = r.peer >= 0 ? "rank " + std::to_string(r.peer) : "the local engine";
+  return std::string(what) + " in op #" + std::to_string(r.ticket) + " (work item " + std::to_string(r.item) +
+         ") waiting on " + peer + " for " + waitWhatName(static_cast<dev::WaitWhat>(r.what)) + ": expected >= " +
+         std::to_string(r.expected) + ", saw " + std::to_string(r.observed);
+}
+
+}  // namespace weft

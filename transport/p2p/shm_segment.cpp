@@ -1,0 +1,106 @@
+#include "shm_segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <random>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+
+namespace weft::transport {
+
+namespace {
+
+// Closes the descriptor on every path; the mapping keeps the memory alive.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void* mapShared(int fd, size_t bytes, const std::string& name) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throwSystemError("mmap of shared memory " + name);
+  return p;
+}
+
+}  // namespace
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = o.data_;
+    size_ = o.size_;
+    name_ = std::move(o.name_);
+    linked_ = o.linked_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+    o.linked_ = false;
+  }
+  return *this;
+}
+
+ShmSegment::~ShmSegment() { reset(); }
+
+void ShmSegment::reset() {
+  if (data_) ::munmap(data_, size_);
+  unlink();
+  data_ = nullptr;
+  size_ = 0;
+}
+
+ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
+  Fd f{::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, S_IRUSR | S_IWUSR)};
+  if (f.fd < 0) throwSystemError("shm_open(create) " + name);
+  ShmSegment s;
+  s.name_ = name;
+  s.linked_ = true;
+  if (::ftruncate(f.fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    throw Error(Code::kOutOfMemory, systemErrorMessage("ftruncate of shared memory " + name + " to " +
+                                                           std::to_string(bytes) + " bytes",
+                                                       err));
+  }
+  s.data_ = mapShared(f.fd, bytes, name);
+  s.size_ = bytes;
+  WEFT_LOG(kDebug, kP2p, "created {} ({} bytes)", name, bytes);
+  return s;
+}
+
+ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
+  Fd f{::shm_open(name.c_str(), O_RDWR, 0)};
+  if (f.fd < 0) throwSystemError("shm_open " + name);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throwSystemError("fstat " + name);
+  if (static_cast<size_t>(st.st_size) < bytes)
+    throw Error(Code::kInternal, "shared memory " + name + " is " + std::to_string(st.st_size) + " bytes, expected " +
+                                     std::to_string(bytes));
+  ShmSegment s;
+  s.name_ = name;
+  s.data_ = mapShared(f.fd, bytes, name);
+  s.size_ = bytes;
+  WEFT_LOG(kDebug, kP2p, "mapped {} ({} bytes)", name, bytes);
+  return s;
+}
+
+std::string ShmSegment::uniqueName(const std::string& tag) {
+  std::random_device rd;
+  uint64_t r = (static_cast<uint64_t>(rd()) << 32) | rd();
+  char buf[96];
+  snprintf(buf, sizeof buf, "/weft-%d-%016llx-%s", static_cast<int>(getpid()), static_cast<unsigned long long>(r),
+           tag.c_str());
+  return buf;
+}
+
+void ShmSegment::unlink() {
+  if (!linked_) return;
+  ::shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+}  // namespace weft::transport

@@ -1,0 +1,45 @@
+// A POSIX shared-memory segment, owner-only (0600). The symmetric heap of the CPU backend is one
+// segment per rank, mapped by every rank of the node; the name is unlinked as soon as every local
+// peer has mapped it, so a killed job leaves nothing behind in /dev/shm.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+namespace weft::transport {
+
+class ShmSegment {
+ public:
+  ShmSegment() = default;
+  ShmSegment(ShmSegment&& o) noexcept { *this = std::move(o); }
+  ShmSegment& operator=(ShmSegment&& o) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  ~ShmSegment();
+
+  // Creates and maps a zero-filled segment; fails if the name exists. Throws weft::Error.
+  static ShmSegment create(const std::string& name, size_t bytes);
+  // Maps an existing segment, which must be at least `bytes` long. Throws weft::Error.
+  static ShmSegment open(const std::string& name, size_t bytes);
+  // A fresh name, unique on this host: "/weft-<pid>-<random>-<tag>".
+  static std::string uniqueName(const std::string& tag);
+
+  // Removes the name; existing mappings stay valid. Idempotent.
+  void unlink();
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+  // Unmaps and unlinks; the object becomes empty.
+  void reset();
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  std::string name_;
+  bool linked_ = false;
+};
+
+}  // namespace weft::transport
