@@ -26,9 +26,9 @@ struct SubsysName {
   Subsys bit;
 };
 constexpr SubsysName kSubsysNames[] = {
-    {"init", kInit},   {"bootstrap", kBootstrap}, {"heap", kHeap}, {"queue", kQueue},
-    {"engine", kEngine}, {"p2p", kP2p},           {"proxy", kProxy}, {"ucx", kUcx},
-    {"ofi", kOfi},     {"api", kApi},             {"config", kConfig},
+    {"init", kInit},     {"bootstrap", kBootstrap}, {"heap", kHeap}, {"queue", kQueue}, {"engine", kEngine},
+    {"p2p", kP2p},       {"proxy", kProxy},         {"ucx", kUcx},   {"ofi", kOfi},     {"api", kApi},
+    {"config", kConfig},
 };
 constexpr const char* kLevelNames[] = {"error", "warn", "info", "debug", "trace"};
 

@@ -54,8 +54,8 @@ std::string expandFilePattern(const std::string& pattern);
 
 }  // namespace weft::log
 
-#define WEFT_LOG(level, subsys, ...)                                                      \
-  do {                                                                                    \
-    if (::weft::log::enabled(::weft::log::Level::level, ::weft::log::subsys))             \
-      ::weft::log::emit(::weft::log::Level::level, ::weft::log::subsys, __VA_ARGS__);     \
+#define WEFT_LOG(level, subsys, ...)                                                  \
+  do {                                                                                \
+    if (::weft::log::enabled(::weft::log::Level::level, ::weft::log::subsys))         \
+      ::weft::log::emit(::weft::log::Level::level, ::weft::log::subsys, __VA_ARGS__); \
   } while (0)

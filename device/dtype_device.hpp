@@ -54,7 +54,7 @@ WEFT_HOST_DEVICE uint16_t floatToHalf(float f) {
   uint32_t u = floatBits(f);
   uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // nan
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // nan
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
   if (abs < 0x38800000u) {
     // Result is subnormal or zero: round abs * 2^24 to an integer, to nearest even.

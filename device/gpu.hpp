@@ -68,8 +68,8 @@ constexpr cuda::memory_order cudaOrder(Order o) {
                                 : cuda::memory_order_acq_rel;
 }
 template <Scope S>
-using CudaScope = std::integral_constant<cuda::thread_scope, S == Scope::kSystem ? cuda::thread_scope_system
-                                                                                   : cuda::thread_scope_device>;
+using CudaScope = std::integral_constant<cuda::thread_scope,
+                                         S == Scope::kSystem ? cuda::thread_scope_system : cuda::thread_scope_device>;
 template <Order O, Scope S = Scope::kSystem, typename T>
 __host__ __device__ inline T atomicLoad(const T* p) {
   return cuda::atomic_ref<T, CudaScope<S>::value>(*const_cast<T*>(p)).load(cudaOrder(O));
@@ -85,7 +85,7 @@ __host__ __device__ inline T atomicFetchAdd(T* p, T v) {
 template <Order O, Scope S = Scope::kSystem, typename T>
 __host__ __device__ inline bool atomicCas(T* p, T& expected, T desired) {
   return cuda::atomic_ref<T, CudaScope<S>::value>(*p).compare_exchange_strong(expected, desired, cudaOrder(O),
-                                                                             cuda::memory_order_relaxed);
+                                                                              cuda::memory_order_relaxed);
 }
 #else  // HIP
 constexpr int hipOrder(Order o) {
@@ -94,9 +94,7 @@ constexpr int hipOrder(Order o) {
          : o == Order::kRelease ? __ATOMIC_RELEASE
                                 : __ATOMIC_ACQ_REL;
 }
-constexpr int hipScope(Scope s) {
-  return s == Scope::kSystem ? __HIP_MEMORY_SCOPE_SYSTEM : __HIP_MEMORY_SCOPE_AGENT;
-}
+constexpr int hipScope(Scope s) { return s == Scope::kSystem ? __HIP_MEMORY_SCOPE_SYSTEM : __HIP_MEMORY_SCOPE_AGENT; }
 template <Order O, Scope S = Scope::kSystem, typename T>
 __host__ __device__ inline T atomicLoad(const T* p) {
   return __hip_atomic_load(p, hipOrder(O), hipScope(S));

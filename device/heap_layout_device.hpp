@@ -20,12 +20,8 @@ struct HeapLayout {
   WEFT_HOST_DEVICE uint64_t readyFromOffset(int peer) const { return signalOffset(0, peer); }
   WEFT_HOST_DEVICE uint64_t arrivedOffset(int peer) const { return signalOffset(1, peer); }
   WEFT_HOST_DEVICE uint64_t gatheredOffset(int peer) const { return signalOffset(2, peer); }
-  WEFT_HOST_DEVICE uint64_t inboxFlagOffset(int peer, uint32_t slot) const {
-    return slotSignalOffset(0, peer, slot);
-  }
-  WEFT_HOST_DEVICE uint64_t inboxCreditOffset(int peer, uint32_t slot) const {
-    return slotSignalOffset(1, peer, slot);
-  }
+  WEFT_HOST_DEVICE uint64_t inboxFlagOffset(int peer, uint32_t slot) const { return slotSignalOffset(0, peer, slot); }
+  WEFT_HOST_DEVICE uint64_t inboxCreditOffset(int peer, uint32_t slot) const { return slotSignalOffset(1, peer, slot); }
   WEFT_HOST_DEVICE uint64_t inboxDataOffset(int peer, uint32_t slot) const {
     return inboxBase() + (static_cast<uint64_t>(peer) * inboxSlots + slot) * tileBytes;
   }

@@ -83,8 +83,8 @@ struct WaitRecord {
 static_assert(sizeof(WaitRecord) == 40, "WaitRecord is a wire struct");
 
 struct alignas(64) QueueHeader {
-  uint64_t magic;        // creator
-  uint32_t depth;        // creator: number of slots
+  uint64_t magic;  // creator
+  uint32_t depth;  // creator: number of slots
   uint32_t reserved0;
   alignas(64) uint64_t tail;       // submitters: fetch_add for a ticket
   alignas(64) uint64_t completed;  // engine: ops completed, in ticket order

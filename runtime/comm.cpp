@@ -80,8 +80,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   for (int r = 0; r < nranks; ++r) {
     c->paths_.push_back(transport::choosePath(rank, r, mine.hostHash, all[r].hostHash, forceProxy));
     if (s.getString("transport") == "p2p" && c->paths_.back() == transport::Path::kProxy)
-      throw Error(Code::kInvalidUsage, "transport: p2p was asked for, but rank " + std::to_string(r) + " is on host " +
-                                           all[r].hostname);
+      throw Error(Code::kInvalidUsage,
+                  "transport: p2p was asked for, but rank " + std::to_string(r) + " is on host " + all[r].hostname);
   }
 
   c->layout_.nranks = static_cast<uint32_t>(nranks);
@@ -148,8 +148,7 @@ void Comm::memFree(void* p) {
       throw Error(Code::kInvalidUsage, "ptr: rank " + std::to_string(r) +
                                            " freed a different block; every rank must free the same blocks in the "
                                            "same order");
-  if (!heap_->release(*off))
-    throw Error(Code::kInvalidArgument, "ptr: points inside a block, not at its start");
+  if (!heap_->release(*off)) throw Error(Code::kInvalidArgument, "ptr: points inside a block, not at its start");
 }
 
 uint64_t Comm::heapOffset(const void* p, uint64_t bytes, const char* arg) const {
@@ -164,8 +163,9 @@ uint64_t Comm::heapOffset(const void* p, uint64_t bytes, const char* arg) const 
 
 void Comm::requireNoStream(void* stream) const {
   if (stream)
-    throw Error(Code::kInvalidArgument, "stream: the CPU backend has no streams; pass NULL (the call returns when "
-                                        "the op is complete)");
+    throw Error(Code::kInvalidArgument,
+                "stream: the CPU backend has no streams; pass NULL (the call returns when "
+                "the op is complete)");
 }
 
 Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter) {
@@ -198,7 +198,8 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduce);
   d.dtype = static_cast<uint32_t>(dt);
   d.count = count;
-  d.recv = heapOffset(recv, bytes, "recvbuf");
+  // An empty op still runs (every rank's signal counters must advance alike) but touches no memory.
+  d.recv = bytes ? heapOffset(recv, bytes, "recvbuf") : 0;
   if (send != recv) {
     if (heap_->overlaps(send, bytes)) heapOffset(send, bytes, "sendbuf");
     if (rangesOverlap(send, recv, bytes))
@@ -218,7 +219,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   d.kind = static_cast<uint32_t>(dev::OpKind::kAllToAll);
   d.dtype = static_cast<uint32_t>(dt);
   d.count = countPerRank;
-  d.recv = heapOffset(recv, bytes, "recvbuf");
+  d.recv = bytes ? heapOffset(recv, bytes, "recvbuf") : 0;
   if (heap_->overlaps(send, bytes)) heapOffset(send, bytes, "sendbuf");
   if (rangesOverlap(send, recv, bytes))
     throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf; All-to-All cannot run in place");

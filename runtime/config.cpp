@@ -26,7 +26,8 @@ const char* sourceName(Source s) {
 
 const std::vector<SettingSpec>& settingSpecs() {
   static const std::vector<SettingSpec> kSpecs = {
-      {"timeout_s", SettingType::kDouble, "30", "Bound of every wait on a peer or the engine, in seconds", 0.001, 86400},
+      {"timeout_s", SettingType::kDouble, "30", "Bound of every wait on a peer or the engine, in seconds", 0.001,
+       86400},
       {"bootstrap_timeout_s", SettingType::kDouble, "120", "Bound of every bootstrap connect and exchange, in seconds",
        0.1, 86400},
       {"bootstrap_addr", SettingType::kString, "", "Address weft_get_unique_id advertises (default: first interface)"},
@@ -69,7 +70,8 @@ int64_t parseInteger(const std::string& name, const std::string& text, bool allo
     if (shift > 0 && (rest.size() == 1 || rest.substr(1) == "iB" || rest.substr(1) == "B")) rest.clear();
   }
   if (!rest.empty()) throw Error(Code::kInvalidArgument, name + ": '" + text + "' is not an integer");
-  if (shift > 0 && (v < 0 || v > (INT64_MAX >> shift))) throw Error(Code::kInvalidArgument, name + ": '" + text + "' is too large");
+  if (shift > 0 && (v < 0 || v > (INT64_MAX >> shift)))
+    throw Error(Code::kInvalidArgument, name + ": '" + text + "' is too large");
   return static_cast<int64_t>(v) << shift;
 }
 
@@ -103,7 +105,8 @@ const SettingSpec& spec(const std::string& name) {
 }
 
 void validate(const SettingSpec& s, const SettingValue& v) {
-  const std::string where = std::string(s.name) + " (from " + (v.origin.empty() ? sourceName(v.source) : v.origin) + ")";
+  const std::string where =
+      std::string(s.name) + " (from " + (v.origin.empty() ? sourceName(v.source) : v.origin) + ")";
   double num = 0;
   switch (s.type) {
     case SettingType::kInt:
@@ -121,7 +124,8 @@ void validate(const SettingSpec& s, const SettingValue& v) {
       return;
   }
   if (num < s.min || num > s.max)
-    throw Error(Code::kInvalidArgument, where + ": " + v.text + " is outside [" + fmtNumber(s.min) + ", " + fmtNumber(s.max) + "]");
+    throw Error(Code::kInvalidArgument,
+                where + ": " + v.text + " is outside [" + fmtNumber(s.min) + ", " + fmtNumber(s.max) + "]");
 }
 
 }  // namespace

@@ -65,8 +65,8 @@ LaunchInfo launchFromEnv(const Getenv& env) {
   info.rank = intVar(env, found->rank);
   info.nranks = intVar(env, found->size);
   if (info.nranks < 1 || info.rank >= info.nranks)
-    throw Error(Code::kInvalidArgument, std::string(found->rank) + ": " + std::to_string(info.rank) +
-                                            " is not below " + found->size + " = " + std::to_string(info.nranks));
+    throw Error(Code::kInvalidArgument, std::string(found->rank) + ": " + std::to_string(info.rank) + " is not below " +
+                                            found->size + " = " + std::to_string(info.nranks));
 
   std::string addr = get(env, "WEFT_BOOTSTRAP_ADDR");
   if (addr.empty()) addr = get(env, "MASTER_ADDR");
@@ -91,7 +91,8 @@ LaunchInfo launchFromEnv(const Getenv& env) {
     port = 20000 + static_cast<int>(secretFromText(key)[0] | (secretFromText(key)[1] << 8)) % 20000;
   else
     throw Error(Code::kInvalidArgument, "WEFT_BOOTSTRAP_PORT: set it (or MASTER_PORT); no job id to derive it from");
-  if (port <= 0 || port > 65535) throw Error(Code::kInvalidArgument, "WEFT_BOOTSTRAP_PORT: " + std::to_string(port) + " is not a port");
+  if (port <= 0 || port > 65535)
+    throw Error(Code::kInvalidArgument, "WEFT_BOOTSTRAP_PORT: " + std::to_string(port) + " is not a port");
 
   info.id.root = net::resolveHost(addr, port, "WEFT_BOOTSTRAP_ADDR");
   const std::string secret = get(env, "WEFT_BOOTSTRAP_SECRET");

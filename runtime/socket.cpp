@@ -68,7 +68,8 @@ SockAddr advertiseAddress(const std::string& addr, const std::string& ifname) {
   }
   freeifaddrs(list);
   if (found.len) return found;
-  if (!ifname.empty()) throw Error(Code::kInvalidArgument, "bootstrap_ifname: no IPv4 address on interface '" + ifname + "'");
+  if (!ifname.empty())
+    throw Error(Code::kInvalidArgument, "bootstrap_ifname: no IPv4 address on interface '" + ifname + "'");
   return resolveHost("127.0.0.1", 0, "loopback");
 }
 

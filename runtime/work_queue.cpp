@@ -57,8 +57,8 @@ Status WorkQueue::wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs)
       if (now - abortSeen > abortGraceNs) return Status::kAborted;
       continue;
     }
-    const uint64_t p = gpu::atomicLoad<gpu::Order::kRelaxed>(&s.finished) +
-                       gpu::atomicLoad<gpu::Order::kRelaxed>(&header_->completed);
+    const uint64_t p =
+        gpu::atomicLoad<gpu::Order::kRelaxed>(&s.finished) + gpu::atomicLoad<gpu::Order::kRelaxed>(&header_->completed);
     if (p != progress) {
       progress = p;
       lastMove = now;
@@ -99,8 +99,8 @@ std::string WorkQueue::failureText() const {
   const char* what = r.status == static_cast<uint32_t>(Status::kAborted) ? "aborted" : "timed out";
   std::string peer = r.peer >= 0 ? "rank " + std::to_string(r.peer) : "the local engine";
   return std::string(what) + " in op #" + std::to_string(r.ticket) + " (work item " + std::to_string(r.item) +
-         ") waiting on " + peer + " for " + waitWhatName(static_cast<dev::WaitWhat>(r.what)) + ": expected >= " +
-         std::to_string(r.expected) + ", saw " + std::to_string(r.observed);
+         ") waiting on " + peer + " for " + waitWhatName(static_cast<dev::WaitWhat>(r.what)) +
+         ": expected >= " + std::to_string(r.expected) + ", saw " + std::to_string(r.observed);
 }
 
 }  // namespace weft

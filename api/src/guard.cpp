@@ -64,15 +64,16 @@ void requirePtr(const void* p, const char* name) {
 
 dev::DType requireDtype(int dtype, const char* name) {
   if (dtype < 0 || dtype >= static_cast<int>(dev::kNumDTypes))
-    throw Error(Code::kInvalidArgument,
-                std::string(name) + ": " + std::to_string(dtype) + " is not WEFT_FLOAT32, WEFT_FLOAT16 or WEFT_BFLOAT16");
+    throw Error(Code::kInvalidArgument, std::string(name) + ": " + std::to_string(dtype) +
+                                            " is not WEFT_FLOAT32, WEFT_FLOAT16 or WEFT_BFLOAT16");
   return static_cast<dev::DType>(dtype);
 }
 
 uint64_t requireCount(int64_t count, const char* name, uint64_t elemBytes, uint64_t multiplier) {
   if (count < 0) throw Error(Code::kInvalidArgument, std::string(name) + ": " + std::to_string(count) + " is negative");
   if (static_cast<uint64_t>(count) > static_cast<uint64_t>(INT64_MAX) / (elemBytes * multiplier))
-    throw Error(Code::kInvalidArgument, std::string(name) + ": " + std::to_string(count) + " elements overflow the byte size");
+    throw Error(Code::kInvalidArgument,
+                std::string(name) + ": " + std::to_string(count) + " elements overflow the byte size");
   return static_cast<uint64_t>(count);
 }
 

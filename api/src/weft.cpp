@@ -185,8 +185,8 @@ weft_result_t weft_allreduce(weft_comm_t comm, const void* sendbuf, void* recvbu
     auto c = api::lookupComm(comm);
     const auto dt = api::requireDtype(dtype, "dtype");
     const uint64_t n = api::requireCount(count, "count", weft::dev::dtypeSize(dt), 1);
-    api::requirePtr(sendbuf, "sendbuf");
-    api::requirePtr(recvbuf, "recvbuf");
+    if (n > 0) api::requirePtr(sendbuf, "sendbuf");
+    if (n > 0) api::requirePtr(recvbuf, "recvbuf");
     return c->allReduce(sendbuf, recvbuf, n, dt, stream);
   });
 }
@@ -198,8 +198,8 @@ weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void* recvbuf
     const auto dt = api::requireDtype(dtype, "dtype");
     const uint64_t n = api::requireCount(count_per_rank, "count_per_rank", weft::dev::dtypeSize(dt),
                                          static_cast<uint64_t>(c->nranks()));
-    api::requirePtr(sendbuf, "sendbuf");
-    api::requirePtr(recvbuf, "recvbuf");
+    if (n > 0) api::requirePtr(sendbuf, "sendbuf");
+    if (n > 0) api::requirePtr(recvbuf, "recvbuf");
     return c->allToAll(sendbuf, recvbuf, n, dt, stream);
   });
 }

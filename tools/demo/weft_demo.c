@@ -8,13 +8,13 @@
 
 #include "weft/weft.h"
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    weft_result_t r_ = (call);                                                                  \
-    if (r_ != WEFT_SUCCESS) {                                                                   \
+#define CHECK(call)                                                                                        \
+  do {                                                                                                     \
+    weft_result_t r_ = (call);                                                                             \
+    if (r_ != WEFT_SUCCESS) {                                                                              \
       fprintf(stderr, "%s failed: %s: %s\n", #call, weft_get_error_string(r_), weft_get_last_error(NULL)); \
-      exit(1);                                                                                  \
-    }                                                                                           \
+      exit(1);                                                                                             \
+    }                                                                                                      \
   } while (0)
 
 static double nowMs(void) {
@@ -57,10 +57,11 @@ int main(void) {
   for (int i = 0; i < size; ++i)
     for (int64_t k = 0; k < per; ++k) badA2a += recv[i * per + k] != i * 1000.0f + rank + (float)(k % 7);
 
-  printf("rank %d/%d: allreduce of %lld floats: %s (%lld wrong, %.1f ms); alltoall of %lld floats per rank: %s "
-         "(%lld wrong, %.1f ms)\n",
-         rank, size, (long long)n, bad ? "FAILED" : "ok", (long long)bad, tAr, (long long)per,
-         badA2a ? "FAILED" : "ok", (long long)badA2a, tA2a);
+  printf(
+      "rank %d/%d: allreduce of %lld floats: %s (%lld wrong, %.1f ms); alltoall of %lld floats per rank: %s "
+      "(%lld wrong, %.1f ms)\n",
+      rank, size, (long long)n, bad ? "FAILED" : "ok", (long long)bad, tAr, (long long)per, badA2a ? "FAILED" : "ok",
+      (long long)badA2a, tA2a);
   fflush(stdout);
 
   CHECK(weft_mem_free(comm, recv));

@@ -62,9 +62,9 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   s.linked_ = true;
   if (::ftruncate(f.fd, static_cast<off_t>(bytes)) != 0) {
     int err = errno;
-    throw Error(Code::kOutOfMemory, systemErrorMessage("ftruncate of shared memory " + name + " to " +
-                                                           std::to_string(bytes) + " bytes",
-                                                       err));
+    throw Error(
+        Code::kOutOfMemory,
+        systemErrorMessage("ftruncate of shared memory " + name + " to " + std::to_string(bytes) + " bytes", err));
   }
   s.data_ = mapShared(f.fd, bytes, name);
   s.size_ = bytes;

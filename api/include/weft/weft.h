@@ -62,14 +62,14 @@ typedef struct {
  * need; a field left at its initial value takes the WEFT_* environment variable, then the config
  * file, then the default (see `weftctl info -c`). */
 typedef struct {
-  size_t size;          /* sizeof(weft_config_t), set by the initializer */
-  unsigned int magic;   /* set by the initializer */
-  unsigned int version; /* WEFT_VERSION_CODE of the header the caller compiled against */
-  double timeout_s;     /* bound of every wait on a peer, seconds (WEFT_TIMEOUT_S); <= 0: unset */
-  int persistent_ctas;  /* resident workers of the persistent engine; <= 0: unset */
-  int queue_depth;      /* slots of the work queue; <= 0: unset */
-  size_t heap_bytes;    /* symmetric heap per rank, bytes; 0: unset */
-  size_t tile_bytes;    /* bytes per tile; 0: unset */
+  size_t size;           /* sizeof(weft_config_t), set by the initializer */
+  unsigned int magic;    /* set by the initializer */
+  unsigned int version;  /* WEFT_VERSION_CODE of the header the caller compiled against */
+  double timeout_s;      /* bound of every wait on a peer, seconds (WEFT_TIMEOUT_S); <= 0: unset */
+  int persistent_ctas;   /* resident workers of the persistent engine; <= 0: unset */
+  int queue_depth;       /* slots of the work queue; <= 0: unset */
+  size_t heap_bytes;     /* symmetric heap per rank, bytes; 0: unset */
+  size_t tile_bytes;     /* bytes per tile; 0: unset */
   const char* transport; /* "auto", "p2p" or "proxy"; NULL: unset */
 } weft_config_t;
 
@@ -127,12 +127,14 @@ WEFT_API weft_result_t weft_mem_alloc(weft_comm_t comm, size_t bytes, void** ptr
 WEFT_API weft_result_t weft_mem_free(weft_comm_t comm, void* ptr);
 
 /* Sum AllReduce of `count` elements. recvbuf must be in the symmetric heap; sendbuf == recvbuf
- * (in place) is allowed, any other overlap is not. */
+ * (in place) is allowed, any other overlap is not. With count 0 the buffers are not touched (and
+ * may be NULL), but the call is still collective. */
 WEFT_API weft_result_t weft_allreduce(weft_comm_t comm, const void* sendbuf, void* recvbuf, int64_t count,
                                       weft_dtype_t dtype, void* stream);
 
 /* All-to-All: block j (count_per_rank elements) of sendbuf goes to rank j; block i of recvbuf
- * (symmetric heap, nranks * count_per_rank elements) comes from rank i. Not in place. */
+ * (symmetric heap, nranks * count_per_rank elements) comes from rank i. Not in place. With
+ * count_per_rank 0 the buffers are not touched (and may be NULL), but the call is still collective. */
 WEFT_API weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void* recvbuf, int64_t count_per_rank,
                                      weft_dtype_t dtype, void* stream);
 

@@ -1,0 +1,82 @@
+#include "oracle.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "device/dtype_device.hpp"
+#include "multirank.hpp"
+
+namespace weft::test {
+
+namespace {
+
+dev::DType devType(weft_dtype_t dt) { return static_cast<dev::DType>(dt); }
+
+double epsilon(weft_dtype_t dt) {
+  return dt == WEFT_FLOAT32 ? std::ldexp(1.0, -24) : dt == WEFT_FLOAT16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+}
+
+}  // namespace
+
+size_t dtypeBytes(weft_dtype_t dt) { return dev::dtypeSize(devType(dt)); }
+
+const char* dtypeName(weft_dtype_t dt) {
+  return dt == WEFT_FLOAT32 ? "float32" : dt == WEFT_FLOAT16 ? "float16" : "bfloat16";
+}
+
+double roundedInput(weft_dtype_t dt, uint64_t seed, int rank, uint64_t i) {
+  uint32_t tmp = 0;
+  dev::storeFromFloat(&tmp, 0, devType(dt), inputValue(seed, rank, i));
+  return dev::loadAsFloat(&tmp, 0, devType(dt));
+}
+
+void fillInput(void* buf, weft_dtype_t dt, uint64_t seed, int rank, uint64_t first, uint64_t count) {
+  for (uint64_t i = 0; i < count; ++i) dev::storeFromFloat(buf, i, devType(dt), inputValue(seed, rank, first + i));
+}
+
+void poison(void* buf, size_t bytes) { memset(buf, 0xff, bytes); }
+
+::testing::AssertionResult checkAllReduce(const void* y, weft_dtype_t dt, uint64_t seed, int nranks, uint64_t count) {
+  uint64_t bad = 0, firstBad = 0;
+  double firstGot = 0, firstWant = 0, err2 = 0, ref2 = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    double want = 0, mag = 0;
+    for (int r = 0; r < nranks; ++r) {
+      const double x = roundedInput(dt, seed, r, i);
+      want += x;
+      mag += std::fabs(x);
+    }
+    const double got = dev::loadAsFloat(y, i, devType(dt));
+    const double bound = epsilon(dt) * std::fabs(want) + 1e-6 * mag + 1e-7;
+    if (!(std::fabs(got - want) <= bound)) {
+      if (!bad++) firstBad = i, firstGot = got, firstWant = want;
+    }
+    err2 += (got - want) * (got - want);
+    ref2 += want * want;
+  }
+  if (!bad) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << dtypeName(dt) << " AllReduce of " << count << " elements over " << nranks
+                                       << " ranks (seed " << seed << "): " << bad << " wrong, first at " << firstBad
+                                       << " (got " << firstGot << ", want " << firstWant << "), relative norm error "
+                                       << std::sqrt(err2 / (ref2 > 0 ? ref2 : 1));
+}
+
+::testing::AssertionResult checkAllToAll(const void* recv, weft_dtype_t dt, uint64_t seed, int rank, int nranks,
+                                         uint64_t countPerRank) {
+  const size_t es = dtypeBytes(dt);
+  std::vector<uint8_t> want(countPerRank * es);
+  for (int src = 0; src < nranks; ++src) {
+    fillInput(want.data(), dt, seed, src, static_cast<uint64_t>(rank) * countPerRank, countPerRank);
+    const auto* got = static_cast<const uint8_t*>(recv) + src * countPerRank * es;
+    if (memcmp(got, want.data(), want.size()) == 0) continue;
+    uint64_t k = 0;
+    while (memcmp(got + k * es, want.data() + k * es, es) == 0) ++k;
+    return ::testing::AssertionFailure() << dtypeName(dt) << " All-to-All on rank " << rank << " of " << nranks
+                                         << " (seed " << seed << "): block from rank " << src << " differs first at "
+                                         << k << " of " << countPerRank;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace weft::test

@@ -1,0 +1,30 @@
+// Test data and float64 reference checks shared by the CPU and GPU suites. Inputs are fresh random
+// values (from a seed the test prints), outputs are poisoned (all bits set: NaN in every dtype)
+// before each run, so an element nobody wrote shows up as a failure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "weft/weft.h"
+
+namespace weft::test {
+
+size_t dtypeBytes(weft_dtype_t dt);
+const char* dtypeName(weft_dtype_t dt);
+
+// Element i of rank r's input, rounded to dt, as the op sees it.
+double roundedInput(weft_dtype_t dt, uint64_t seed, int rank, uint64_t i);
+// Writes count elements of rank r's input (starting at element `first`) into buf.
+void fillInput(void* buf, weft_dtype_t dt, uint64_t seed, int rank, uint64_t first, uint64_t count);
+void poison(void* buf, size_t bytes);
+
+// y must equal the float64 sum over every rank's input, within the dtype's rounding.
+::testing::AssertionResult checkAllReduce(const void* y, weft_dtype_t dt, uint64_t seed, int nranks, uint64_t count);
+// Block i of recv must equal, bit for bit, block `rank` of rank i's input.
+::testing::AssertionResult checkAllToAll(const void* recv, weft_dtype_t dt, uint64_t seed, int rank, int nranks,
+                                         uint64_t countPerRank);
+
+}  // namespace weft::test

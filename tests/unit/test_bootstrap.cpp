@@ -1,0 +1,105 @@
+// The bootstrap with threads as ranks: exchange, validation and bounded failure.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "runtime/bootstrap.hpp"
+#include "runtime/unique_id.hpp"
+
+namespace weft {
+namespace {
+
+UniqueId loopbackId() { return createUniqueId("127.0.0.1", ""); }
+
+TEST(UniqueId, EncodesAndDecodes) {
+  UniqueId id = loopbackId();
+  uint8_t bytes[kUniqueIdBytes];
+  id.encode(bytes);
+  UniqueId back = UniqueId::decode(bytes, "id");
+  EXPECT_EQ(back.root.str(), id.root.str());
+  EXPECT_TRUE(secretsEqual(back.secret, id.secret));
+  bytes[0] ^= 1;
+  EXPECT_THROW(UniqueId::decode(bytes, "id"), Error);
+  takeListener(id);
+}
+
+TEST(Bootstrap, AllGatherAndBarrier) {
+  const UniqueId id = loopbackId();
+  constexpr int n = 4;
+  std::vector<std::vector<int>> got(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto b = Bootstrap::join(id, r, n, 10);
+        for (int round = 0; round < 3; ++round) {
+          int mine = r * 100 + round;
+          std::vector<int> all(n);
+          b->allGather(&mine, sizeof mine, all.data());
+          if (round == 2) got[r] = all;
+          b->barrier();
+        }
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    ASSERT_EQ(got[r].size(), size_t{n});
+    for (int q = 0; q < n; ++q) EXPECT_EQ(got[r][q], q * 100 + 2);
+  }
+}
+
+TEST(Bootstrap, WrongSecretIsIgnoredAndMismatchedNranksFailsEveryone) {
+  const UniqueId id = loopbackId();
+  UniqueId wrong = id;
+  wrong.secret[0] ^= 0xff;
+  std::vector<Code> codes(3, Code::kSuccess);
+  std::thread impostor([&] {
+    try {
+      Bootstrap::join(wrong, 1, 2, 1.0);
+    } catch (const Error& e) {
+      codes[2] = e.code();
+    }
+  });
+  impostor.join();
+  EXPECT_EQ(codes[2], Code::kTimeout) << "an impostor is dropped, never admitted";
+  std::thread root([&] {
+    try {
+      Bootstrap::join(id, 0, 2, 10);
+    } catch (const Error& e) {
+      codes[0] = e.code();
+    }
+  });
+  std::thread peer([&] {
+    try {
+      Bootstrap::join(id, 1, 3, 10);
+    } catch (const Error& e) {
+      codes[1] = e.code();
+    }
+  });
+  root.join();
+  peer.join();
+  EXPECT_EQ(codes[0], Code::kInvalidUsage);
+  EXPECT_EQ(codes[1], Code::kInvalidUsage);
+}
+
+TEST(Bootstrap, AMissingRankIsATimeout) {
+  const UniqueId id = loopbackId();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Bootstrap::join(id, 0, 2, 0.5);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("1 more rank"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+}  // namespace
+}  // namespace weft

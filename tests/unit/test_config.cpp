@@ -1,0 +1,91 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "common/error.hpp"
+#include "runtime/config.hpp"
+
+namespace weft {
+namespace {
+
+struct Env {
+  std::map<std::string, std::string> vars;
+  Settings::Getenv fn() const {
+    return [this](const char* n) -> const char* {
+      auto it = vars.find(n);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  }
+};
+
+std::string writeFile(const std::string& text) {
+  char path[] = "/tmp/weft-config-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  FILE* f = fdopen(fd, "w");
+  fputs(text.c_str(), f);
+  fclose(f);
+  return path;
+}
+
+TEST(Config, PrecedenceIsApiThenEnvThenFileThenDefault) {
+  const std::string file = writeFile("# comment\n[weft]\ntimeout_s = 7\nqueue_depth = 16\ntile_bytes = \"128K\"\n");
+  Env env{{{"WEFT_CONFIG_FILE", file}, {"WEFT_TIMEOUT_S", "5"}, {"WEFT_QUEUE_DEPTH", "32"}}};
+  Settings s = Settings::resolve({{"queue_depth", "8"}}, env.fn());
+  EXPECT_EQ(s.getInt("queue_depth"), 8);
+  EXPECT_EQ(s.value("queue_depth").source, Source::kApi);
+  EXPECT_EQ(s.getDouble("timeout_s"), 5.0);
+  EXPECT_EQ(s.value("timeout_s").source, Source::kEnv);
+  EXPECT_EQ(s.getInt("tile_bytes"), 128 << 10);
+  EXPECT_EQ(s.value("tile_bytes").source, Source::kFile);
+  EXPECT_EQ(s.value("tile_bytes").origin, file + ":5");
+  EXPECT_EQ(s.getInt("heap_bytes"), 256 << 20);
+  EXPECT_EQ(s.value("heap_bytes").source, Source::kDefault);
+  std::remove(file.c_str());
+}
+
+TEST(Config, BadValuesNameTheSettingAndWhereItCameFrom) {
+  Env env{{{"WEFT_PERSISTENT_CTAS", "0"}}};
+  try {
+    Settings::resolve({}, env.fn());
+    FAIL() << "accepted persistent_ctas = 0";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("persistent_ctas (from WEFT_PERSISTENT_CTAS)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Settings::resolve({{"tile_bytes", "12Q"}}, Env{}.fn()), Error);
+  EXPECT_THROW(Settings::resolve({{"transport", "smoke-signals"}}, Env{}.fn()), Error);
+  EXPECT_THROW(Settings::resolve({{"no_such_setting", "1"}}, Env{}.fn()), Error);
+}
+
+TEST(Config, FileSyntaxErrorsNameTheLine) {
+  const std::string file = writeFile("timeout_s = 3\nthis is not toml\n");
+  try {
+    parseConfigFile(file);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(file + ":2"), std::string::npos) << e.what();
+  }
+  std::remove(file.c_str());
+  const std::string unknown = writeFile("colour = \"blue\"\n");
+  EXPECT_THROW(parseConfigFile(unknown), Error);
+  std::remove(unknown.c_str());
+  EXPECT_THROW(parseConfigFile("/nonexistent/weft.toml"), Error);
+}
+
+TEST(Config, IntegersTakeBinarySuffixes) {
+  EXPECT_EQ(parseInteger("x", "4K", true), 4096);
+  EXPECT_EQ(parseInteger("x", "2MiB", true), 2 << 20);
+  EXPECT_EQ(parseInteger("x", "1G", true), int64_t{1} << 30);
+  EXPECT_EQ(parseInteger("x", "0x10", false), 16);
+  EXPECT_THROW(parseInteger("x", "4K", false), Error);
+  EXPECT_THROW(parseInteger("x", "", false), Error);
+  EXPECT_THROW(parseInteger("x", "99999999999T", true), Error);
+  EXPECT_THROW(parseDouble("x", "nan"), Error);
+  EXPECT_EQ(envName("heap_bytes"), "WEFT_HEAP_BYTES");
+}
+
+}  // namespace
+}  // namespace weft

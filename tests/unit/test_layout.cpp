@@ -1,0 +1,75 @@
+// Partition and heap-layout math: every element is covered exactly once, no two signal words or
+// inbox slots overlap.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <vector>
+
+#include "device/heap_layout_device.hpp"
+#include "device/ops/allreduce_device.hpp"
+#include "device/ops/alltoall_device.hpp"
+#include "device/ops/partition_device.hpp"
+
+namespace weft::dev {
+namespace {
+
+TEST(Partition, ShardsAndTilesCoverEveryElementOnce) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 300; ++trial) {
+    const uint64_t count = rng() % 5000;
+    const uint32_t nranks = 1 + rng() % 8;
+    const uint32_t es = trial % 2 ? 2 : 4;
+    const uint64_t tile = 1 + rng() % 300;
+    const uint64_t tps = AllReduceOp::tilesPerShard(count, nranks, es, tile);
+    std::vector<int> hits(count, 0);
+    for (uint32_t s = 0; s < nranks; ++s) {
+      const Range r = shardRange(count, nranks, vectorElems(es), s);
+      if (r.size() && s + 1 < nranks) {
+        EXPECT_EQ(r.lo % vectorElems(es), 0u);
+      }
+      for (uint64_t t = 0; t < tps; ++t) {
+        const Range x = tileRange(r, tile, t);
+        ASSERT_LE(x.lo, x.hi);
+        ASSERT_LE(x.size(), tile);
+        for (uint64_t i = x.lo; i < x.hi; ++i) ++hits[i];
+      }
+      EXPECT_EQ(tileRange(r, tile, tps).size(), 0u) << "a tile past the last must be empty";
+    }
+    for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(hits[i], 1) << "element " << i << " count " << count;
+  }
+}
+
+TEST(Partition, ItemCountsIncludeTheControlItems) {
+  EXPECT_EQ(AllReduceOp::numItems(0, 4, 4, 16), 1u);  // only the final wait
+  EXPECT_EQ(AllToAllOp::numItems(0, 4, 16), 2u);      // ready signal and final wait
+  EXPECT_EQ(AllToAllOp::numItems(33, 3, 16), 2u + 3 * 3);
+}
+
+TEST(HeapLayout, NoTwoWordsOrSlotsOverlap) {
+  for (uint32_t n : {1u, 2u, 3u, 8u})
+    for (uint32_t slots : {1u, 4u}) {
+      HeapLayout L{n, slots, 4096};
+      std::set<uint64_t> words;
+      for (uint32_t p = 0; p < n; ++p) {
+        for (uint64_t off : {L.readyFromOffset(p), L.arrivedOffset(p), L.gatheredOffset(p)}) {
+          EXPECT_EQ(off % 8, 0u);
+          EXPECT_TRUE(words.insert(off / kSignalStride).second) << off;
+        }
+        for (uint32_t s = 0; s < slots; ++s) {
+          EXPECT_TRUE(words.insert(L.inboxFlagOffset(p, s) / kSignalStride).second);
+          EXPECT_TRUE(words.insert(L.inboxCreditOffset(p, s) / kSignalStride).second);
+        }
+      }
+      const uint64_t firstData = L.inboxDataOffset(0, 0);
+      EXPECT_GT(firstData, *words.rbegin() * kSignalStride);
+      EXPECT_EQ(firstData % 256, 0u);
+      const uint64_t last = L.inboxDataOffset(n - 1, slots - 1) + L.tileBytes;
+      EXPECT_LE(last, L.controlBytes());
+      EXPECT_EQ(L.controlBytes() % 4096, 0u);
+      EXPECT_EQ(L.inboxDataOffset(0, 1) - L.inboxDataOffset(0, 0), slots > 1 ? L.tileBytes : L.tileBytes);
+    }
+}
+
+}  // namespace
+}  // namespace weft::dev

@@ -1,0 +1,131 @@
+// The work-queue protocol and the persistent engine on one rank, in one process: concurrent
+// submitters, more ops than slots, workers racing for items, and the tagged claim word.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "device/cpu/cpu_engine.hpp"
+#include "device/engine_device.hpp"
+#include "runtime/work_queue.hpp"
+
+namespace weft {
+namespace {
+
+using dev::Status;
+
+struct OneRank {
+  dev::HeapLayout layout{1, 2, 1024};
+  std::vector<uint8_t> heap = std::vector<uint8_t>(layout.controlBytes() + (1 << 20));
+  uint8_t* bases[1] = {heap.data()};
+  WorkQueue queue;
+  dev::CpuEngine engine;
+
+  explicit OneRank(uint32_t depth, int workers) : queue(depth) {
+    dev::CommView v;
+    v.rank = 0;
+    v.nranks = 1;
+    v.heap = bases;
+    v.layout = layout;
+    v.queue = queue.header();
+    v.slots = queue.slots();
+    v.timeoutNs = 5'000'000'000ull;
+    engine.start(v, workers, 0);
+  }
+  ~OneRank() {
+    gpu::atomicStore<gpu::Order::kRelease>(&queue.header()->stop, 1u);
+    engine.join();
+  }
+  dev::OpDesc copyOp(const float* src, uint64_t recvOffset, uint64_t count) const {
+    dev::OpDesc d{};
+    d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduce);
+    d.dtype = static_cast<uint32_t>(dev::DType::kFloat32);
+    d.count = count;
+    d.send = reinterpret_cast<uint64_t>(src);
+    d.recv = recvOffset;
+    d.tileElems = 16;
+    d.nitems = dev::AllReduceOp::numItems(count, 1, 4, 16);
+    return d;
+  }
+};
+
+TEST(QueueEngine, ConcurrentSubmittersNeverLoseAnOp) {
+  OneRank r(/*depth=*/3, /*workers=*/3);
+  constexpr int kThreads = 4, kOps = 200, kCount = 100;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<float> src(kCount);
+      const uint64_t off = r.layout.controlBytes() + t * kCount * 4;
+      auto* out = reinterpret_cast<float*>(r.heap.data() + off);
+      for (int op = 0; op < kOps; ++op) {
+        for (int i = 0; i < kCount; ++i) src[i] = static_cast<float>(t * 100000 + op * 100 + i);
+        const uint64_t ticket = r.queue.reserve();
+        if (r.queue.publish(ticket, r.copyOp(src.data(), off, kCount), true, 5'000'000'000ull) != Status::kOk ||
+            r.queue.wait(ticket, 5'000'000'000ull, 1'000'000'000ull) != Status::kOk) {
+          ++wrong;
+          continue;
+        }
+        for (int i = 0; i < kCount; ++i) wrong += out[i] != src[i];
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(gpu::atomicLoad<gpu::Order::kAcquire>(&r.queue.header()->completed), uint64_t{kThreads * kOps});
+}
+
+TEST(QueueEngine, AsyncOpsFreeTheirSlotsThemselves) {
+  OneRank r(2, 2);
+  std::vector<float> src(64, 3.0f);
+  const uint64_t off = r.layout.controlBytes();
+  for (int op = 0; op < 50; ++op) {
+    const uint64_t t = r.queue.reserve();
+    ASSERT_EQ(r.queue.publish(t, r.copyOp(src.data(), off, 64), false, 5'000'000'000ull), Status::kOk) << op;
+  }
+  for (uint32_t spins = 0; gpu::atomicLoad<gpu::Order::kAcquire>(&r.queue.header()->completed) < 50; ++spins)
+    gpu::relax(spins);
+  EXPECT_EQ(reinterpret_cast<float*>(r.heap.data() + off)[63], 3.0f);
+}
+
+TEST(QueueEngine, ClaimWordRejectsAStaleTicket) {
+  dev::QueueSlot s{};
+  s.desc.nitems = 2;
+  s.claim = uint64_t{7} << 32;
+  EXPECT_EQ(dev::claimItem(s, 3), dev::kNoItem) << "a worker still on ticket 3 must not take ticket 7's item";
+  EXPECT_EQ(dev::claimItem(s, 7), 0u);
+  EXPECT_EQ(dev::claimItem(s, 7), 1u);
+  EXPECT_EQ(dev::claimItem(s, 7), dev::kNoItem);
+}
+
+TEST(QueueEngine, AbortEndsAHostWaitAndRecordsIt) {
+  WorkQueue q(2);
+  // No engine: the op can never finish, so only the abort can end the wait.
+  const uint64_t t = q.reserve();
+  dev::OpDesc d{};
+  d.nitems = 1;
+  ASSERT_EQ(q.publish(t, d, true, 1'000'000'000ull), Status::kOk);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gpu::atomicStore<gpu::Order::kRelease>(&q.header()->abort, 1u);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(q.wait(t, 60'000'000'000ull, 100'000'000ull), Status::kAborted);
+  aborter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(QueueEngine, AStalledEngineIsATimeoutNamingTheOp) {
+  WorkQueue q(2);
+  const uint64_t t = q.reserve();
+  dev::OpDesc d{};
+  d.nitems = 1;
+  ASSERT_EQ(q.publish(t, d, true, 1'000'000'000ull), Status::kOk);
+  EXPECT_EQ(q.wait(t, 200'000'000ull, 100'000'000ull), Status::kTimeout);
+  EXPECT_NE(q.failureText().find("the engine to finish the op"), std::string::npos) << q.failureText();
+}
+
+}  // namespace
+}  // namespace weft
