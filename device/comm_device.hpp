@@ -55,17 +55,26 @@ WEFT_HOST_DEVICE void put(const Coop& c, void* dst, const void* src, uint64_t by
 #endif
 }
 
+// Leader-only: a release store at system scope into a (possibly peer) signal word.
+WEFT_HOST_DEVICE void releaseStore(uint64_t* flag, uint64_t value) {
+  gpu::crossProcessRelease();
+  gpu::atomicStore<gpu::Order::kRelease>(flag, value);
+}
+
 // Publishes everything the group wrote before it: the group syncs, then its leader stores with
 // release order at system scope (cumulative over the writes the barrier ordered before it).
 template <class Coop>
 WEFT_HOST_DEVICE void signalStore(const Coop& c, uint64_t* flag, uint64_t value) {
   c.sync();
-  if (c.leader()) gpu::atomicStore<gpu::Order::kRelease>(flag, value);
+  if (c.leader()) releaseStore(flag, value);
 }
 template <class Coop>
 WEFT_HOST_DEVICE void signalAdd(const Coop& c, uint64_t* flag, uint64_t value) {
   c.sync();
-  if (c.leader()) gpu::atomicFetchAdd<gpu::Order::kRelease>(flag, value);
+  if (c.leader()) {
+    gpu::crossProcessRelease();
+    gpu::atomicFetchAdd<gpu::Order::kRelease>(flag, value);
+  }
 }
 
 // Records the first failure of the communicator; later failures only return their status.
@@ -96,12 +105,18 @@ WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
 // stops. Abort and the clock are checked every 64 polls.
 WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uint64_t atLeast, const WaitSite& site) {
   uint64_t seen = gpu::atomicLoad<gpu::Order::kAcquire>(flag);
-  if (seen >= atLeast) return Status::kOk;
+  if (seen >= atLeast) {
+    gpu::crossProcessAcquire();
+    return Status::kOk;
+  }
   const uint64_t start = gpu::nowNs();
   for (uint32_t spins = 1;; ++spins) {
     gpu::relax(spins);
     seen = gpu::atomicLoad<gpu::Order::kAcquire>(flag);
-    if (seen >= atLeast) return Status::kOk;
+    if (seen >= atLeast) {
+      gpu::crossProcessAcquire();
+      return Status::kOk;
+    }
     if ((spins & 63) != 0) continue;
     Status st = stopReason(v);
     if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;

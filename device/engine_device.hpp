@@ -29,14 +29,17 @@ WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t 
   }
 }
 
-// Leader-only. The claim word carries the ticket's low 32 bits, so a worker that saw this op late
-// cannot take an item of the next op that reuses the slot.
+// Leader-only. Touches only the two tagged words, never the descriptor: a worker that saw this op
+// late may be looking at a slot that a submitter is refilling for the next op.
 WEFT_HOST_DEVICE uint32_t claimItem(QueueSlot& s, uint64_t ticket) {
+  const uint64_t tag = ticket & 0xffffffffu;
+  const uint64_t limit = gpu::atomicLoad<gpu::Order::kAcquire>(&s.limit);
+  if ((limit >> 32) != tag) return kNoItem;
   uint64_t cur = gpu::atomicLoad<gpu::Order::kAcquire>(&s.claim);
   for (;;) {
-    if ((cur >> 32) != (ticket & 0xffffffffu)) return kNoItem;
+    if ((cur >> 32) != tag) return kNoItem;
     const uint32_t idx = static_cast<uint32_t>(cur);
-    if (idx >= s.desc.nitems) return kNoItem;
+    if (idx >= static_cast<uint32_t>(limit)) return kNoItem;
     if (gpu::atomicCas<gpu::Order::kAcqRel>(&s.claim, cur, cur + 1)) return idx;
   }
 }
@@ -47,10 +50,14 @@ WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticke
     uint32_t none = 0;
     gpu::atomicCas<gpu::Order::kRelaxed>(&s.status, none, static_cast<uint32_t>(st));
   }
+  // Read while this worker still holds an item: once `finished` (or `done`) moves, the slot may
+  // be reused.
+  const uint64_t nitems = s.desc.nitems;
+  const bool hostWaits = (s.flags & kSlotHostWaits) != 0;
   const uint64_t prev = gpu::atomicFetchAdd<gpu::Order::kAcqRel>(&s.finished, uint64_t{1});
-  if (prev + 1 != s.desc.nitems) return;
+  if (prev + 1 != nitems) return;
   gpu::atomicStore<gpu::Order::kRelease>(&s.done, ticket + 1);
-  if ((s.flags & kSlotHostWaits) == 0) gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
+  if (!hostWaits) gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
   gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
 }
 

@@ -113,6 +113,21 @@ __host__ __device__ inline bool atomicCas(T* p, T& expected, T desired) {
 }
 #endif
 
+// ThreadSanitizer sees only one process. On the CPU backend, signals between ranks are
+// synchronisation through another process's stores, invisible to it; these annotations model every
+// cross-process signal as a release/acquire on one shared object, so it neither reports the
+// resulting happens-before as races nor loses the checking of everything else.
+#if defined(WEFT_BACKEND_CPU) && defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+inline char gCrossProcessSync;
+inline void crossProcessRelease() { __tsan_release(&gCrossProcessSync); }
+inline void crossProcessAcquire() { __tsan_acquire(&gCrossProcessSync); }
+#else
+WEFT_HOST_DEVICE void crossProcessRelease() {}
+WEFT_HOST_DEVICE void crossProcessAcquire() {}
+#endif
+
 // Monotonic time in nanoseconds, comparable across the workgroups of one device.
 WEFT_HOST_DEVICE uint64_t nowNs() {
 #if defined(WEFT_BACKEND_CPU)

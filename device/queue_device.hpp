@@ -4,9 +4,11 @@
 //
 // Protocol for ticket t (slot t % depth):
 //   submitter: t = fetch_add(tail); wait free >= t + 1 - depth; fill desc, status = 0,
-//              finished = 0, claim = tag(t); store ready = t + 1 (release).
-//   engine:    poll ready == t + 1 (acquire); workers take items by CAS on claim (which carries
-//              the ticket, so a late worker can never take an item of the slot's next op);
+//              finished = 0, limit = tag(t) | nitems, claim = tag(t); store ready = t + 1 (release).
+//   engine:    poll ready == t + 1 (acquire); workers take items by CAS on claim. Both claim and
+//              limit carry the ticket's low 32 bits, so a worker that lags behind (still on ticket
+//              t while the slot already holds t + depth) never takes an item of the wrong op and
+//              never reads the descriptor a submitter may be rewriting;
 //              the worker finishing the last item stores status, done = t + 1 (release) and,
 //              unless the submitter waits on the host, free = t + 1; then completed = t + 1.
 //   host wait: poll done == t + 1, read status, then store free = t + 1.
@@ -60,12 +62,13 @@ constexpr uint32_t kSlotHostWaits = 1u;  // the submitter frees the slot after r
 struct alignas(64) QueueSlot {
   uint64_t ready;     // submitter writes t + 1 (release); engine reads
   uint64_t claim;     // submitter resets to (t << 32); workers CAS (ticket tag << 32 | next item)
+  uint64_t limit;     // submitter: (t << 32) | desc.nitems; workers read
   uint64_t finished;  // submitter resets to 0; workers add 1 per item done
   uint64_t done;      // engine writes t + 1 (release) after status; host or stream waits on it
   uint64_t free;      // engine or host writes t + 1 when the slot may take ticket t + depth
   uint32_t status;    // submitter resets; workers record the first failure (Status)
   uint32_t flags;     // submitter: kSlotHostWaits
-  uint64_t pad[2];
+  uint64_t pad;
   OpDesc desc;
 };
 static_assert(sizeof(QueueSlot) == 128, "QueueSlot is a wire struct");

@@ -33,7 +33,9 @@ Status WorkQueue::publish(uint64_t ticket, const dev::OpDesc& desc, bool hostWai
   s.status = 0;
   s.flags = hostWaits ? dev::kSlotHostWaits : 0;
   gpu::atomicStore<gpu::Order::kRelaxed>(&s.finished, uint64_t{0});
-  gpu::atomicStore<gpu::Order::kRelaxed>(&s.claim, uint64_t{(ticket & 0xffffffffu) << 32});
+  const uint64_t tag = (ticket & 0xffffffffu) << 32;
+  gpu::atomicStore<gpu::Order::kRelaxed>(&s.limit, tag | desc.nitems);
+  gpu::atomicStore<gpu::Order::kRelaxed>(&s.claim, tag);
   gpu::atomicStore<gpu::Order::kRelease>(&s.ready, ticket + 1);
   return Status::kOk;
 }

@@ -28,6 +28,15 @@ std::map<std::string, std::string> configOverrides(const weft_config_t* c) {
   return out;
 }
 
+// A C caller may pass any int as a weft_dtype_t; reading it through the enum type would be
+// undefined in C++, so the checks read its bytes.
+int rawDtype(const weft_dtype_t* d) {
+  int v;
+  static_assert(sizeof v == sizeof *d);
+  std::memcpy(&v, d, sizeof v);
+  return v;
+}
+
 Code initComm(weft_comm_t* comm, const weft::UniqueId& id, int rank, int nranks, const weft_config_t* config) {
   weft::Settings s = weft::Settings::resolve(configOverrides(config));
   weft::log::configure(s.getString("log_level"), s.getString("log_subsys"), s.getString("log_file"));
@@ -183,7 +192,7 @@ weft_result_t weft_allreduce(weft_comm_t comm, const void* sendbuf, void* recvbu
                              void* stream) {
   return api::guarded(__func__, [&] {
     auto c = api::lookupComm(comm);
-    const auto dt = api::requireDtype(dtype, "dtype");
+    const auto dt = api::requireDtype(rawDtype(&dtype), "dtype");
     const uint64_t n = api::requireCount(count, "count", weft::dev::dtypeSize(dt), 1);
     if (n > 0) api::requirePtr(sendbuf, "sendbuf");
     if (n > 0) api::requirePtr(recvbuf, "recvbuf");
@@ -195,7 +204,7 @@ weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void* recvbuf
                             weft_dtype_t dtype, void* stream) {
   return api::guarded(__func__, [&] {
     auto c = api::lookupComm(comm);
-    const auto dt = api::requireDtype(dtype, "dtype");
+    const auto dt = api::requireDtype(rawDtype(&dtype), "dtype");
     const uint64_t n = api::requireCount(count_per_rank, "count_per_rank", weft::dev::dtypeSize(dt),
                                          static_cast<uint64_t>(c->nranks()));
     if (n > 0) api::requirePtr(sendbuf, "sendbuf");

@@ -73,7 +73,7 @@ struct AllReduceOp {
     c.sync();
     for (int p = 1; p < v.nranks; ++p) {
       const int j = (me + p) % v.nranks;
-      if (c.leader()) gpu::atomicStore<gpu::Order::kRelease>(v.signal(j, L.inboxCreditOffset(me, slot)), q);
+      if (c.leader()) releaseStore(v.signal(j, L.inboxCreditOffset(me, slot)), q);
       put(c, v.at(j, d.recv) + mine.lo * es, out + mine.lo * es, mine.size() * es);
       signalAdd(c, v.signal(j, L.gatheredOffset(me)), uint64_t{1});
     }

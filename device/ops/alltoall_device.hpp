@@ -34,7 +34,7 @@ struct AllToAllOp {
       c.sync();
       if (c.leader())
         for (int j = 0; j < v.nranks; ++j)
-          if (j != me) gpu::atomicStore<gpu::Order::kRelease>(v.signal(j, L.readyFromOffset(me)), d.epoch);
+          if (j != me) releaseStore(v.signal(j, L.readyFromOffset(me)), d.epoch);
       return Status::kOk;
     }
     if (item == 1 + v.nranks * tpb) return finish(c, v, d, ticket, item, tpb);

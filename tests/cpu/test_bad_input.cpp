@@ -8,6 +8,10 @@
 #include "support/multirank.hpp"
 #include "support/oracle.hpp"
 
+// C shims: in C any int converts to weft_dtype_t, which is what a bad caller does.
+extern "C" weft_result_t allreduceWithRawDtype(weft_comm_t, const void*, void*, int64_t, int);
+extern "C" weft_result_t alltoallWithRawDtype(weft_comm_t, const void*, void*, int64_t, int);
+
 namespace weft::test {
 namespace {
 
@@ -47,8 +51,7 @@ TEST(BadInput, EveryArgumentIsNamedAndTheCommunicatorKeepsWorking) {
         {"negative count", [&] { return weft_allreduce(comm, h, y, -1, WEFT_FLOAT32, nullptr); }, kArg, "count"},
         {"count overflow", [&] { return weft_allreduce(comm, h, y, INT64_MAX / 2, WEFT_FLOAT32, nullptr); }, kArg,
          "count"},
-        {"invalid dtype", [&] { return weft_allreduce(comm, h, y, 4, static_cast<weft_dtype_t>(7), nullptr); }, kArg,
-         "dtype"},
+        {"invalid dtype", [&] { return allreduceWithRawDtype(comm, h, y, 4, 7); }, kArg, "dtype"},
         {"recvbuf outside the heap", [&] { return weft_allreduce(comm, h, h + 8, 4, WEFT_FLOAT32, nullptr); }, kArg,
          "recvbuf"},
         {"count past the allocation", [&] { return weft_allreduce(comm, h, y, 16 << 10 | 1, WEFT_FLOAT32, nullptr); },
@@ -64,8 +67,7 @@ TEST(BadInput, EveryArgumentIsNamedAndTheCommunicatorKeepsWorking) {
          "count_per_rank"},
         {"All-to-All count overflow", [&] { return weft_alltoall(comm, h, y, INT64_MAX / 2, WEFT_FLOAT16, nullptr); },
          kArg, "count_per_rank"},
-        {"All-to-All invalid dtype",
-         [&] { return weft_alltoall(comm, h, y, 4, static_cast<weft_dtype_t>(-1), nullptr); }, kArg, "dtype"},
+        {"All-to-All invalid dtype", [&] { return alltoallWithRawDtype(comm, h, y, 4, -1); }, kArg, "dtype"},
         {"All-to-All recvbuf outside the heap",
          [&] { return weft_alltoall(comm, h, h + 64, 4, WEFT_FLOAT32, nullptr); }, kArg, "recvbuf"},
         {"All-to-All count past the allocation",

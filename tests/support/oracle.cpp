@@ -65,6 +65,7 @@ void poison(void* buf, size_t bytes) { memset(buf, 0xff, bytes); }
 ::testing::AssertionResult checkAllToAll(const void* recv, weft_dtype_t dt, uint64_t seed, int rank, int nranks,
                                          uint64_t countPerRank) {
   const size_t es = dtypeBytes(dt);
+  if (countPerRank == 0) return ::testing::AssertionSuccess();
   std::vector<uint8_t> want(countPerRank * es);
   for (int src = 0; src < nranks; ++src) {
     fillInput(want.data(), dt, seed, src, static_cast<uint64_t>(rank) * countPerRank, countPerRank);

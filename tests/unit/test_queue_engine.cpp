@@ -92,7 +92,7 @@ TEST(QueueEngine, AsyncOpsFreeTheirSlotsThemselves) {
 
 TEST(QueueEngine, ClaimWordRejectsAStaleTicket) {
   dev::QueueSlot s{};
-  s.desc.nitems = 2;
+  s.limit = (uint64_t{7} << 32) | 2;
   s.claim = uint64_t{7} << 32;
   EXPECT_EQ(dev::claimItem(s, 3), dev::kNoItem) << "a worker still on ticket 3 must not take ticket 7's item";
   EXPECT_EQ(dev::claimItem(s, 7), 0u);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs the packages, then
+#   1. compiles the device layer for CUDA (sm_90, when nvcc is present) and HIP (gfx90a, hipcc),
+#   2. builds the CPU backend under ThreadSanitizer and AddressSanitizer and runs the unit and CPU
+#      tests under each,
+#   3. builds the CPU backend normally and runs every test (GPU tests report as skipped without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs=$(nproc)
+configure() { cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${@:2}" >/dev/null; }
+
+nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -n "$nvcc" ]; then
+  echo "== CUDA build (sm_90) with $nvcc"
+  configure build-cuda -DWEFT_GPU=cuda -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90
+  cmake --build build-cuda
+  ctest --test-dir build-cuda -L unit --output-on-failure -j "$jobs"
+else
+  echo "== CUDA build: SKIPPED (no nvcc on this machine)"
+fi
+echo "== HIP build (gfx90a)"
+configure build-hip -DWEFT_GPU=hip
+cmake --build build-hip
+ctest --test-dir build-hip -L unit --output-on-failure -j "$jobs"
+
+for san in thread address; do
+  echo "== CPU backend under -fsanitize=$san"
+  configure "build-$san" -DWEFT_GPU=cpu -DWEFT_SANITIZE=$san
+  cmake --build "build-$san"
+  ctest --test-dir "build-$san" -L 'unit|cpu' --output-on-failure -j "$jobs"
+done
+
+echo "== CPU backend: every test"
+configure build -DWEFT_GPU=cpu
+cmake --build build
+ctest --test-dir build --output-on-failure -j "$jobs"
