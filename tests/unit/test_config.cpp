@@ -75,6 +75,16 @@ TEST(Config, FileSyntaxErrorsNameTheLine) {
   EXPECT_THROW(parseConfigFile("/nonexistent/weft.toml"), Error);
 }
 
+TEST(Config, TheSampleFileParsesAndMatchesTheDefaults) {
+  const auto values = parseConfigFile(WEFT_SOURCE_DIR "/conf/weftd.toml");
+  for (const auto& spec : settingSpecs()) {
+    auto it = values.find(spec.name);
+    if (it == values.end()) continue;
+    EXPECT_EQ(it->second.text, spec.defaultValue) << spec.name << ": the sample should show the default";
+  }
+  EXPECT_GE(values.size(), 10u);
+}
+
 TEST(Config, IntegersTakeBinarySuffixes) {
   EXPECT_EQ(parseInteger("x", "4K", true), 4096);
   EXPECT_EQ(parseInteger("x", "2MiB", true), 2 << 20);
