@@ -136,4 +136,18 @@ WEFT_HOST_DEVICE Status wait(const Coop& c, const CommView& v, const uint64_t* f
   return c.broadcast(st);
 }
 
+// The whole group waits until every peer's word `which` in this rank's control area reaches
+// `atLeast`; the usual last item of an op ("everything every peer sends me has landed").
+template <class Coop>
+WEFT_HOST_DEVICE Status waitEveryPeer(const Coop& c, const CommView& v, PeerSignal which, uint64_t atLeast,
+                                      uint64_t ticket, uint32_t item, WaitWhat what) {
+  for (int p = 1; p < v.nranks; ++p) {
+    const int src = (v.rank + p) % v.nranks;
+    const Status st =
+        wait(c, v, v.signal(v.rank, v.layout.peerSignalOffset(which, src)), atLeast, WaitSite{ticket, item, src, what});
+    if (st != Status::kOk) return st;
+  }
+  return Status::kOk;
+}
+
 }  // namespace weft::dev

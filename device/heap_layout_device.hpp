@@ -11,15 +11,25 @@ namespace weft::dev {
 
 constexpr uint64_t kSignalStride = 64;  // one signal word per cache line: no false sharing between writers
 
+// One word per peer in every rank's control area.
+enum class PeerSignal : int {
+  kReadyFrom = 0,  // All-to-All: the peer's output is ready for epoch e
+  kArrived = 1,    // All-to-All: tiles the peer stored into this rank's output
+  kGathered = 2,   // AllReduce: reduced tiles the peer stored into this rank's output
+};
+
 struct HeapLayout {
   uint32_t nranks = 0;
   uint32_t inboxSlots = 0;  // tiles in flight per (sender, receiver) pair
   uint64_t tileBytes = 0;   // bytes of one inbox slot
 
   // Each array below is indexed by the peer that writes the word (or, for credits, that owns the slot).
-  WEFT_HOST_DEVICE uint64_t readyFromOffset(int peer) const { return signalOffset(0, peer); }
-  WEFT_HOST_DEVICE uint64_t arrivedOffset(int peer) const { return signalOffset(1, peer); }
-  WEFT_HOST_DEVICE uint64_t gatheredOffset(int peer) const { return signalOffset(2, peer); }
+  WEFT_HOST_DEVICE uint64_t peerSignalOffset(PeerSignal which, int peer) const {
+    return signalOffset(static_cast<int>(which), peer);
+  }
+  WEFT_HOST_DEVICE uint64_t readyFromOffset(int peer) const { return peerSignalOffset(PeerSignal::kReadyFrom, peer); }
+  WEFT_HOST_DEVICE uint64_t arrivedOffset(int peer) const { return peerSignalOffset(PeerSignal::kArrived, peer); }
+  WEFT_HOST_DEVICE uint64_t gatheredOffset(int peer) const { return peerSignalOffset(PeerSignal::kGathered, peer); }
   WEFT_HOST_DEVICE uint64_t inboxFlagOffset(int peer, uint32_t slot) const { return slotSignalOffset(0, peer, slot); }
   WEFT_HOST_DEVICE uint64_t inboxCreditOffset(int peer, uint32_t slot) const { return slotSignalOffset(1, peer, slot); }
   WEFT_HOST_DEVICE uint64_t inboxDataOffset(int peer, uint32_t slot) const {

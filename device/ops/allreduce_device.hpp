@@ -34,7 +34,8 @@ struct AllReduceOp {
     const auto dt = static_cast<DType>(d.dtype);
     const uint32_t es = dtypeSize(dt);
     const uint64_t tps = tilesPerShard(d.count, v.nranks, es, d.tileElems);
-    if (item == tps) return finish(c, v, d, ticket, item, tps);
+    if (item == tps)
+      return waitEveryPeer(c, v, PeerSignal::kGathered, d.seqBase + tps, ticket, item, WaitWhat::kGather);
 
     const HeapLayout& L = v.layout;
     const int me = v.rank;
@@ -76,19 +77,6 @@ struct AllReduceOp {
       if (c.leader()) releaseStore(v.signal(j, L.inboxCreditOffset(me, slot)), q);
       put(c, v.at(j, d.recv) + mine.lo * es, out + mine.lo * es, mine.size() * es);
       signalAdd(c, v.signal(j, L.gatheredOffset(me)), uint64_t{1});
-    }
-    return Status::kOk;
-  }
-
- private:
-  template <class Coop>
-  WEFT_HOST_DEVICE static Status finish(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket,
-                                        uint32_t item, uint64_t tps) {
-    for (int p = 1; p < v.nranks; ++p) {
-      const int src = (v.rank + p) % v.nranks;
-      WaitSite site{ticket, item, src, WaitWhat::kGather};
-      Status st = wait(c, v, v.signal(v.rank, v.layout.gatheredOffset(src)), d.seqBase + tps, site);
-      if (st != Status::kOk) return st;
     }
     return Status::kOk;
   }

@@ -37,7 +37,8 @@ struct AllToAllOp {
           if (j != me) releaseStore(v.signal(j, L.readyFromOffset(me)), d.epoch);
       return Status::kOk;
     }
-    if (item == 1 + v.nranks * tpb) return finish(c, v, d, ticket, item, tpb);
+    if (item == 1 + v.nranks * tpb)
+      return waitEveryPeer(c, v, PeerSignal::kArrived, d.seqBase + tpb, ticket, item, WaitWhat::kArrival);
 
     const uint64_t k = item - 1;
     const int j = static_cast<int>((me + 1 + k / tpb) % v.nranks);
@@ -54,19 +55,6 @@ struct AllToAllOp {
     if (st != Status::kOk) return st;
     put(c, dst, src, r.size() * es);
     signalAdd(c, v.signal(j, L.arrivedOffset(me)), uint64_t{1});
-    return Status::kOk;
-  }
-
- private:
-  template <class Coop>
-  WEFT_HOST_DEVICE static Status finish(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket,
-                                        uint32_t item, uint64_t tpb) {
-    for (int p = 1; p < v.nranks; ++p) {
-      const int src = (v.rank + p) % v.nranks;
-      WaitSite site{ticket, item, src, WaitWhat::kArrival};
-      Status st = wait(c, v, v.signal(v.rank, v.layout.arrivedOffset(src)), d.seqBase + tpb, site);
-      if (st != Status::kOk) return st;
-    }
     return Status::kOk;
   }
 };

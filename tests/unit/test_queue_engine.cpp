@@ -100,13 +100,19 @@ TEST(QueueEngine, ClaimWordRejectsAStaleTicket) {
   EXPECT_EQ(dev::claimItem(s, 7), dev::kNoItem);
 }
 
-TEST(QueueEngine, AbortEndsAHostWaitAndRecordsIt) {
-  WorkQueue q(2);
-  // No engine: the op can never finish, so only the abort can end the wait.
+// Publishes a one-item op on a queue no engine serves.
+uint64_t publishWithoutEngine(WorkQueue& q) {
   const uint64_t t = q.reserve();
   dev::OpDesc d{};
   d.nitems = 1;
-  ASSERT_EQ(q.publish(t, d, true, 1'000'000'000ull), Status::kOk);
+  EXPECT_EQ(q.publish(t, d, true, 1'000'000'000ull), Status::kOk);
+  return t;
+}
+
+TEST(QueueEngine, AbortEndsAHostWaitAndRecordsIt) {
+  WorkQueue q(2);
+  // No engine: the op can never finish, so only the abort can end the wait.
+  const uint64_t t = publishWithoutEngine(q);
   std::thread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     gpu::atomicStore<gpu::Order::kRelease>(&q.header()->abort, 1u);
@@ -119,10 +125,7 @@ TEST(QueueEngine, AbortEndsAHostWaitAndRecordsIt) {
 
 TEST(QueueEngine, AStalledEngineIsATimeoutNamingTheOp) {
   WorkQueue q(2);
-  const uint64_t t = q.reserve();
-  dev::OpDesc d{};
-  d.nitems = 1;
-  ASSERT_EQ(q.publish(t, d, true, 1'000'000'000ull), Status::kOk);
+  const uint64_t t = publishWithoutEngine(q);
   EXPECT_EQ(q.wait(t, 200'000'000ull, 100'000'000ull), Status::kTimeout);
   EXPECT_NE(q.failureText().find("the engine to finish the op"), std::string::npos) << q.failureText();
 }
