@@ -121,6 +121,9 @@ void configure(const std::string& level, const std::string& subsys, const std::s
     lg->flush_on(spdlog::level::trace);
     std::lock_guard<std::mutex> lock(gMutex);
     gLogger = lg;
+  } else {
+    std::lock_guard<std::mutex> lock(gMutex);
+    gLogger.reset();  // back to stderr, created on the next line logged
   }
   gLevel.store(static_cast<int>(l), std::memory_order_relaxed);
   gSubsys.store(mask, std::memory_order_relaxed);

@@ -45,7 +45,8 @@ void emit(Level l, Subsys s, fmt::format_string<Args...> f, Args&&... args) {
 }
 
 // Applies WEFT_LOG_LEVEL / WEFT_LOG_SUBSYS / WEFT_LOG_FILE style values. Throws weft::Error
-// (invalid argument) naming the bad value. `file` may contain %h (host name) and %p (pid).
+// (invalid argument) naming the bad value. `file` may contain %h (host name) and %p (pid); an
+// empty `file` means stderr. Process-wide: the last communicator initialised sets it.
 void configure(const std::string& level, const std::string& subsys, const std::string& file);
 
 Level parseLevel(const std::string& s);
