@@ -14,12 +14,12 @@ constexpr uint32_t kNoItem = 0xffffffffu;
 
 enum class Poll : uint32_t { kReady, kGone, kStop };
 
-WEFT_HOST_DEVICE bool engineStopping(const QueueHeader* q) {
-  return gpu::atomicLoad<gpu::Order::kRelaxed>(&q->stop) || gpu::atomicLoad<gpu::Order::kRelaxed>(&q->abort);
-}
+// Only destroy stops the engine. After an abort it keeps completing ops, each at once and as
+// aborted (every wait gives up), so that no stream ever waits for an op nobody will finish.
+WEFT_HOST_DEVICE bool engineStopping(const QueueHeader* q) { return gpu::atomicLoad<gpu::Order::kRelaxed>(&q->stop); }
 
 // Leader-only. Idle polling is unbounded by design (a persistent kernel waits for work), but it
-// exits on stop or abort; kGone means other workers already completed the op.
+// exits on stop; kGone means other workers already completed the op.
 WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t ticket) {
   for (uint32_t spins = 0;; ++spins) {
     if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == ticket + 1) return Poll::kReady;

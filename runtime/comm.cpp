@@ -93,20 +93,20 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   dev::CommView v;
   v.rank = rank;
   v.nranks = nranks;
-  v.heap = c->heap_->bases();
+  v.heap = c->heap_->engineBases();
   v.layout = c->layout_;
   v.queue = c->queue_->header();
   v.slots = c->queue_->slots();
   v.timeoutNs = c->timeoutNs_;
-  c->engine_.start(v, static_cast<int>(s.getInt("persistent_ctas")), 0);
-  WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {} worker(s), queue depth {}, tile {} bytes", rank, nranks,
-           c->host_.hostname, c->engine_.workers(), c->queue_->depth(), c->tileBytes_);
+  c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")));
+  WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes", rank, nranks, c->host_.hostname,
+           c->engine_->describe(), c->queue_->depth(), c->tileBytes_);
   return c;
 }
 
 Comm::~Comm() {
   if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
-  engine_.join();
+  engine_.reset();
 }
 
 void* Comm::memAlloc(uint64_t bytes) {
@@ -161,18 +161,10 @@ uint64_t Comm::heapOffset(const void* p, uint64_t bytes, const char* arg) const 
                                           "symmetric heap)");
 }
 
-void Comm::requireNoStream(void* stream) const {
-  if (stream)
-    throw Error(Code::kInvalidArgument,
-                "stream: the CPU backend has no streams; pass NULL (the call returns when "
-                "the op is complete)");
-}
-
-Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter) {
+Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter, void* stream) {
   std::string msg;
   if (Code e = asyncError(&msg); e != Code::kSuccess)
     throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
-  inFlight_.fetch_add(1);
   uint64_t ticket;
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
@@ -181,9 +173,8 @@ Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint
     *seqCounter += seqAdvance;
     ticket = queue_->reserve();
   }
-  Status st = queue_->publish(ticket, d, true, timeoutNs_);
-  if (st == Status::kOk) st = queue_->wait(ticket, 2 * timeoutNs_ + 1000000000ull, 1000000000ull);
-  inFlight_.fetch_sub(1);
+  Status st = queue_->publish(ticket, d, Engine::hostWaits(), timeoutNs_);
+  if (st == Status::kOk) st = engine_->submit(ticket, stream, stallNs());
   if (st == Status::kOk) return Code::kSuccess;
   const Code c = codeOf(st, queue_->header());
   std::string why = queue_->failureText();
@@ -191,7 +182,7 @@ Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint
 }
 
 Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt, void* stream) {
-  requireNoStream(stream);
+  Engine::checkStream(stream);
   const uint32_t es = dev::dtypeSize(dt);
   const uint64_t bytes = count * es;
   dev::OpDesc d{};
@@ -208,11 +199,12 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   d.send = reinterpret_cast<uint64_t>(send);
   d.tileElems = static_cast<uint32_t>(tileBytes_ / es);
   d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.tileElems);
-  return submit(d, dev::AllReduceOp::seqAdvance(count, nranks_, es, d.tileElems), &allReduceSeq_, &allReduceEpoch_);
+  return submit(d, dev::AllReduceOp::seqAdvance(count, nranks_, es, d.tileElems), &allReduceSeq_, &allReduceEpoch_,
+                stream);
 }
 
 Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DType dt, void* stream) {
-  requireNoStream(stream);
+  Engine::checkStream(stream);
   const uint32_t es = dev::dtypeSize(dt);
   const uint64_t bytes = countPerRank * es * nranks_;
   dev::OpDesc d{};
@@ -226,7 +218,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   d.send = reinterpret_cast<uint64_t>(send);
   d.tileElems = static_cast<uint32_t>(tileBytes_ / es);
   d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.tileElems);
-  return submit(d, dev::AllToAllOp::seqAdvance(countPerRank, d.tileElems), &allToAllSeq_, &allToAllEpoch_);
+  return submit(d, dev::AllToAllOp::seqAdvance(countPerRank, d.tileElems), &allToAllSeq_, &allToAllEpoch_, stream);
 }
 
 void Comm::abort() {
@@ -235,11 +227,18 @@ void Comm::abort() {
 }
 
 void Comm::finalize() {
-  const auto deadline = gpu::nowNs() + 2 * timeoutNs_;
-  for (uint32_t spins = 0; inFlight_.load() != 0; ++spins) {
-    if (gpu::nowNs() > deadline)
-      throw Error(Code::kTimeout, "weft_comm_finalize: ops still in flight after " +
-                                      std::to_string(2 * timeoutNs_ / 1000000000ull) + " s");
+  // Bounded by progress: gives up only when no op completed for a whole stall period.
+  uint64_t last = ~uint64_t{0}, lastMove = gpu::nowNs();
+  for (uint32_t spins = 0; queue_->inFlight() != 0; ++spins) {
+    const uint64_t done = gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->completed);
+    if (done != last) {
+      last = done;
+      lastMove = gpu::nowNs();
+    } else if (gpu::nowNs() - lastMove > stallNs()) {
+      throw Error(Code::kTimeout, "weft_comm_finalize: " + std::to_string(queue_->inFlight()) +
+                                      " op(s) still in flight and none finished for " +
+                                      std::to_string(stallNs() / 1000000000ull) + " s");
+    }
     gpu::relax(spins);
   }
   boot_->barrier();

@@ -3,16 +3,15 @@
 // collective and must not run concurrently with each other on one communicator.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "backend.hpp"
 #include "bootstrap.hpp"
 #include "common/error.hpp"
 #include "config.hpp"
-#include "device/cpu/cpu_engine.hpp"
 #include "device/dtype_device.hpp"
 #include "heap.hpp"
 #include "topology.hpp"
@@ -35,8 +34,9 @@ class Comm {
   void memFree(void* p);
 
   // Stream-ordered ops. Arguments are already checked for NULL, range and dtype by the API layer;
-  // these check heap placement and throw kInvalidArgument naming the argument. The return value
-  // is the op's outcome (kSuccess, kTimeout, kAborted...).
+  // these check heap placement and the stream and throw kInvalidArgument naming the argument.
+  // CPU backend: returns when the op is complete, throwing kTimeout / kAborted if it failed.
+  // GPU backends: returns once enqueued; a failure shows in asyncError.
   Code allReduce(const void* send, void* recv, uint64_t count, dev::DType dt, void* stream);
   Code allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DType dt, void* stream);
 
@@ -49,9 +49,10 @@ class Comm {
 
  private:
   Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
-  Code submit(dev::OpDesc desc, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter);
+  Code submit(dev::OpDesc desc, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter, void* stream);
+  // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
+  uint64_t stallNs() const { return 2 * timeoutNs_ + 1000000000ull; }
   uint64_t heapOffset(const void* p, uint64_t bytes, const char* arg) const;
-  void requireNoStream(void* stream) const;
 
   const int rank_;
   const int nranks_;
@@ -62,7 +63,7 @@ class Comm {
   dev::HeapLayout layout_;
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<WorkQueue> queue_;
-  dev::CpuEngine engine_;
+  std::unique_ptr<Engine> engine_;  // declared last: stops before the queue and heap go
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
 
@@ -71,7 +72,6 @@ class Comm {
   std::mutex submitMutex_;
   uint64_t allReduceSeq_ = 0, allReduceEpoch_ = 0;
   uint64_t allToAllSeq_ = 0, allToAllEpoch_ = 0;
-  std::atomic<uint64_t> inFlight_{0};
 };
 
 }  // namespace weft

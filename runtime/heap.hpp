@@ -1,6 +1,7 @@
 // The symmetric heap: one segment of the same size per rank, mapped by every local rank, so a
-// buffer has the same offset everywhere and a peer's copy is heap(peer) + offset. The front of
-// each segment is the control area (device/heap_layout_device.hpp); user blocks follow.
+// buffer has the same offset everywhere and a peer's copy is base(peer) + offset. The front of
+// each segment is the control area (device/heap_layout_device.hpp); user blocks follow. Where the
+// memory lives (shared memory, device memory) is the backend's HeapMemory.
 #pragma once
 
 #include <cstdint>
@@ -8,24 +9,20 @@
 #include <optional>
 #include <vector>
 
-#include "bootstrap.hpp"
+#include "backend.hpp"
 #include "device/heap_layout_device.hpp"
 #include "heap_allocator.hpp"
-#include "transport/p2p/shm_segment.hpp"
-#include "transport/path.hpp"
 
 namespace weft {
 
 class SymmetricHeap {
  public:
-  // Collective over the bootstrap: creates this rank's segment, maps every p2p peer's, and unlinks
-  // the names once all are mapped. Throws weft::Error (kNotSupported for a proxy peer until the
-  // proxy transport exists).
+  // Collective over the bootstrap. Throws weft::Error.
   SymmetricHeap(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
                 const dev::HeapLayout& layout);
 
-  uint8_t* const* bases() const { return bases_.data(); }
-  uint8_t* base(int rank) const { return bases_[rank]; }
+  uint8_t* const* engineBases() const { return mem_.engineBases(); }
+  uint8_t* base(int rank) const { return mem_.base(rank); }
   uint64_t bytes() const { return bytes_; }
 
   // Local part of the collective allocation: same offsets on every rank for the same call sequence.
@@ -38,10 +35,9 @@ class SymmetricHeap {
   uint64_t freeBytes() const;
 
  private:
-  uint64_t bytes_;
-  transport::ShmSegment own_;
-  std::vector<transport::ShmSegment> peers_;
-  std::vector<uint8_t*> bases_;
+  const int rank_;
+  const uint64_t bytes_;
+  HeapMemory mem_;
   mutable std::mutex mutex_;
   HeapAllocator alloc_;
 };

@@ -36,8 +36,30 @@ Status WorkQueue::publish(uint64_t ticket, const dev::OpDesc& desc, bool hostWai
   const uint64_t tag = (ticket & 0xffffffffu) << 32;
   gpu::atomicStore<gpu::Order::kRelaxed>(&s.limit, tag | desc.nitems);
   gpu::atomicStore<gpu::Order::kRelaxed>(&s.claim, tag);
-  gpu::atomicStore<gpu::Order::kRelease>(&s.ready, ticket + 1);
+  // `done` and `ready` only ever grow: a stream still waiting on this slot's previous op (done >=
+  // t + 1 - depth) stays satisfied, whatever happens to the slot now.
   return Status::kOk;
+}
+
+void WorkQueue::markReady(uint64_t ticket) {
+  gpu::atomicStore<gpu::Order::kRelease>(&slots_[ticket % depth()].ready, ticket + 1);
+}
+
+void WorkQueue::completeUnfinished() {
+  const uint64_t tail = gpu::atomicLoad<gpu::Order::kAcquire>(&header_->tail);
+  for (uint64_t t = gpu::atomicLoad<gpu::Order::kAcquire>(&header_->completed); t < tail; ++t) {
+    dev::QueueSlot& s = slots_[t % depth()];
+    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.done) == t + 1) continue;
+    gpu::atomicStore<gpu::Order::kRelaxed>(&s.status, static_cast<uint32_t>(Status::kAborted));
+    gpu::atomicStore<gpu::Order::kRelease>(&s.done, t + 1);
+    gpu::atomicStore<gpu::Order::kRelease>(&s.free, t + 1);
+  }
+  gpu::atomicStore<gpu::Order::kRelease>(&header_->completed, tail);
+}
+
+uint64_t WorkQueue::inFlight() const {
+  return gpu::atomicLoad<gpu::Order::kAcquire>(&header_->tail) -
+         gpu::atomicLoad<gpu::Order::kAcquire>(&header_->completed);
 }
 
 Status WorkQueue::wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs) {

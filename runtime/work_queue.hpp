@@ -21,10 +21,21 @@ class WorkQueue {
 
   // Takes the next ticket. Callers that must agree with peers on op order take it under their lock.
   uint64_t reserve();
-  // Waits (bounded by timeoutNs, abortable) until the ticket's slot is free, then publishes `desc`.
-  // Returns kTimeout / kAborted / kPeerFailed without publishing; the queue is then unusable and the
-  // failure is recorded in the header.
+  // Waits (bounded by timeoutNs, abortable) until the ticket's slot is free, then fills it with
+  // `desc`; the engine starts on it once `ready` is set (markReady, or a stream write of
+  // readyWord). Returns kTimeout / kAborted / kPeerFailed without filling; the failure is recorded
+  // in the header and the communicator is unusable.
   dev::Status publish(uint64_t ticket, const dev::OpDesc& desc, bool hostWaits, uint64_t timeoutNs);
+  void markReady(uint64_t ticket);
+  uint64_t* readyWord(uint64_t ticket) const { return &slots_[ticket % depth()].ready; }
+  uint64_t* doneWord(uint64_t ticket) const { return &slots_[ticket % depth()].done; }
+  // After the engine has stopped: completes every op it had not finished, as aborted, so that no
+  // host or stream waits on it forever.
+  void completeUnfinished();
+  // Ops taken but not completed.
+  uint64_t inFlight() const;
+  void* memory() const { return shm_.data(); }
+  size_t bytes() const { return shm_.size(); }
   // Host wait for an op published with hostWaits: returns its status and frees the slot. Bounded
   // by engine progress: gives up when nothing moved for `stallNs`; after an abort, gives the
   // engine `abortGraceNs` to finish the op before returning kAborted.

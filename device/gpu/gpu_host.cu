@@ -1,0 +1,155 @@
+// weft::gpu host calls for CUDA and HIP. The vendor names are aliased here, in this one
+// implementation file, never in a header.
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "../gpu_host.hpp"
+#include "persistent_kernel.hpp"
+
+#if defined(WEFT_BACKEND_CUDA)
+#include <cuda.h>
+#include <cuda_runtime.h>
+#define GPU(name) cuda##name
+using gpuError_t = cudaError_t;
+using gpuStream_t = cudaStream_t;
+using gpuIpcMemHandle_t = cudaIpcMemHandle_t;
+using gpuDeviceProp_t = cudaDeviceProp;
+constexpr gpuError_t kGpuSuccess = cudaSuccess;
+constexpr gpuError_t kGpuNotReady = cudaErrorNotReady;
+constexpr gpuError_t kGpuOom = cudaErrorMemoryAllocation;
+#else
+#include <hip/hip_runtime.h>
+#define GPU(name) hip##name
+using gpuError_t = hipError_t;
+using gpuStream_t = hipStream_t;
+using gpuIpcMemHandle_t = hipIpcMemHandle_t;
+using gpuDeviceProp_t = hipDeviceProp_t;
+constexpr gpuError_t kGpuSuccess = hipSuccess;
+constexpr gpuError_t kGpuNotReady = hipErrorNotReady;
+constexpr gpuError_t kGpuOom = hipErrorOutOfMemory;
+#endif
+
+namespace weft::gpu {
+
+namespace {
+
+static_assert(sizeof(gpuIpcMemHandle_t) <= sizeof(IpcHandle));
+
+Outcome check(gpuError_t e, const char* call) {
+  if (e == kGpuSuccess) return {};
+  Outcome o;
+  o.fault = e == kGpuOom ? Fault::kOutOfMemory : Fault::kOther;
+  o.message = std::string(call) + ": " + GPU(GetErrorName)(e) + " (" + GPU(GetErrorString)(e) + ")";
+  (void)GPU(GetLastError)();  // clear the sticky last error so that later calls report their own
+  return o;
+}
+
+#if defined(WEFT_BACKEND_CUDA)
+Outcome checkDriver(CUresult r, const char* call) {
+  if (r == CUDA_SUCCESS) return {};
+  const char* name = "?";
+  cuGetErrorName(r, &name);
+  Outcome o;
+  o.fault = r == CUDA_ERROR_NOT_SUPPORTED ? Fault::kNotSupported : Fault::kOther;
+  o.message = std::string(call) + ": " + name;
+  return o;
+}
+#endif
+
+}  // namespace
+
+Outcome deviceCount(int* count) { return check(GPU(GetDeviceCount)(count), "GetDeviceCount"); }
+Outcome currentDevice(int* device) { return check(GPU(GetDevice)(device), "GetDevice"); }
+
+Outcome deviceName(int device, std::string* name) {
+  gpuDeviceProp_t prop{};
+  Outcome o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
+  if (o) *name = prop.name;
+  return o;
+}
+
+Outcome deviceMalloc(void** ptr, size_t bytes) {
+  return check(GPU(Malloc)(ptr, bytes), ("Malloc(" + std::to_string(bytes) + ")").c_str());
+}
+Outcome deviceFree(void* ptr) { return check(GPU(Free)(ptr), "Free"); }
+Outcome memsetDevice(void* ptr, int value, size_t bytes) { return check(GPU(Memset)(ptr, value, bytes), "Memset"); }
+Outcome copyToDevice(void* dst, const void* src, size_t bytes) {
+  return check(GPU(Memcpy)(dst, src, bytes, GPU(MemcpyHostToDevice)), "Memcpy");
+}
+
+Outcome ipcExport(IpcHandle* handle, void* ptr) {
+  gpuIpcMemHandle_t h;
+  Outcome o = check(GPU(IpcGetMemHandle)(&h, ptr), "IpcGetMemHandle");
+  if (o) memcpy(handle->bytes, &h, sizeof h);
+  return o;
+}
+
+Outcome ipcImport(void** ptr, const IpcHandle& handle) {
+  gpuIpcMemHandle_t h;
+  memcpy(&h, handle.bytes, sizeof h);
+  return check(GPU(IpcOpenMemHandle)(ptr, h, GPU(IpcMemLazyEnablePeerAccess)), "IpcOpenMemHandle");
+}
+Outcome ipcClose(void* ptr) { return check(GPU(IpcCloseMemHandle)(ptr), "IpcCloseMemHandle"); }
+
+Outcome hostRegister(void* ptr, size_t bytes, void** devicePtr) {
+  Outcome o = check(GPU(HostRegister)(ptr, bytes, GPU(HostRegisterMapped) | GPU(HostRegisterPortable)), "HostRegister");
+  if (o) o = check(GPU(HostGetDevicePointer)(devicePtr, ptr, 0), "HostGetDevicePointer");
+  return o;
+}
+Outcome hostUnregister(void* ptr) { return check(GPU(HostUnregister)(ptr), "HostUnregister"); }
+
+Outcome streamCreateNonBlocking(void** stream) {
+  gpuStream_t s;
+  Outcome o = check(GPU(StreamCreateWithFlags)(&s, GPU(StreamNonBlocking)), "StreamCreateWithFlags");
+  if (o) *stream = s;
+  return o;
+}
+Outcome streamDestroy(void* stream) {
+  return check(GPU(StreamDestroy)(static_cast<gpuStream_t>(stream)), "StreamDestroy");
+}
+
+Outcome streamDrain(void* stream, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    gpuError_t e = GPU(StreamQuery)(static_cast<gpuStream_t>(stream));
+    if (e != kGpuNotReady) return check(e, "StreamQuery");
+    if (std::chrono::steady_clock::now() > until) return Outcome{Fault::kOther, "stream still running"};
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+Outcome streamIsCapturing(void* stream, bool* capturing) {
+  GPU(StreamCaptureStatus) st;
+  Outcome o = check(GPU(StreamIsCapturing)(static_cast<gpuStream_t>(stream), &st), "StreamIsCapturing");
+  if (o) *capturing = st != GPU(StreamCaptureStatusNone);
+  return o;
+}
+
+#if defined(WEFT_BACKEND_CUDA)
+Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value) {
+  return checkDriver(cuStreamWriteValue64(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(addr), value,
+                                          CU_STREAM_WRITE_VALUE_DEFAULT),
+                     "cuStreamWriteValue64");
+}
+Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value) {
+  return checkDriver(cuStreamWaitValue64(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(addr), value,
+                                         CU_STREAM_WAIT_VALUE_GEQ),
+                     "cuStreamWaitValue64");
+}
+#else
+Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value) {
+  return check(hipStreamWriteValue64(static_cast<hipStream_t>(stream), addr, value, 0), "hipStreamWriteValue64");
+}
+Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value) {
+  return check(hipStreamWaitValue64(static_cast<hipStream_t>(stream), addr, value, hipStreamWaitValueGte),
+               "hipStreamWaitValue64");
+}
+#endif
+
+Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream) {
+  dev::persistentKernel<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, 0);
+  return check(GPU(GetLastError)(), "launch of the persistent kernel");
+}
+
+}  // namespace weft::gpu

@@ -1,0 +1,50 @@
+// Host-side calls of the GPU backends (CUDA or HIP, chosen at build time), thin enough to read in
+// one sitting. Each returns an empty string on success, else a message naming the call and the
+// driver's error; the caller decides what it means. Not compiled for the CPU backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "comm_device.hpp"
+
+namespace weft::gpu {
+
+enum class Fault { kNone, kOutOfMemory, kNotSupported, kOther };
+
+struct Outcome {
+  Fault fault = Fault::kNone;
+  std::string message;
+  explicit operator bool() const { return fault == Fault::kNone; }
+};
+
+struct IpcHandle {
+  unsigned char bytes[64];
+};
+
+Outcome deviceCount(int* count);
+Outcome currentDevice(int* device);
+Outcome deviceName(int device, std::string* name);
+Outcome deviceMalloc(void** ptr, size_t bytes);
+Outcome deviceFree(void* ptr);
+Outcome memsetDevice(void* ptr, int value, size_t bytes);
+Outcome copyToDevice(void* dst, const void* src, size_t bytes);
+Outcome ipcExport(IpcHandle* handle, void* ptr);
+Outcome ipcImport(void** ptr, const IpcHandle& handle);
+Outcome ipcClose(void* ptr);
+// Pins host memory and maps it into the device; *devicePtr is its address there.
+Outcome hostRegister(void* ptr, size_t bytes, void** devicePtr);
+Outcome hostUnregister(void* ptr);
+Outcome streamCreateNonBlocking(void** stream);
+Outcome streamDestroy(void* stream);
+// Waits at most `seconds`; kOther with "still running" when the stream did not drain in time.
+Outcome streamDrain(void* stream, double seconds);
+Outcome streamIsCapturing(void* stream, bool* capturing);
+// Stream-ordered 64-bit store, and wait until *addr >= value; addr is a device-mapped address.
+Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value);
+Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value);
+// Launches the persistent kernel: `blocks` workers of `threads` threads on `stream`.
+Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream);
+
+}  // namespace weft::gpu

@@ -1,0 +1,95 @@
+// CPU backend: the heap is POSIX shared memory mapped by every local rank, the engine is a thread
+// per worker, and every op is waited for on the calling thread (there are no streams).
+#include <cstring>
+
+#include "backend.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "device/cpu/cpu_engine.hpp"
+#include "transport/p2p/shm_segment.hpp"
+
+namespace weft {
+
+struct HeapMemory::Impl {
+  transport::ShmSegment own;
+  std::vector<transport::ShmSegment> peers;
+  std::vector<uint8_t*> bases;
+};
+
+namespace {
+
+struct SegmentInfo {
+  char name[96];
+};
+
+void requireP2p(const std::vector<transport::Path>& paths) {
+  for (size_t r = 0; r < paths.size(); ++r)
+    if (paths[r] == transport::Path::kProxy)
+      throw Error(Code::kNotSupported, "rank " + std::to_string(r) +
+                                           " needs the proxy transport (another host, or transport=proxy), which "
+                                           "this build does not provide yet");
+}
+
+}  // namespace
+
+HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t)
+    : impl_(std::make_unique<Impl>()) {
+  requireP2p(paths);
+  const int n = boot.nranks(), me = boot.rank();
+  // ftruncate zero-fills, control area included.
+  impl_->own = transport::ShmSegment::create(transport::ShmSegment::uniqueName("heap" + std::to_string(me)), bytes);
+  SegmentInfo mine{};
+  snprintf(mine.name, sizeof mine.name, "%s", impl_->own.name().c_str());
+  std::vector<SegmentInfo> all(n);
+  boot.allGather(&mine, sizeof mine, all.data());
+  impl_->bases.assign(n, nullptr);
+  for (int r = 0; r < n; ++r) {
+    if (r == me) {
+      impl_->bases[r] = static_cast<uint8_t*>(impl_->own.data());
+      continue;
+    }
+    all[r].name[sizeof all[r].name - 1] = '\0';
+    impl_->peers.push_back(transport::ShmSegment::open(all[r].name, bytes));
+    impl_->bases[r] = static_cast<uint8_t*>(impl_->peers.back().data());
+  }
+  // Every rank has mapped every segment: the names can go.
+  boot.barrier();
+  impl_->own.unlink();
+}
+
+HeapMemory::~HeapMemory() = default;
+uint8_t* HeapMemory::base(int rank) const { return impl_->bases[rank]; }
+uint8_t* const* HeapMemory::engineBases() const { return impl_->bases.data(); }
+
+struct Engine::Impl {
+  WorkQueue* queue;
+  dev::CpuEngine threads;
+};
+
+Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers) : impl_(std::make_unique<Impl>()) {
+  impl_->queue = &queue;
+  impl_->threads.start(view, workers, 0);
+}
+
+Engine::~Engine() {
+  impl_->threads.join();
+  impl_->queue->completeUnfinished();
+}
+
+bool Engine::hostWaits() { return true; }
+
+void Engine::checkStream(void* stream) {
+  if (stream)
+    throw Error(Code::kInvalidArgument,
+                "stream: the CPU backend has no streams; pass NULL (the call returns when "
+                "the op is complete)");
+}
+
+dev::Status Engine::submit(uint64_t ticket, void*, uint64_t stallNs) {
+  impl_->queue->markReady(ticket);
+  return impl_->queue->wait(ticket, stallNs, 1000000000ull);
+}
+
+std::string Engine::describe() const { return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)"; }
+
+}  // namespace weft
