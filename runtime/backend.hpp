@@ -61,4 +61,7 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
+// One line: the devices this backend would run on (for weftctl).
+std::string deviceSummary();
+
 }  // namespace weft

@@ -1,5 +1,7 @@
 // CPU backend: the heap is POSIX shared memory mapped by every local rank, the engine is a thread
 // per worker, and every op is waited for on the calling thread (there are no streams).
+#include <unistd.h>
+
 #include <cstring>
 
 #include "backend.hpp"
@@ -22,19 +24,11 @@ struct SegmentInfo {
   char name[96];
 };
 
-void requireP2p(const std::vector<transport::Path>& paths) {
-  for (size_t r = 0; r < paths.size(); ++r)
-    if (paths[r] == transport::Path::kProxy)
-      throw Error(Code::kNotSupported, "rank " + std::to_string(r) +
-                                           " needs the proxy transport (another host, or transport=proxy), which "
-                                           "this build does not provide yet");
-}
-
 }  // namespace
 
 HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t)
     : impl_(std::make_unique<Impl>()) {
-  requireP2p(paths);
+  transport::requireDirectPaths(paths);
   const int n = boot.nranks(), me = boot.rank();
   // ftruncate zero-fills, control area included.
   impl_->own = transport::ShmSegment::create(transport::ShmSegment::uniqueName("heap" + std::to_string(me)), bytes);
@@ -91,5 +85,9 @@ dev::Status Engine::submit(uint64_t ticket, void*, uint64_t stallNs) {
 }
 
 std::string Engine::describe() const { return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)"; }
+
+std::string deviceSummary() {
+  return "CPU backend: " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " online CPU(s) run the engine workers";
+}
 
 }  // namespace weft

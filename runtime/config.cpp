@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/error.hpp"
+#include "weft/version.h"
 
 namespace weft {
 
@@ -24,6 +25,10 @@ const char* sourceName(Source s) {
   }
 }
 
+namespace {
+const bool kCpuBackend = std::string(WEFT_BUILD_GPU) == "cpu";
+}  // namespace
+
 const std::vector<SettingSpec>& settingSpecs() {
   static const std::vector<SettingSpec> kSpecs = {
       {"timeout_s", SettingType::kDouble, "30", "Bound of every wait on a peer or the engine, in seconds", 0.001,
@@ -32,7 +37,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        0.1, 86400},
       {"bootstrap_addr", SettingType::kString, "", "Address weft_get_unique_id advertises (default: first interface)"},
       {"bootstrap_ifname", SettingType::kString, "", "Interface whose address weft_get_unique_id advertises"},
-      {"persistent_ctas", SettingType::kInt, "2", "Resident workers of the persistent engine", 1, 1024},
+      {"persistent_ctas", SettingType::kInt, kCpuBackend ? "2" : "16",
+       "Resident workers of the persistent engine (CPU: threads, GPU: thread blocks)", 1, 1024},
       {"queue_depth", SettingType::kInt, "64", "Slots of the work queue", 2, 65536},
       {"heap_bytes", SettingType::kSize, "256M", "Symmetric heap per rank (control area included)", 1 << 20,
        1099511627776.0},

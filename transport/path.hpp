@@ -2,6 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
 
 namespace weft::transport {
 
@@ -15,6 +19,15 @@ inline Path choosePath(int me, int peer, uint64_t myHost, uint64_t peerHost, boo
   if (me == peer) return Path::kSelf;
   if (myHost == peerHost && !forceProxy) return Path::kP2p;
   return Path::kProxy;
+}
+
+// Until the proxy transport exists, every peer must be reachable directly.
+inline void requireDirectPaths(const std::vector<Path>& paths) {
+  for (size_t r = 0; r < paths.size(); ++r)
+    if (paths[r] == Path::kProxy)
+      throw Error(Code::kNotSupported, "rank " + std::to_string(r) +
+                                           " needs the proxy transport (another host, or transport=proxy), which "
+                                           "this build does not provide yet");
 }
 
 }  // namespace weft::transport

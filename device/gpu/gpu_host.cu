@@ -9,6 +9,7 @@
 
 #if defined(WEFT_BACKEND_CUDA)
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #define GPU(name) cuda##name
 using gpuError_t = cudaError_t;
@@ -48,11 +49,9 @@ Outcome check(gpuError_t e, const char* call) {
 #if defined(WEFT_BACKEND_CUDA)
 Outcome checkDriver(CUresult r, const char* call) {
   if (r == CUDA_SUCCESS) return {};
-  const char* name = "?";
-  cuGetErrorName(r, &name);
   Outcome o;
   o.fault = r == CUDA_ERROR_NOT_SUPPORTED ? Fault::kNotSupported : Fault::kOther;
-  o.message = std::string(call) + ": " + name;
+  o.message = std::string(call) + ": CUresult " + std::to_string(static_cast<int>(r));
   return o;
 }
 #endif
@@ -127,14 +126,41 @@ Outcome streamIsCapturing(void* stream, bool* capturing) {
 }
 
 #if defined(WEFT_BACKEND_CUDA)
+// The stream memory operations live in the driver API. They are fetched through the runtime, so
+// that nothing links libcuda and the programs still load (and skip their GPU work) where no
+// driver is installed.
+template <typename Fn>
+struct DriverEntry {
+  Fn fn = nullptr;
+  Outcome status;
+};
+
+template <typename Fn>
+DriverEntry<Fn> driverEntry(const char* symbol) {
+  static_assert(sizeof(Fn) == sizeof(void*));
+  DriverEntry<Fn> e;
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  e.status = check(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &q),
+                   "cudaGetDriverEntryPointByVersion");
+  if (e.status && (q != cudaDriverEntryPointSuccess || !p))
+    e.status = Outcome{Fault::kNotSupported, std::string("the driver has no ") + symbol};
+  if (e.status) memcpy(&e.fn, &p, sizeof p);
+  return e;
+}
+
 Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value) {
-  return checkDriver(cuStreamWriteValue64(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(addr), value,
-                                          CU_STREAM_WRITE_VALUE_DEFAULT),
+  static const auto entry = driverEntry<PFN_cuStreamWriteValue64_v11070>("cuStreamWriteValue64");
+  if (!entry.status) return entry.status;
+  return checkDriver(entry.fn(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(addr), value,
+                              CU_STREAM_WRITE_VALUE_DEFAULT),
                      "cuStreamWriteValue64");
 }
 Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value) {
-  return checkDriver(cuStreamWaitValue64(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(addr), value,
-                                         CU_STREAM_WAIT_VALUE_GEQ),
+  static const auto entry = driverEntry<PFN_cuStreamWaitValue64_v11070>("cuStreamWaitValue64");
+  if (!entry.status) return entry.status;
+  return checkDriver(entry.fn(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(addr), value,
+                              CU_STREAM_WAIT_VALUE_GEQ),
                      "cuStreamWaitValue64");
 }
 #else

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/error.hpp"
+#include "runtime/backend.hpp"
 #include "runtime/config.hpp"
 #include "runtime/topology.hpp"
 #include "weft/version.h"
@@ -20,7 +21,7 @@ void printInfo(bool settings) {
               *WEFT_BUILD_SANITIZE ? WEFT_BUILD_SANITIZE : "none", WEFTCTL_UCX, WEFTCTL_OFI);
   const weft::HostIdentity host = weft::localHost();
   std::printf("host: %s (id %016llx)\n", host.hostname.c_str(), static_cast<unsigned long long>(host.hash));
-  std::printf("devices: CPU backend, %ld online CPU(s) run the engine workers\n", sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("devices: %s\n", weft::deviceSummary().c_str());
   std::printf("topology: %s\n", weft::topologySummary().c_str());
   if (!settings) return;
   const weft::Settings s = weft::Settings::resolve();

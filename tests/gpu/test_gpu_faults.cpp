@@ -1,0 +1,138 @@
+// Faults on the GPU end with an error, never a hung stream: a peer that never arrives (timeout),
+// abort from another thread while the op waits; plus two communicators on one GPU and the refusal
+// of graph capture.
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "gpu_support.hpp"
+#include "support/multirank.hpp"
+#include "support/oracle.hpp"
+
+namespace weft::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Rank 1 never joins; rank 0's stream must still drain, with the comm's async error set.
+void lonelyOp(bool abortIt) {
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    ASSERT_EQ(cudaSetDevice(rank % gpusPresent()), cudaSuccess);
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = abortIt ? 30 : 1;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      WEFT_ASSERT_OK(weft_comm_destroy(comm));
+      return;
+    }
+    cudaStream_t s;
+    WEFT_CUDA_OK(cudaStreamCreate(&s));
+    float* x = nullptr;
+    WEFT_CUDA_OK(cudaMalloc(&x, 1 << 20));
+    WEFT_ASSERT_OK(weft_allreduce(comm, x, y, 1 << 18, WEFT_FLOAT32, s));
+    std::atomic<bool> aborted{false};
+    Clock::time_point abortAt{};
+    std::thread aborter;
+    if (abortIt)
+      aborter = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        abortAt = Clock::now();
+        aborted = true;
+        EXPECT_EQ(weft_comm_abort(comm), WEFT_SUCCESS);
+      });
+    const auto start = Clock::now();
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const double took = since(start);
+    if (aborter.joinable()) aborter.join();
+    if (abortIt) {
+      EXPECT_LT(std::chrono::duration<double>(Clock::now() - abortAt).count(), 1.0);
+    } else {
+      EXPECT_GE(took, 0.9);
+      EXPECT_LT(took, 3.0);
+    }
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_EQ(async, abortIt ? WEFT_ERR_ABORTED : WEFT_ERR_TIMEOUT) << weft_get_last_error(nullptr);
+    EXPECT_NE(weft_allreduce(comm, x, y, 16, WEFT_FLOAT32, s), WEFT_SUCCESS) << "a failed communicator is sticky";
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    cudaFree(x);
+    cudaStreamDestroy(s);
+  };
+  EXPECT_TRUE(runRanks(2, body));
+}
+
+TEST(GpuFaults, PeerThatNeverArrivesTimesOutAndTheStreamDrains) {
+  WEFT_REQUIRE_GPUS(2);
+  lonelyOp(false);
+}
+
+TEST(GpuFaults, AbortWhileAnOpWaitsReleasesTheStreamWithinOneSecond) {
+  WEFT_REQUIRE_GPUS(2);
+  lonelyOp(true);
+}
+
+TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
+  WEFT_REQUIRE_GPUS(2);
+  weft_unique_id_t second;
+  WEFT_ASSERT_OK(weft_get_unique_id(&second));
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    ASSERT_EQ(cudaSetDevice(rank % gpusPresent()), cudaSuccess);
+    weft_comm_t a = initRank(rank, n, id), b = initRank(rank, n, second);
+    ASSERT_TRUE(a && b);
+    constexpr size_t kCount = 50000;
+    void *ya, *yb, *x;
+    WEFT_ASSERT_OK(weft_mem_alloc(a, kCount * 4, &ya));
+    WEFT_ASSERT_OK(weft_mem_alloc(b, kCount * 4, &yb));
+    WEFT_CUDA_OK(cudaMalloc(&x, kCount * 4));
+    std::vector<uint8_t> in(kCount * 4);
+    fillInput(in.data(), WEFT_FLOAT32, seed, rank, 0, kCount);
+    toDevice(x, in);
+    for (int i = 0; i < 5; ++i) {
+      WEFT_ASSERT_OK(weft_allreduce(a, x, ya, kCount, WEFT_FLOAT32, nullptr));
+      WEFT_ASSERT_OK(weft_allreduce(b, x, yb, kCount, WEFT_FLOAT32, nullptr));
+    }
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(checkAllReduce(toHost(ya, kCount * 4).data(), WEFT_FLOAT32, seed, n, kCount));
+    EXPECT_TRUE(checkAllReduce(toHost(yb, kCount * 4).data(), WEFT_FLOAT32, seed, n, kCount));
+    for (weft_comm_t c : {a, b}) {
+      WEFT_ASSERT_OK(weft_comm_finalize(c));
+      WEFT_ASSERT_OK(weft_comm_destroy(c));
+    }
+    cudaFree(x);
+  };
+  EXPECT_TRUE(runRanks(2, body));
+}
+
+TEST(GpuFaults, GraphCaptureIsRefusedNotMiscompiled) {
+  WEFT_REQUIRE_GPUS(1);
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* y;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &y));
+    cudaStream_t s;
+    WEFT_CUDA_OK(cudaStreamCreate(&s));
+    WEFT_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    EXPECT_TRUE(failsWith(weft_allreduce(comm, y, y, 16, WEFT_FLOAT32, s), WEFT_ERR_NOT_SUPPORTED, "graph"));
+    cudaGraph_t g;
+    WEFT_CUDA_OK(cudaStreamEndCapture(s, &g));
+    cudaGraphDestroy(g);
+    // Nothing was published: the communicator still works.
+    WEFT_ASSERT_OK(weft_allreduce(comm, y, y, 16, WEFT_FLOAT32, s));
+    WEFT_CUDA_OK(cudaStreamSynchronize(s));
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(1, body));
+}
+
+}  // namespace
+}  // namespace weft::test
