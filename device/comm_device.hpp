@@ -20,7 +20,9 @@ struct CommView {
   HeapLayout layout;
   QueueHeader* queue = nullptr;
   QueueSlot* slots = nullptr;
-  uint64_t timeoutNs = 0;  // bound of every wait
+  uint32_t* alive = nullptr;  // [workers] 1 while worker w runs or is about to (see engine_device.hpp)
+  uint64_t timeoutNs = 0;     // bound of every wait
+  uint64_t idleNs = 0;        // a worker idle this long with no ticket outstanding exits; 0: never
 
   WEFT_HOST_DEVICE uint64_t* signal(int owner, uint64_t offset) const {
     return reinterpret_cast<uint64_t*>(heap[owner] + offset);

@@ -18,14 +18,26 @@ enum class Poll : uint32_t { kReady, kGone, kStop };
 // aborted (every wait gives up), so that no stream ever waits for an op nobody will finish.
 WEFT_HOST_DEVICE bool engineStopping(const QueueHeader* q) { return gpu::atomicLoad<gpu::Order::kRelaxed>(&q->stop); }
 
-// Leader-only. Idle polling is unbounded by design (a persistent kernel waits for work), but it
-// exits on stop; kGone means other workers already completed the op.
-WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t ticket) {
+// Leader-only. Waits for `ticket` to be ready; kGone means other workers already completed it.
+// Idle exit: a resident kernel would make every device-wide synchronisation of the caller's
+// process (cudaDeviceSynchronize, cudaFree) wait forever, so a worker idle for idleNs leaves,
+// unless a ticket is outstanding. The handshake with the submitter is Dekker's: the worker clears
+// alive[w], fences, then reads `tail`; the submitter takes a ticket (raising `tail`), fences,
+// then reads alive[]. At least one of them sees the other, so either a worker stays for the
+// ticket or the submitter sees none alive and starts the engine again.
+WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t ticket, int worker) {
+  uint64_t idleSince = gpu::nowNs();
   for (uint32_t spins = 0;; ++spins) {
     if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == ticket + 1) return Poll::kReady;
     if (gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->completed) > ticket) return Poll::kGone;
     if (engineStopping(v.queue)) return Poll::kStop;
     gpu::relax(spins);
+    if (v.idleNs == 0 || (spins & 63) != 63 || gpu::nowNs() - idleSince < v.idleNs) continue;
+    gpu::atomicStore<gpu::Order::kRelease>(&v.alive[worker], 0u);
+    gpu::fenceSeqCst();
+    if (gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->tail) <= ticket) return Poll::kStop;
+    gpu::atomicStore<gpu::Order::kRelease>(&v.alive[worker], 1u);
+    idleSince = gpu::nowNs();
   }
 }
 
@@ -74,10 +86,10 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
 }
 
 template <class Coop>
-WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t firstTicket) {
+WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t firstTicket, int worker) {
   for (uint64_t ticket = firstTicket;; ++ticket) {
     QueueSlot& s = v.slots[ticket % v.queue->depth];
-    const Poll p = c.broadcast(c.leader() ? pollReady(v, s, ticket) : Poll::kReady);
+    const Poll p = c.broadcast(c.leader() ? pollReady(v, s, ticket, worker) : Poll::kReady);
     if (p == Poll::kStop) return;
     if (p == Poll::kGone) continue;
     for (;;) {

@@ -113,6 +113,19 @@ __host__ __device__ inline bool atomicCas(T* p, T& expected, T desired) {
 }
 #endif
 
+// A full fence at system scope (Dekker-style handshakes with the host).
+WEFT_HOST_DEVICE void fenceSeqCst() {
+#if defined(WEFT_BACKEND_CPU)
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#elif defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system);
+#elif defined(WEFT_DEVICE_PASS)
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#else
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 // ThreadSanitizer sees only one process. On the CPU backend, signals between ranks are
 // synchronisation through another process's stores, invisible to it; these annotations model every
 // cross-process signal as a release/acquire on one shared object, so it neither reports the

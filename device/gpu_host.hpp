@@ -11,7 +11,8 @@
 
 namespace weft::gpu {
 
-enum class Fault { kNone, kOutOfMemory, kNotSupported, kOther };
+// kShuttingDown: the process is exiting and the runtime is already unloaded (nothing left to do).
+enum class Fault { kNone, kOutOfMemory, kNotSupported, kShuttingDown, kOther };
 
 struct Outcome {
   Fault fault = Fault::kNone;
@@ -44,7 +45,8 @@ Outcome streamIsCapturing(void* stream, bool* capturing);
 // Stream-ordered 64-bit store, and wait until *addr >= value; addr is a device-mapped address.
 Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value);
 Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value);
-// Launches the persistent kernel: `blocks` workers of `threads` threads on `stream`.
-Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream);
+// Launches the persistent kernel: `blocks` workers of `threads` threads on `stream`, starting at
+// ticket `firstTicket`.
+Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream, uint64_t firstTicket);
 
 }  // namespace weft::gpu

@@ -62,7 +62,10 @@ struct Engine::Impl {
 
 Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers) : impl_(std::make_unique<Impl>()) {
   impl_->queue = &queue;
-  impl_->threads.start(view, workers, 0);
+  // Threads never block a device-wide synchronisation, so they need not leave when idle.
+  dev::CommView v = view;
+  v.idleNs = 0;
+  impl_->threads.start(v, workers, 0);
 }
 
 Engine::~Engine() {

@@ -3,6 +3,7 @@
 // and an op reaches it in stream order: a stream write of the slot's `ready` word, then a stream
 // wait on its `done` word.
 #include <atomic>
+#include <mutex>
 
 #include "backend.hpp"
 #include "common/error.hpp"
@@ -83,14 +84,36 @@ uint8_t* const* HeapMemory::engineBases() const { return static_cast<uint8_t* co
 struct Engine::Impl {
   WorkQueue* queue = nullptr;
   uint8_t* queueDevice = nullptr;  // the queue's shared memory as the GPU addresses it
+  dev::CommView view;              // with device addresses
   void* stream = nullptr;
   int device = 0;
   int workers = 0;
-  int threads = 0;
+  int threads = 256;
+  std::mutex launchMutex;
 
-  uint64_t* onDevice(uint64_t* hostWord) const {
-    return reinterpret_cast<uint64_t*>(queueDevice +
-                                       (reinterpret_cast<uint8_t*>(hostWord) - static_cast<uint8_t*>(queue->memory())));
+  template <typename T>
+  T* onDevice(T* host) const {
+    return reinterpret_cast<T*>(queueDevice +
+                                (reinterpret_cast<uint8_t*>(host) - static_cast<uint8_t*>(queue->memory())));
+  }
+
+  // The submitter's half of the idle-exit handshake (device/engine_device.hpp): the caller has
+  // taken its ticket (raised `tail`); if no worker is alive after a full fence, none will serve
+  // it, so start the kernel again. Kernels on the one engine stream run one after another.
+  gpu::Outcome ensureRunning() {
+    std::lock_guard<std::mutex> lock(launchMutex);
+    gpu::fenceSeqCst();
+    uint32_t* alive = queue->alive();
+    for (int w = 0; w < workers; ++w)
+      if (gpu::atomicLoad<gpu::Order::kAcquire>(&alive[w])) return {};
+    return launch();
+  }
+
+  gpu::Outcome launch() {
+    uint32_t* alive = queue->alive();
+    for (int w = 0; w < workers; ++w) gpu::atomicStore<gpu::Order::kRelease>(&alive[w], 1u);
+    const uint64_t first = gpu::atomicLoad<gpu::Order::kAcquire>(&queue->header()->completed);
+    return gpu::launchPersistent(view, workers, threads, stream, first);
   }
 };
 
@@ -98,19 +121,20 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers) : impl_
   Impl& e = *impl_;
   e.queue = &queue;
   e.workers = workers;
-  e.threads = 256;
+  if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
+    throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));
   require(gpu::currentDevice(&e.device), "finding the current device");
   void* mapped = nullptr;
   require(gpu::hostRegister(queue.memory(), queue.bytes(), &mapped), "mapping the work queue into the GPU");
   Undo unregister{[&] { gpu::hostUnregister(queue.memory()); }};
   e.queueDevice = static_cast<uint8_t*>(mapped);
-  dev::CommView v = view;
-  v.queue = reinterpret_cast<dev::QueueHeader*>(e.queueDevice);
-  v.slots = reinterpret_cast<dev::QueueSlot*>(
-      e.queueDevice + (reinterpret_cast<uint8_t*>(queue.slots()) - static_cast<uint8_t*>(queue.memory())));
+  e.view = view;
+  e.view.queue = e.onDevice(queue.header());
+  e.view.slots = e.onDevice(queue.slots());
+  e.view.alive = e.onDevice(queue.alive());
   require(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
   Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
-  require(gpu::launchPersistent(v, workers, e.threads, e.stream), "starting the persistent kernel");
+  require(e.launch(), "starting the persistent kernel");
   unregister.armed = destroyStream.armed = false;
 }
 
@@ -118,6 +142,8 @@ Engine::~Engine() {
   Impl& e = *impl_;
   // The caller set `stop`; every wait in the kernel checks it, so it exits within milliseconds.
   gpu::Outcome o = gpu::streamDrain(e.stream, 10.0);
+  // At process exit the runtime may be gone before this communicator: nothing is left to free.
+  if (o.fault == gpu::Fault::kShuttingDown) return;
   if (!o) {
     // Freeing memory under a running kernel would fault the GPU; leaking is the lesser harm.
     WEFT_LOG(kError, kEngine, "persistent kernel did not stop: {}; leaking its queue and stream", o.message);
@@ -141,7 +167,8 @@ dev::Status Engine::submit(uint64_t ticket, void* stream, uint64_t) {
   Impl& e = *impl_;
   // The descriptor was written with plain stores; the stream's write of `ready` must follow them.
   std::atomic_thread_fence(std::memory_order_release);
-  gpu::Outcome o = gpu::streamWriteValue(stream, e.onDevice(e.queue->readyWord(ticket)), ticket + 1);
+  gpu::Outcome o = e.ensureRunning();
+  if (o) o = gpu::streamWriteValue(stream, e.onDevice(e.queue->readyWord(ticket)), ticket + 1);
   if (o) o = gpu::streamWaitAtLeast(stream, e.onDevice(e.queue->doneWord(ticket)), ticket + 1);
   if (!o) {
     // The slot is published: let the engine drain it (the op fails at once) rather than wait forever.
@@ -158,7 +185,8 @@ std::string Engine::describe() const {
   std::string name = "?";
   gpu::deviceName(impl_->device, &name);
   return "GPU " + std::to_string(impl_->device) + " (" + name + "), persistent kernel of " +
-         std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) + " threads";
+         std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) + " threads, idle exit after " +
+         std::to_string(impl_->view.idleNs / 1000) + " us";
 }
 
 std::string deviceSummary() {

@@ -97,7 +97,9 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   v.layout = c->layout_;
   v.queue = c->queue_->header();
   v.slots = c->queue_->slots();
+  v.alive = c->queue_->alive();
   v.timeoutNs = c->timeoutNs_;
+  v.idleNs = static_cast<uint64_t>(s.getInt("engine_idle_us")) * 1000;
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")));
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes", rank, nranks, c->host_.hostname,
            c->engine_->describe(), c->queue_->depth(), c->tileBytes_);

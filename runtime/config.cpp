@@ -40,6 +40,8 @@ const std::vector<SettingSpec>& settingSpecs() {
       {"persistent_ctas", SettingType::kInt, kCpuBackend ? "2" : "16",
        "Resident workers of the persistent engine (CPU: threads, GPU: thread blocks)", 1, 1024},
       {"queue_depth", SettingType::kInt, "64", "Slots of the work queue", 2, 65536},
+      {"engine_idle_us", SettingType::kInt, "200",
+       "GPU: the persistent kernel exits after this long without work (so device-wide syncs return)", 1, 60000000},
       {"heap_bytes", SettingType::kSize, "256M", "Symmetric heap per rank (control area included)", 1 << 20,
        1099511627776.0},
       {"tile_bytes", SettingType::kSize, "64K", "Bytes of one tile (and of one inbox slot)", 256, 1 << 26},

@@ -9,7 +9,7 @@ using dev::Status;
 namespace gpu = weft::gpu;
 
 WorkQueue::WorkQueue(uint32_t depth) {
-  const size_t bytes = sizeof(dev::QueueHeader) + sizeof(dev::QueueSlot) * depth;
+  const size_t bytes = sizeof(dev::QueueHeader) + sizeof(dev::QueueSlot) * depth + sizeof(uint32_t) * kMaxWorkers;
   shm_ = transport::ShmSegment::create(transport::ShmSegment::uniqueName("queue"), bytes);
   // Nobody else attaches yet; the daemon hands the descriptor to clients once it serves them.
   shm_.unlink();

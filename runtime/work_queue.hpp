@@ -13,10 +13,13 @@ namespace weft {
 
 class WorkQueue {
  public:
+  static constexpr uint32_t kMaxWorkers = 1024;  // the engine's `alive` words follow the slots
+
   explicit WorkQueue(uint32_t depth);
 
   dev::QueueHeader* header() const { return header_; }
   dev::QueueSlot* slots() const { return slots_; }
+  uint32_t* alive() const { return reinterpret_cast<uint32_t*>(slots_ + depth()); }
   uint32_t depth() const { return header_->depth; }
 
   // Takes the next ticket. Callers that must agree with peers on op order take it under their lock.

@@ -8,7 +8,7 @@ void CpuEngine::start(const CommView& view, int workers, uint64_t firstTicket) {
   view_ = view;
   threads_.reserve(workers);
   for (int i = 0; i < workers; ++i)
-    threads_.emplace_back([this, firstTicket] { runWorker(SoloCoop{}, view_, firstTicket); });
+    threads_.emplace_back([this, firstTicket, i] { runWorker(SoloCoop{}, view_, firstTicket, i); });
 }
 
 void CpuEngine::join() {

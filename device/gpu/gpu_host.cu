@@ -19,6 +19,7 @@ using gpuDeviceProp_t = cudaDeviceProp;
 constexpr gpuError_t kGpuSuccess = cudaSuccess;
 constexpr gpuError_t kGpuNotReady = cudaErrorNotReady;
 constexpr gpuError_t kGpuOom = cudaErrorMemoryAllocation;
+constexpr gpuError_t kGpuUnloading = cudaErrorCudartUnloading;
 #else
 #include <hip/hip_runtime.h>
 #define GPU(name) hip##name
@@ -29,6 +30,7 @@ using gpuDeviceProp_t = hipDeviceProp_t;
 constexpr gpuError_t kGpuSuccess = hipSuccess;
 constexpr gpuError_t kGpuNotReady = hipErrorNotReady;
 constexpr gpuError_t kGpuOom = hipErrorOutOfMemory;
+constexpr gpuError_t kGpuUnloading = hipErrorDeinitialized;
 #endif
 
 namespace weft::gpu {
@@ -40,7 +42,7 @@ static_assert(sizeof(gpuIpcMemHandle_t) <= sizeof(IpcHandle));
 Outcome check(gpuError_t e, const char* call) {
   if (e == kGpuSuccess) return {};
   Outcome o;
-  o.fault = e == kGpuOom ? Fault::kOutOfMemory : Fault::kOther;
+  o.fault = e == kGpuOom ? Fault::kOutOfMemory : e == kGpuUnloading ? Fault::kShuttingDown : Fault::kOther;
   o.message = std::string(call) + ": " + GPU(GetErrorName)(e) + " (" + GPU(GetErrorString)(e) + ")";
   (void)GPU(GetLastError)();  // clear the sticky last error so that later calls report their own
   return o;
@@ -173,8 +175,8 @@ Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value) {
 }
 #endif
 
-Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream) {
-  dev::persistentKernel<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, 0);
+Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream, uint64_t firstTicket) {
+  dev::persistentKernel<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, firstTicket);
   return check(GPU(GetLastError)(), "launch of the persistent kernel");
 }
 

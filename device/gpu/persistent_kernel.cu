@@ -1,6 +1,6 @@
 // The persistent kernel: each resident thread block is one engine worker. One source for CUDA
-// and HIP (the HIP build compiles this file as HIP). The host side that maps the heap into the
-// GPU and launches this kernel on the communicator's stream arrives with the GPU backend.
+// and HIP (the HIP build compiles this file as HIP). runtime/backend_gpu.cpp launches it on the
+// communicator's own stream, and again whenever it has exited for idleness.
 #include "../engine_device.hpp"
 #include "persistent_kernel.hpp"
 
@@ -9,7 +9,7 @@ namespace weft::dev {
 __global__ void persistentKernel(CommView view, uint64_t firstTicket) {
   __shared__ unsigned long long scratch;
   BlockCoop coop{&scratch};
-  runWorker(coop, view, firstTicket);
+  runWorker(coop, view, firstTicket, static_cast<int>(blockIdx.x));
 }
 
 }  // namespace weft::dev

@@ -99,7 +99,10 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
       WEFT_ASSERT_OK(weft_allreduce(a, x, ya, kCount, WEFT_FLOAT32, nullptr));
       WEFT_ASSERT_OK(weft_allreduce(b, x, yb, kCount, WEFT_FLOAT32, nullptr));
     }
+    // A device-wide synchronisation returns: the persistent kernels leave when idle.
+    const auto syncStart = Clock::now();
     WEFT_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_LT(since(syncStart), 2.0);
     EXPECT_TRUE(checkAllReduce(toHost(ya, kCount * 4).data(), WEFT_FLOAT32, seed, n, kCount));
     EXPECT_TRUE(checkAllReduce(toHost(yb, kCount * 4).data(), WEFT_FLOAT32, seed, n, kCount));
     for (weft_comm_t c : {a, b}) {

@@ -1,5 +1,7 @@
 #include "multirank.hpp"
 
+#include "device/testdata_device.hpp"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -93,13 +95,7 @@ weft_comm_t initRank(int rank, int nranks, const weft_unique_id_t& id, const wef
   return ::testing::AssertionSuccess();
 }
 
-float inputValue(uint64_t seed, int rank, uint64_t i) {
-  uint64_t z = seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(rank) + 1)) ^ (i * 0xbf58476d1ce4e5b9ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<float>(static_cast<double>(z >> 40) / static_cast<double>(1ull << 23) - 1.0);
-}
+float inputValue(uint64_t seed, int rank, uint64_t i) { return dev::testValue(seed, rank, i); }
 
 uint64_t freshSeed() {
   std::random_device rd;

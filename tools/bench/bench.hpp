@@ -1,0 +1,57 @@
+// weft-bench: weft against the vendor baseline (NCCL) in the same run, nccl-tests style.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/weft.h"
+
+namespace weft::bench {
+
+struct Options {
+  std::string op = "allreduce";  // allreduce | alltoall | empty
+  uint64_t minBytes = 16 << 10;
+  uint64_t maxBytes = 256 << 20;
+  double factor = 2;
+  int iters = 50;
+  int warmup = 10;
+  std::string dtype = "bf16";
+  bool check = true;
+  bool graph = false;
+  std::string json;
+};
+
+struct Row {
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  double weftUs = 0, ncclUs = 0;  // medians per op
+  double weftBusBw = 0, ncclBusBw = 0;
+  int64_t weftWrong = -1, ncclWrong = -1;  // -1: not checked
+};
+
+// Everything one rank needs: the two communicators, a stream, buffers for the largest size.
+struct Context {
+  int rank = 0, nranks = 0;
+  weft_comm_t weft = nullptr;
+  ncclComm_t nccl = nullptr;
+  cudaStream_t stream = nullptr;
+  void* send = nullptr;      // ordinary device memory
+  void* weftRecv = nullptr;  // symmetric heap
+  void* ncclRecv = nullptr;
+};
+
+void die(const std::string& what);
+Context setUp(const Options& o);
+void tearDown(Context& c);
+// Median microseconds per call of `op` on the context's stream, timed with events.
+template <typename F>
+double medianUs(Context& c, int warmup, int iters, F&& op);
+std::vector<Row> runSizes(Context& c, const Options& o);
+Row runEmpty(Context& c, const Options& o);
+void report(const Context& c, const Options& o, const std::vector<Row>& rows);
+
+}  // namespace weft::bench

@@ -1,0 +1,75 @@
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "bench.hpp"
+
+namespace weft::bench {
+
+void die(const std::string& what) {
+  std::fprintf(stderr, "weft-bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+namespace {
+
+void cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void weftOk(weft_result_t r, const char* what) {
+  if (r != WEFT_SUCCESS) die(std::string(what) + ": " + weft_get_error_string(r) + ": " + weft_get_last_error(nullptr));
+}
+void ncclOk(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) die(std::string(what) + ": " + ncclGetErrorString(r));
+}
+
+// The NCCL id travels through weft itself: rank 0's bytes as floats, summed with everyone's zeros.
+ncclUniqueId shareNcclId(Context& c) {
+  ncclUniqueId id{};
+  if (c.rank == 0) ncclOk(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  std::vector<float> bytes(sizeof id.internal, 0.f);
+  if (c.rank == 0)
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(id.internal[i]);
+  cuda(cudaMemcpy(c.weftRecv, bytes.data(), bytes.size() * 4, cudaMemcpyHostToDevice), "copy id");
+  weftOk(weft_allreduce(c.weft, c.weftRecv, c.weftRecv, bytes.size(), WEFT_FLOAT32, c.stream), "share the NCCL id");
+  cuda(cudaMemcpy(bytes.data(), c.weftRecv, bytes.size() * 4, cudaMemcpyDeviceToHost), "copy id back");
+  for (size_t i = 0; i < bytes.size(); ++i) id.internal[i] = static_cast<char>(static_cast<int>(bytes[i]));
+  return id;
+}
+
+}  // namespace
+
+Context setUp(const Options& o) {
+  Context c;
+  const char* local = std::getenv("LOCAL_RANK");
+  int devices = 0;
+  cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  cuda(cudaSetDevice((local ? std::atoi(local) : 0) % devices), "cudaSetDevice");
+  weft_config_t config = WEFT_CONFIG_INITIALIZER;
+  config.heap_bytes = o.maxBytes + (64u << 20);
+  weftOk(weft_comm_init_env(&c.weft, &config), "weft_comm_init_env");
+  weftOk(weft_comm_rank(c.weft, &c.rank), "rank");
+  weftOk(weft_comm_size(c.weft, &c.nranks), "size");
+  cuda(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "stream");
+  const size_t bytes = std::max<uint64_t>(o.maxBytes, 4096);
+  weftOk(weft_mem_alloc(c.weft, bytes, &c.weftRecv), "weft_mem_alloc");
+  cuda(cudaMalloc(&c.send, bytes), "cudaMalloc send");
+  cuda(cudaMalloc(&c.ncclRecv, bytes), "cudaMalloc recv");
+  const ncclUniqueId id = shareNcclId(c);
+  ncclOk(ncclCommInitRank(&c.nccl, c.nranks, id, c.rank), "ncclCommInitRank");
+  return c;
+}
+
+void tearDown(Context& c) {
+  cudaStreamSynchronize(c.stream);
+  ncclCommDestroy(c.nccl);
+  weft_mem_free(c.weft, c.weftRecv);
+  weftOk(weft_comm_finalize(c.weft), "weft_comm_finalize");
+  weft_comm_destroy(c.weft);
+  cudaFree(c.send);
+  cudaFree(c.ncclRecv);
+  cudaStreamDestroy(c.stream);
+}
+
+}  // namespace weft::bench

@@ -1,0 +1,53 @@
+// weft-bench: times weft and NCCL in the same run, on the same buffers and stream, and prints
+// median times, bus bandwidth and their ratio per size (nccl-tests conventions). Start it like
+// any weft job: `weftrun -n 4 weft-bench allreduce -b 16K -e 256M`.
+#include <CLI/CLI.hpp>
+
+#include "bench.hpp"
+
+using namespace weft::bench;
+
+namespace {
+
+// "64", "16K", "256M", "1G" (powers of 1024).
+uint64_t parseBytes(const std::string& text, const char* option) {
+  size_t end = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &end);
+  } catch (const std::exception&) {
+    die(std::string(option) + ": '" + text + "' is not a size");
+  }
+  const std::string suffix = text.substr(end);
+  const int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  if (shift < 0) die(std::string(option) + ": '" + text + "' is not a size (suffixes: K, M, G)");
+  return v << shift;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"weft-bench: weft against NCCL, same run"};
+  std::string minText = "16K", maxText = "256M";
+  app.add_option("op", o.op, "allreduce, alltoall or empty")->check(CLI::IsMember({"allreduce", "alltoall", "empty"}));
+  app.add_option("-b,--minbytes", minText, "Smallest size (K/M/G suffixes)");
+  app.add_option("-e,--maxbytes", maxText, "Largest size");
+  app.add_option("-f,--stepfactor", o.factor, "Size multiplier")->check(CLI::Range(1.01, 1024.0));
+  app.add_option("-n,--iters", o.iters, "Timed iterations per size")->check(CLI::Range(1, 100000));
+  app.add_option("-w,--warmup", o.warmup, "Untimed iterations per size")->check(CLI::Range(0, 100000));
+  app.add_option("-d,--dtype", o.dtype, "float, half or bf16")->check(CLI::IsMember({"float", "half", "bf16"}));
+  app.add_option("-c,--check", o.check, "Check results against a float64 reference (1) or not (0)");
+  app.add_flag("-G,--graph", o.graph, "Capture the iterations into a CUDA graph and time its replay");
+  app.add_option("--json", o.json, "Also write the rows as JSON to this file (rank 0)");
+  CLI11_PARSE(app, argc, argv);
+  o.minBytes = parseBytes(minText, "-b");
+  o.maxBytes = parseBytes(maxText, "-e");
+  if (o.minBytes > o.maxBytes) die("-b must not exceed -e");
+  if (o.graph) die("-G: weft ops cannot be captured into a CUDA graph yet (see README); run without -G");
+  Context c = setUp(o);
+  std::vector<Row> rows = o.op == "empty" ? std::vector<Row>{runEmpty(c, o)} : runSizes(c, o);
+  report(c, o, rows);
+  tearDown(c);
+  return 0;
+}

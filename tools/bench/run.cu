@@ -1,0 +1,180 @@
+// The timed loops, the checks and the report of weft-bench.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "bench.hpp"
+#include "device/dtype_device.hpp"
+#include "device/testdata_device.hpp"
+
+namespace weft::bench {
+
+namespace {
+
+struct Type {
+  weft_dtype_t weft;
+  ncclDataType_t nccl;
+  dev::DType dev;
+  int bytes;
+};
+
+Type typeOf(const std::string& name) {
+  if (name == "float") return {WEFT_FLOAT32, ncclFloat32, dev::DType::kFloat32, 4};
+  if (name == "half") return {WEFT_FLOAT16, ncclFloat16, dev::DType::kFloat16, 2};
+  return {WEFT_BFLOAT16, ncclBfloat16, dev::DType::kBFloat16, 2};
+}
+
+__global__ void fillKernel(void* out, dev::DType t, uint64_t seed, int rank, uint64_t n) {
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+    dev::storeFromFloat(out, i, t, dev::testValue(seed, rank, i));
+}
+__global__ void emptyKernel() {}
+
+void cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+double rounded(const Type& t, uint64_t seed, int rank, uint64_t i) {
+  uint32_t tmp = 0;
+  dev::storeFromFloat(&tmp, 0, t.dev, dev::testValue(seed, rank, i));
+  return dev::loadAsFloat(&tmp, 0, t.dev);
+}
+
+// Elements of `out` (on the device) that differ from the reference beyond the dtype's rounding.
+int64_t wrongElements(const Context& c, const Options& o, const Type& t, const void* out, uint64_t count,
+                      uint64_t seed) {
+  std::vector<uint8_t> host(count * t.bytes);
+  cuda(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), "copy result");
+  const double eps = t.bytes == 4 ? std::ldexp(1.0, -24) : t.dev == dev::DType::kFloat16 ? std::ldexp(1.0, -11)
+                                                                                         : std::ldexp(1.0, -8);
+  int64_t wrong = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const double got = dev::loadAsFloat(host.data(), i, t.dev);
+    if (o.op == "alltoall") {
+      const uint64_t per = count / c.nranks, src = i / per;
+      wrong += got != rounded(t, seed, static_cast<int>(src), c.rank * per + i % per);
+      continue;
+    }
+    double want = 0, mag = 0;
+    for (int r = 0; r < c.nranks; ++r) {
+      const double x = rounded(t, seed, r, i);
+      want += x;
+      mag += std::fabs(x);
+    }
+    wrong += !(std::fabs(got - want) <= eps * std::fabs(want) + 1e-6 * mag + 1e-7);
+  }
+  return wrong;
+}
+
+}  // namespace
+
+template <typename F>
+double medianUs(Context& c, int warmup, int iters, F&& op) {
+  for (int i = 0; i < warmup; ++i) op();
+  std::vector<cudaEvent_t> ev(iters + 1);
+  for (auto& e : ev) cuda(cudaEventCreate(&e), "cudaEventCreate");
+  cuda(cudaEventRecord(ev[0], c.stream), "record");
+  for (int i = 0; i < iters; ++i) {
+    op();
+    cuda(cudaEventRecord(ev[i + 1], c.stream), "record");
+  }
+  cuda(cudaStreamSynchronize(c.stream), "sync");
+  std::vector<double> us(iters);
+  for (int i = 0; i < iters; ++i) {
+    float ms = 0;
+    cuda(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]), "elapsed");
+    us[i] = ms * 1000.0;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::nth_element(us.begin(), us.begin() + iters / 2, us.end());
+  return us[iters / 2];
+}
+
+std::vector<Row> runSizes(Context& c, const Options& o) {
+  const Type t = typeOf(o.dtype);
+  const bool a2a = o.op == "alltoall";
+  std::vector<Row> rows;
+  for (double b = static_cast<double>(o.minBytes); b <= static_cast<double>(o.maxBytes) * 1.0001; b *= o.factor) {
+    Row r;
+    const uint64_t unit = static_cast<uint64_t>(t.bytes) * (a2a ? c.nranks : 1);
+    r.count = static_cast<uint64_t>(b) / unit * (a2a ? c.nranks : 1);
+    r.bytes = r.count * t.bytes;
+    if (r.count == 0) continue;
+    const uint64_t seed = 0x5eed0000 + rows.size();
+    fillKernel<<<1024, 256, 0, c.stream>>>(c.send, t.dev, seed, c.rank, r.count);
+    const uint64_t per = r.count / c.nranks;
+    auto weftOp = [&] {
+      weft_result_t res = a2a ? weft_alltoall(c.weft, c.send, c.weftRecv, per, t.weft, c.stream)
+                              : weft_allreduce(c.weft, c.send, c.weftRecv, r.count, t.weft, c.stream);
+      if (res != WEFT_SUCCESS) die(std::string("weft: ") + weft_get_last_error(nullptr));
+    };
+    auto ncclOp = [&] {
+      ncclResult_t res;
+      if (a2a) {
+        ncclGroupStart();
+        for (int p = 0; p < c.nranks; ++p) {
+          ncclSend(static_cast<char*>(c.send) + p * per * t.bytes, per, t.nccl, p, c.nccl, c.stream);
+          ncclRecv(static_cast<char*>(c.ncclRecv) + p * per * t.bytes, per, t.nccl, p, c.nccl, c.stream);
+        }
+        res = ncclGroupEnd();
+      } else {
+        res = ncclAllReduce(c.send, c.ncclRecv, r.count, t.nccl, ncclSum, c.nccl, c.stream);
+      }
+      if (res != ncclSuccess) die(std::string("nccl: ") + ncclGetErrorString(res));
+    };
+    if (o.check) {
+      weftOp();
+      ncclOp();
+      cuda(cudaStreamSynchronize(c.stream), "sync");
+      r.weftWrong = wrongElements(c, o, t, c.weftRecv, r.count, seed);
+      r.ncclWrong = wrongElements(c, o, t, c.ncclRecv, r.count, seed);
+    }
+    r.weftUs = medianUs(c, o.warmup, o.iters, weftOp);
+    r.ncclUs = medianUs(c, o.warmup, o.iters, ncclOp);
+    const double busFactor = a2a ? (c.nranks - 1.0) / c.nranks : 2.0 * (c.nranks - 1.0) / c.nranks;
+    r.weftBusBw = r.bytes / (r.weftUs * 1e3) * busFactor;
+    r.ncclBusBw = r.bytes / (r.ncclUs * 1e3) * busFactor;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+// An op with nothing to move, through the queue (submit, stream write, engine, stream wait),
+// against an empty kernel launch.
+Row runEmpty(Context& c, const Options& o) {
+  Row r;
+  r.weftUs = medianUs(c, o.warmup, o.iters, [&] {
+    if (weft_allreduce(c.weft, nullptr, nullptr, 0, WEFT_FLOAT32, c.stream) != WEFT_SUCCESS)
+      die(weft_get_last_error(nullptr));
+  });
+  r.ncclUs = medianUs(c, o.warmup, o.iters, [&] { emptyKernel<<<1, 1, 0, c.stream>>>(); });
+  return r;
+}
+
+void report(const Context& c, const Options& o, const std::vector<Row>& rows) {
+  if (c.rank != 0) return;
+  std::printf("# weft-bench %s, %d ranks, dtype %s, %d iterations (median), %d warm-up; baseline: %s\n", o.op.c_str(),
+              c.nranks, o.dtype.c_str(), o.iters, o.warmup, o.op == "empty" ? "empty kernel launch" : "NCCL");
+  std::printf("%12s %12s %11s %9s %11s %9s %8s %7s %7s\n", "bytes", "count", "weft_us", "weft_bw", "base_us",
+              "base_bw", "speedup", "#wrong", "#b_wrg");
+  std::ofstream json;
+  if (!o.json.empty()) json.open(o.json);
+  if (json) json << "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::printf("%12llu %12llu %11.2f %9.2f %11.2f %9.2f %8.2f %7lld %7lld\n", (unsigned long long)r.bytes,
+                (unsigned long long)r.count, r.weftUs, r.weftBusBw, r.ncclUs, r.ncclBusBw, r.ncclUs / r.weftUs,
+                (long long)r.weftWrong, (long long)r.ncclWrong);
+    if (json)
+      json << "  {\"op\": \"" << o.op << "\", \"ranks\": " << c.nranks << ", \"dtype\": \"" << o.dtype
+           << "\", \"bytes\": " << r.bytes << ", \"weft_us\": " << r.weftUs << ", \"baseline_us\": " << r.ncclUs
+           << ", \"weft_busbw\": " << r.weftBusBw << ", \"baseline_busbw\": " << r.ncclBusBw
+           << ", \"weft_wrong\": " << r.weftWrong << ", \"baseline_wrong\": " << r.ncclWrong << "}"
+           << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  if (json) json << "]\n";
+  std::fflush(stdout);
+}
+
+}  // namespace weft::bench
