@@ -35,25 +35,31 @@ class HeapMemory {
   std::unique_ptr<Impl> impl_;
 };
 
-// The persistent engine of one communicator, and how ops reach it.
+// The engine of one communicator, and how ops reach it.
+//   CPU:                worker threads poll the queue; the caller waits on the host.
+//   GPU, "launched":    each op is a kernel on the caller's stream (the default: nothing stays
+//                       resident in the caller's process).
+//   GPU, "persistent":  a resident kernel polls the queue; the caller's stream writes `ready` and
+//                       waits on `done` (for weftd/MPS, or processes that load CUDA modules
+//                       eagerly: see docs/design-notes.md).
 class Engine {
  public:
-  // Starts the engine over `view` (whose queue lives in `queue`).
-  Engine(const dev::CommView& view, WorkQueue& queue, int workers);
+  // Starts the engine over `view` (whose queue lives in `queue`); mode is the `engine` setting.
+  Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode);
   // Stops the engine (the caller has set the queue's stop word) and completes, as aborted, every op
   // it had not finished, so that no stream waits on it forever.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Hands the op in `ticket` (published, `ready` not yet set) to the engine, ordered on `stream`.
-  // CPU: stream must be NULL; returns the op's outcome. GPU: returns once enqueued.
-  dev::Status submit(uint64_t ticket, void* stream, uint64_t stallNs);
-  // Whether ops are waited for by the host (the slot is then freed by the submitter).
-  static bool hostWaits();
+  // Hands op `ticket` to the engine, ordered on `stream`. Called in ticket order (under the
+  // communicator's submit lock), so it must not wait for the op itself.
+  dev::Status enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stream, uint64_t timeoutNs);
+  // CPU: waits for the op (bounded by engine progress) and returns its outcome. GPU: returns at once.
+  dev::Status finish(uint64_t ticket, uint64_t stallNs);
   // Checks `stream` before anything is published; throws kInvalidArgument or kNotSupported.
   static void checkStream(void* stream);
-  // One line for weftctl/logs: which device, how many workers.
+  // One line for logs: which device, how ops run.
   std::string describe() const;
 
  private:

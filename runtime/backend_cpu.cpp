@@ -60,7 +60,8 @@ struct Engine::Impl {
   dev::CpuEngine threads;
 };
 
-Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers) : impl_(std::make_unique<Impl>()) {
+Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string&)
+    : impl_(std::make_unique<Impl>()) {
   impl_->queue = &queue;
   // Threads never block a device-wide synchronisation, so they need not leave when idle.
   dev::CommView v = view;
@@ -73,8 +74,6 @@ Engine::~Engine() {
   impl_->queue->completeUnfinished();
 }
 
-bool Engine::hostWaits() { return true; }
-
 void Engine::checkStream(void* stream) {
   if (stream)
     throw Error(Code::kInvalidArgument,
@@ -82,10 +81,13 @@ void Engine::checkStream(void* stream) {
                 "the op is complete)");
 }
 
-dev::Status Engine::submit(uint64_t ticket, void*, uint64_t stallNs) {
-  impl_->queue->markReady(ticket);
-  return impl_->queue->wait(ticket, stallNs, 1000000000ull);
+dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void*, uint64_t timeoutNs) {
+  const dev::Status st = impl_->queue->publish(ticket, desc, /*hostWaits=*/true, timeoutNs);
+  if (st == dev::Status::kOk) impl_->queue->markReady(ticket);
+  return st;
 }
+
+dev::Status Engine::finish(uint64_t ticket, uint64_t stallNs) { return impl_->queue->wait(ticket, stallNs, 1000000000ull); }
 
 std::string Engine::describe() const { return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)"; }
 

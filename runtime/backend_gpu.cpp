@@ -2,6 +2,7 @@
 // the engine is the persistent kernel on its own stream polling the queue in pinned host memory,
 // and an op reaches it in stream order: a stream write of the slot's `ready` word, then a stream
 // wait on its `done` word.
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -85,7 +86,10 @@ struct Engine::Impl {
   WorkQueue* queue = nullptr;
   uint8_t* queueDevice = nullptr;  // the queue's shared memory as the GPU addresses it
   dev::CommView view;              // with device addresses
-  void* stream = nullptr;
+  bool persistent = false;
+  void* stream = nullptr;          // persistent: the engine's own stream
+  void* lastOp = nullptr;          // launched: event after the latest op, to order ops across streams
+  void* lastStream = nullptr;
   int device = 0;
   int workers = 0;
   int threads = 256;
@@ -115,12 +119,49 @@ struct Engine::Impl {
     const uint64_t first = gpu::atomicLoad<gpu::Order::kAcquire>(&queue->header()->completed);
     return gpu::launchPersistent(view, workers, threads, stream, first);
   }
+
+  // Persistent: the published slot reaches the engine when the stream writes `ready`; the stream
+  // then waits for `done`.
+  gpu::Outcome enqueuePersistent(uint64_t ticket, const dev::OpDesc& desc, void* userStream, uint64_t timeoutNs,
+                                 dev::Status* st) {
+    *st = queue->publish(ticket, desc, /*hostWaits=*/false, timeoutNs);
+    if (*st != dev::Status::kOk) return {};
+    // The descriptor was written with plain stores; the stream's write of `ready` must follow them.
+    std::atomic_thread_fence(std::memory_order_release);
+    gpu::Outcome o = ensureRunning();
+    if (o) o = gpu::streamWriteValue(userStream, onDevice(queue->readyWord(ticket)), ticket + 1);
+    if (o) o = gpu::streamWaitAtLeast(userStream, onDevice(queue->doneWord(ticket)), ticket + 1);
+    if (!o) {
+      // The slot is published: let the engine drain it (the op fails at once) rather than wait forever.
+      dev::CommView v;
+      v.queue = queue->header();
+      dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, dev::Status::kAborted, ticket + 1, 0);
+      queue->markReady(ticket);
+    }
+    return o;
+  }
+
+  // Launched: one kernel per op. Ops of one communicator must not overlap (they share the signal
+  // counters), so an op on another stream than the previous one first waits for that one.
+  gpu::Outcome enqueueLaunched(uint64_t ticket, const dev::OpDesc& desc, void* userStream) {
+    gpu::Outcome o;
+    if (lastStream && lastStream != userStream) o = gpu::streamWaitEvent(userStream, lastOp);
+    const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(workers)));
+    if (o) o = gpu::launchOp(view, desc, ticket, blocks, threads, userStream);
+    if (o) o = gpu::eventRecord(lastOp, userStream);
+    if (o) lastStream = userStream;
+    // The caller's stream owns the op from here: nothing for finalize to wait for.
+    gpu::atomicStore<gpu::Order::kRelease>(&queue->header()->completed, ticket + 1);
+    return o;
+  }
 };
 
-Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers) : impl_(std::make_unique<Impl>()) {
+Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode)
+    : impl_(std::make_unique<Impl>()) {
   Impl& e = *impl_;
   e.queue = &queue;
   e.workers = workers;
+  e.persistent = mode == "persistent";
   if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
     throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));
   require(gpu::currentDevice(&e.device), "finding the current device");
@@ -132,29 +173,36 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers) : impl_
   e.view.queue = e.onDevice(queue.header());
   e.view.slots = e.onDevice(queue.slots());
   e.view.alive = e.onDevice(queue.alive());
-  require(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
-  Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
-  require(e.launch(), "starting the persistent kernel");
-  unregister.armed = destroyStream.armed = false;
+  if (e.persistent) {
+    require(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
+    Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
+    require(e.launch(), "starting the persistent kernel");
+    destroyStream.armed = false;
+  } else {
+    require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
+  }
+  unregister.armed = false;
 }
 
 Engine::~Engine() {
   Impl& e = *impl_;
-  // The caller set `stop`; every wait in the kernel checks it, so it exits within milliseconds.
-  gpu::Outcome o = gpu::streamDrain(e.stream, 10.0);
-  // At process exit the runtime may be gone before this communicator: nothing is left to free.
-  if (o.fault == gpu::Fault::kShuttingDown) return;
-  if (!o) {
-    // Freeing memory under a running kernel would fault the GPU; leaking is the lesser harm.
-    WEFT_LOG(kError, kEngine, "persistent kernel did not stop: {}; leaking its queue and stream", o.message);
-    return;
+  if (e.persistent) {
+    // The caller set `stop`; every wait in the kernel checks it, so it exits within milliseconds.
+    gpu::Outcome o = gpu::streamDrain(e.stream, 10.0);
+    // At process exit the runtime may be gone before this communicator: nothing is left to free.
+    if (o.fault == gpu::Fault::kShuttingDown) return;
+    if (!o) {
+      // Freeing memory under a running kernel would fault the GPU; leaking is the lesser harm.
+      WEFT_LOG(kError, kEngine, "persistent kernel did not stop: {}; leaking its queue and stream", o.message);
+      return;
+    }
+    e.queue->completeUnfinished();
+    gpu::streamDestroy(e.stream);
+  } else if (e.lastOp) {
+    gpu::eventDestroy(e.lastOp);
   }
-  e.queue->completeUnfinished();
-  gpu::streamDestroy(e.stream);
   gpu::hostUnregister(e.queue->memory());
 }
-
-bool Engine::hostWaits() { return false; }
 
 void Engine::checkStream(void* stream) {
   bool capturing = false;
@@ -163,30 +211,26 @@ void Engine::checkStream(void* stream) {
     throw Error(Code::kNotSupported, "stream: is being captured into a graph; weft ops cannot be captured yet");
 }
 
-dev::Status Engine::submit(uint64_t ticket, void* stream, uint64_t) {
-  Impl& e = *impl_;
-  // The descriptor was written with plain stores; the stream's write of `ready` must follow them.
-  std::atomic_thread_fence(std::memory_order_release);
-  gpu::Outcome o = e.ensureRunning();
-  if (o) o = gpu::streamWriteValue(stream, e.onDevice(e.queue->readyWord(ticket)), ticket + 1);
-  if (o) o = gpu::streamWaitAtLeast(stream, e.onDevice(e.queue->doneWord(ticket)), ticket + 1);
-  if (!o) {
-    // The slot is published: let the engine drain it (the op fails at once) rather than wait forever.
-    dev::CommView v;
-    v.queue = e.queue->header();
-    dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, dev::Status::kAborted, ticket + 1, 0);
-    e.queue->markReady(ticket);
-    require(o, "enqueueing the op on the stream");
-  }
-  return dev::Status::kOk;
+dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stream, uint64_t timeoutNs) {
+  dev::Status st = dev::Status::kOk;
+  const gpu::Outcome o = impl_->persistent ? impl_->enqueuePersistent(ticket, desc, stream, timeoutNs, &st)
+                                           : impl_->enqueueLaunched(ticket, desc, stream);
+  require(o, "enqueueing the op on the stream");
+  return st;
 }
+
+dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
 
 std::string Engine::describe() const {
   std::string name = "?";
   gpu::deviceName(impl_->device, &name);
-  return "GPU " + std::to_string(impl_->device) + " (" + name + "), persistent kernel of " +
-         std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) + " threads, idle exit after " +
-         std::to_string(impl_->view.idleNs / 1000) + " us";
+  const std::string how = impl_->persistent
+                              ? "persistent kernel of " + std::to_string(impl_->workers) + " x " +
+                                    std::to_string(impl_->threads) + " threads, idle exit after " +
+                                    std::to_string(impl_->view.idleNs / 1000) + " us"
+                              : "a kernel of up to " + std::to_string(impl_->workers) + " x " +
+                                    std::to_string(impl_->threads) + " threads per op, on the caller's stream";
+  return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how;
 }
 
 std::string deviceSummary() {

@@ -100,7 +100,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   v.alive = c->queue_->alive();
   v.timeoutNs = c->timeoutNs_;
   v.idleNs = static_cast<uint64_t>(s.getInt("engine_idle_us")) * 1000;
-  c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")));
+  c->engine_ =
+      std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")), s.getString("engine"));
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes", rank, nranks, c->host_.hostname,
            c->engine_->describe(), c->queue_->depth(), c->tileBytes_);
   return c;
@@ -168,15 +169,17 @@ Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint
   if (Code e = asyncError(&msg); e != Code::kSuccess)
     throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
   uint64_t ticket;
+  Status st;
   {
+    // Ticket order is the order ops reach the engine and the order of the per-kind counters.
     std::lock_guard<std::mutex> lock(submitMutex_);
     d.seqBase = *seqCounter;
     d.epoch = ++*epochCounter;
     *seqCounter += seqAdvance;
     ticket = queue_->reserve();
+    st = engine_->enqueue(ticket, d, stream, timeoutNs_);
   }
-  Status st = queue_->publish(ticket, d, Engine::hostWaits(), timeoutNs_);
-  if (st == Status::kOk) st = engine_->submit(ticket, stream, stallNs());
+  if (st == Status::kOk) st = engine_->finish(ticket, stallNs());
   if (st == Status::kOk) return Code::kSuccess;
   const Code c = codeOf(st, queue_->header());
   std::string why = queue_->failureText();

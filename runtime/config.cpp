@@ -37,8 +37,10 @@ const std::vector<SettingSpec>& settingSpecs() {
        0.1, 86400},
       {"bootstrap_addr", SettingType::kString, "", "Address weft_get_unique_id advertises (default: first interface)"},
       {"bootstrap_ifname", SettingType::kString, "", "Interface whose address weft_get_unique_id advertises"},
-      {"persistent_ctas", SettingType::kInt, kCpuBackend ? "2" : "16",
-       "Resident workers of the persistent engine (CPU: threads, GPU: thread blocks)", 1, 1024},
+      {"engine", SettingType::kString, "launched",
+       "GPU: launched (a kernel per op on the caller's stream) or persistent (a resident kernel)"},
+      {"persistent_ctas", SettingType::kInt, kCpuBackend ? "2" : "32",
+       "Engine workers: CPU threads, GPU thread blocks (resident, or per launched op)", 1, 1024},
       {"queue_depth", SettingType::kInt, "64", "Slots of the work queue", 2, 65536},
       {"engine_idle_us", SettingType::kInt, "200",
        "GPU: the persistent kernel exits after this long without work (so device-wide syncs return)", 1, 60000000},
@@ -129,6 +131,8 @@ void validate(const SettingSpec& s, const SettingValue& v) {
     case SettingType::kString:
       if (std::string(s.name) == "transport" && v.text != "auto" && v.text != "p2p" && v.text != "proxy")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, p2p or proxy");
+      if (std::string(s.name) == "engine" && v.text != "launched" && v.text != "persistent")
+        throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not launched or persistent");
       return;
   }
   if (num < s.min || num > s.max)

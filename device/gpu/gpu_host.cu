@@ -180,4 +180,25 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
   return check(GPU(GetLastError)(), "launch of the persistent kernel");
 }
 
+Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, uint64_t ticket, int blocks, int threads,
+                 void* stream) {
+  dev::opKernel<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, desc, ticket);
+  return check(GPU(GetLastError)(), "launch of an op kernel");
+}
+
+Outcome eventCreate(void** event) {
+  GPU(Event_t) e;
+  Outcome o = check(GPU(EventCreateWithFlags)(&e, GPU(EventDisableTiming)), "EventCreateWithFlags");
+  if (o) *event = e;
+  return o;
+}
+Outcome eventDestroy(void* event) { return check(GPU(EventDestroy)(static_cast<GPU(Event_t)>(event)), "EventDestroy"); }
+Outcome eventRecord(void* event, void* stream) {
+  return check(GPU(EventRecord)(static_cast<GPU(Event_t)>(event), static_cast<gpuStream_t>(stream)), "EventRecord");
+}
+Outcome streamWaitEvent(void* stream, void* event) {
+  return check(GPU(StreamWaitEvent)(static_cast<gpuStream_t>(stream), static_cast<GPU(Event_t)>(event), 0),
+               "StreamWaitEvent");
+}
+
 }  // namespace weft::gpu

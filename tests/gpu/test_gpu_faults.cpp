@@ -2,6 +2,7 @@
 // abort from another thread while the op waits; plus two communicators on one GPU and the refusal
 // of graph capture.
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -84,8 +85,13 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
   WEFT_ASSERT_OK(weft_get_unique_id(&second));
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    // Comm a launches a kernel per op; comm b keeps a persistent kernel, which must leave when idle
+    // so that the device-wide synchronisation below returns.
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     ASSERT_EQ(cudaSetDevice(rank % gpusPresent()), cudaSuccess);
-    weft_comm_t a = initRank(rank, n, id), b = initRank(rank, n, second);
+    weft_comm_t a = initRank(rank, n, id);
+    setenv("WEFT_ENGINE", "persistent", 1);
+    weft_comm_t b = initRank(rank, n, second);
     ASSERT_TRUE(a && b);
     constexpr size_t kCount = 50000;
     void *ya, *yb, *x;

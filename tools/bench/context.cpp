@@ -33,6 +33,7 @@ ncclUniqueId shareNcclId(Context& c) {
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(id.internal[i]);
   cuda(cudaMemcpy(c.weftRecv, bytes.data(), bytes.size() * 4, cudaMemcpyHostToDevice), "copy id");
   weftOk(weft_allreduce(c.weft, c.weftRecv, c.weftRecv, bytes.size(), WEFT_FLOAT32, c.stream), "share the NCCL id");
+  cuda(cudaStreamSynchronize(c.stream), "sync");
   cuda(cudaMemcpy(bytes.data(), c.weftRecv, bytes.size() * 4, cudaMemcpyDeviceToHost), "copy id back");
   for (size_t i = 0; i < bytes.size(); ++i) id.internal[i] = static_cast<char>(static_cast<int>(bytes[i]));
   return id;
