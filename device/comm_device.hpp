@@ -10,6 +10,7 @@
 #include "gpu.hpp"
 #include "heap_layout_device.hpp"
 #include "queue_device.hpp"
+#include "vector_device.hpp"
 
 namespace weft::dev {
 
@@ -38,7 +39,8 @@ struct WaitSite {
   WaitWhat what;
 };
 
-// Copies `bytes` into (possibly peer) memory. Every thread of the group takes part.
+// Copies `bytes` into (possibly peer) memory. Every thread of the group takes part, with
+// kUnroll independent 16-byte loads in flight before its stores.
 template <class Coop>
 WEFT_HOST_DEVICE void put(const Coop& c, void* dst, const void* src, uint64_t bytes) {
 #if defined(WEFT_BACKEND_CPU)
@@ -46,14 +48,24 @@ WEFT_HOST_DEVICE void put(const Coop& c, void* dst, const void* src, uint64_t by
 #else
   auto d = static_cast<uint8_t*>(dst);
   auto s = static_cast<const uint8_t*>(src);
-  uint64_t i = 0;
-  if (((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(s)) & 15) == 0) {
-    uint64_t vecs = bytes / 16;
-    for (uint64_t v = c.rank(); v < vecs; v += c.size())
-      reinterpret_cast<uint4*>(d)[v] = reinterpret_cast<const uint4*>(s)[v];
-    i = vecs * 16;
+  uint64_t done = 0;
+  if (aligned16(d) && aligned16(s)) {
+    const uint64_t nvec = bytes / kVecBytes;
+    const uint64_t stride = static_cast<uint64_t>(c.size()) * kUnroll;
+    for (uint64_t v0 = c.rank(); v0 < nvec; v0 += stride) {
+      Vec16 x[kUnroll];
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint64_t v = v0 + u * static_cast<uint64_t>(c.size());
+        if (v < nvec) x[u] = load16(s + v * kVecBytes);
+      }
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint64_t v = v0 + u * static_cast<uint64_t>(c.size());
+        if (v < nvec) store16(d + v * kVecBytes, x[u]);
+      }
+    }
+    done = nvec * kVecBytes;
   }
-  for (uint64_t b = i + c.rank(); b < bytes; b += c.size()) d[b] = s[b];
+  for (uint64_t b = done + c.rank(); b < bytes; b += c.size()) d[b] = s[b];
 #endif
 }
 

@@ -39,15 +39,16 @@ const std::vector<SettingSpec>& settingSpecs() {
       {"bootstrap_ifname", SettingType::kString, "", "Interface whose address weft_get_unique_id advertises"},
       {"engine", SettingType::kString, "launched",
        "GPU: launched (a kernel per op on the caller's stream) or persistent (a resident kernel)"},
-      {"persistent_ctas", SettingType::kInt, kCpuBackend ? "2" : "32",
+      {"persistent_ctas", SettingType::kInt, kCpuBackend ? "2" : "64",
        "Engine workers: CPU threads, GPU thread blocks (resident, or per launched op)", 1, 1024},
       {"queue_depth", SettingType::kInt, "64", "Slots of the work queue", 2, 65536},
       {"engine_idle_us", SettingType::kInt, "200",
        "GPU: the persistent kernel exits after this long without work (so device-wide syncs return)", 1, 60000000},
       {"heap_bytes", SettingType::kSize, "256M", "Symmetric heap per rank (control area included)", 1 << 20,
        1099511627776.0},
-      {"tile_bytes", SettingType::kSize, "64K", "Bytes of one tile (and of one inbox slot)", 256, 1 << 26},
-      {"inbox_slots", SettingType::kInt, "8", "Tiles in flight per peer pair", 1, 1024},
+      {"tile_bytes", SettingType::kSize, kCpuBackend ? "64K" : "512K",
+       "Bytes of one tile (and of one inbox slot); a multiple of 256", 256, 1 << 26},
+      {"inbox_slots", SettingType::kInt, kCpuBackend ? "8" : "16", "Tiles in flight per peer pair", 1, 1024},
       {"transport", SettingType::kString, "auto", "Path between ranks: auto, p2p or proxy"},
       {"log_level", SettingType::kString, "warn", "error, warn, info, debug or trace"},
       {"log_subsys", SettingType::kString, "all",
@@ -135,6 +136,8 @@ void validate(const SettingSpec& s, const SettingValue& v) {
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not launched or persistent");
       return;
   }
+  if (std::string(s.name) == "tile_bytes" && static_cast<int64_t>(num) % 256 != 0)
+    throw Error(Code::kInvalidArgument, where + ": " + v.text + " is not a multiple of 256");
   if (num < s.min || num > s.max)
     throw Error(Code::kInvalidArgument,
                 where + ": " + v.text + " is outside [" + fmtNumber(s.min) + ", " + fmtNumber(s.max) + "]");

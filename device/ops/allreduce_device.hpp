@@ -16,6 +16,9 @@
 
 namespace weft::dev {
 
+// Up to this many ranks sum through the vectorised path; more fall back to one element at a time.
+constexpr int kMaxSumSources = 16;
+
 struct AllReduceOp {
   WEFT_HOST_DEVICE static uint64_t tilesPerShard(uint64_t count, uint32_t nranks, uint32_t esize, uint64_t tileElems) {
     return ceilDiv(shardElems(count, nranks, vectorElems(esize)), tileElems);
@@ -63,13 +66,22 @@ struct AllReduceOp {
       if (st != Status::kOk) return st;
     }
     uint8_t* out = v.at(me, d.recv);
-    for (uint64_t i = c.rank(); i < mine.size(); i += c.size()) {
-      float acc = 0.f;
-      for (int src = 0; src < v.nranks; ++src) {
-        const void* in = src == me ? send + mine.lo * es : v.at(me, L.inboxDataOffset(src, slot));
-        acc += loadAsFloat(in, i, dt);
+    // Sources in rank order, so that every rank's shard is summed the same way.
+    const uint8_t* srcs[kMaxSumSources];
+    const int nsrc = v.nranks <= kMaxSumSources ? v.nranks : 0;
+    for (int src = 0; src < nsrc; ++src)
+      srcs[src] = src == me ? send + mine.lo * es : v.at(me, L.inboxDataOffset(src, slot));
+    if (nsrc) {
+      sumTile(c, dt, out + mine.lo * es, srcs, nsrc, mine.size());
+    } else {
+      for (uint64_t i = c.rank(); i < mine.size(); i += c.size()) {
+        float acc = 0.f;
+        for (int src = 0; src < v.nranks; ++src) {
+          const void* in = src == me ? send + mine.lo * es : v.at(me, L.inboxDataOffset(src, slot));
+          acc += loadAsFloat(in, i, dt);
+        }
+        storeFromFloat(out + mine.lo * es, i, dt, acc);
       }
-      storeFromFloat(out + mine.lo * es, i, dt, acc);
     }
     c.sync();
     for (int p = 1; p < v.nranks; ++p) {

@@ -56,6 +56,8 @@ TEST(Config, BadValuesNameTheSettingAndWhereItCameFrom) {
     EXPECT_NE(std::string(e.what()).find("persistent_ctas (from WEFT_PERSISTENT_CTAS)"), std::string::npos) << e.what();
   }
   EXPECT_THROW(Settings::resolve({{"tile_bytes", "12Q"}}, Env{}.fn()), Error);
+  EXPECT_THROW(Settings::resolve({{"tile_bytes", "1000"}}, Env{}.fn()), Error) << "not a multiple of 256";
+  EXPECT_THROW(Settings::resolve({{"engine", "turbo"}}, Env{}.fn()), Error);
   EXPECT_THROW(Settings::resolve({{"transport", "smoke-signals"}}, Env{}.fn()), Error);
   EXPECT_THROW(Settings::resolve({{"no_such_setting", "1"}}, Env{}.fn()), Error);
 }
