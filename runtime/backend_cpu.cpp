@@ -87,7 +87,9 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void*, uin
   return st;
 }
 
-dev::Status Engine::finish(uint64_t ticket, uint64_t stallNs) { return impl_->queue->wait(ticket, stallNs, 1000000000ull); }
+dev::Status Engine::finish(uint64_t ticket, uint64_t stallNs) {
+  return impl_->queue->wait(ticket, stallNs, 1000000000ull);
+}
 
 std::string Engine::describe() const { return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)"; }
 

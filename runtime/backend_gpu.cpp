@@ -87,8 +87,8 @@ struct Engine::Impl {
   uint8_t* queueDevice = nullptr;  // the queue's shared memory as the GPU addresses it
   dev::CommView view;              // with device addresses
   bool persistent = false;
-  void* stream = nullptr;          // persistent: the engine's own stream
-  void* lastOp = nullptr;          // launched: event after the latest op, to order ops across streams
+  void* stream = nullptr;  // persistent: the engine's own stream
+  void* lastOp = nullptr;  // launched: event after the latest op, to order ops across streams
   void* lastStream = nullptr;
   int device = 0;
   int workers = 0;

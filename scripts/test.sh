@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs the packages, then
-#   1. compiles the device layer for CUDA (sm_90, when nvcc is present) and HIP (gfx90a, hipcc),
+#   1. builds everything for CUDA (sm_90, when nvcc is present; GPU tests report as skipped without
+#      a GPU) and compiles everything for HIP (gfx90a, hipcc),
 #   2. builds the CPU backend under ThreadSanitizer and AddressSanitizer and runs the unit and CPU
 #      tests under each,
 #   3. builds the CPU backend normally and runs every test (GPU tests report as skipped without a GPU).
@@ -15,7 +16,7 @@ if [ -n "$nvcc" ]; then
   echo "== CUDA build (sm_90) with $nvcc"
   configure build-cuda -DWEFT_GPU=cuda -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90
   cmake --build build-cuda
-  ctest --test-dir build-cuda -L unit --output-on-failure -j "$jobs"
+  ctest --test-dir build-cuda -L 'unit|gpu' --output-on-failure -j "$jobs"   # GPU tests: skipped here
 else
   echo "== CUDA build: SKIPPED (no nvcc on this machine)"
 fi

@@ -161,9 +161,9 @@ Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value) {
 Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value) {
   static const auto entry = driverEntry<PFN_cuStreamWaitValue64_v11070>("cuStreamWaitValue64");
   if (!entry.status) return entry.status;
-  return checkDriver(entry.fn(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(addr), value,
-                              CU_STREAM_WAIT_VALUE_GEQ),
-                     "cuStreamWaitValue64");
+  return checkDriver(
+      entry.fn(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(addr), value, CU_STREAM_WAIT_VALUE_GEQ),
+      "cuStreamWaitValue64");
 }
 #else
 Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value) {

@@ -2,8 +2,8 @@
 // abort from another thread while the op waits; plus two communicators on one GPU and the refusal
 // of graph capture.
 #include <atomic>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 

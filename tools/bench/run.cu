@@ -46,8 +46,9 @@ int64_t wrongElements(const Context& c, const Options& o, const Type& t, const v
                       uint64_t seed) {
   std::vector<uint8_t> host(count * t.bytes);
   cuda(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), "copy result");
-  const double eps = t.bytes == 4 ? std::ldexp(1.0, -24) : t.dev == dev::DType::kFloat16 ? std::ldexp(1.0, -11)
-                                                                                         : std::ldexp(1.0, -8);
+  const double eps = t.bytes == 4                    ? std::ldexp(1.0, -24)
+                     : t.dev == dev::DType::kFloat16 ? std::ldexp(1.0, -11)
+                                                     : std::ldexp(1.0, -8);
   int64_t wrong = 0;
   for (uint64_t i = 0; i < count; ++i) {
     const double got = dev::loadAsFloat(host.data(), i, t.dev);
@@ -156,8 +157,8 @@ void report(const Context& c, const Options& o, const std::vector<Row>& rows) {
   if (c.rank != 0) return;
   std::printf("# weft-bench %s, %d ranks, dtype %s, %d iterations (median), %d warm-up; baseline: %s\n", o.op.c_str(),
               c.nranks, o.dtype.c_str(), o.iters, o.warmup, o.op == "empty" ? "empty kernel launch" : "NCCL");
-  std::printf("%12s %12s %11s %9s %11s %9s %8s %7s %7s\n", "bytes", "count", "weft_us", "weft_bw", "base_us",
-              "base_bw", "speedup", "#wrong", "#b_wrg");
+  std::printf("%12s %12s %11s %9s %11s %9s %8s %7s %7s\n", "bytes", "count", "weft_us", "weft_bw", "base_us", "base_bw",
+              "speedup", "#wrong", "#b_wrg");
   std::ofstream json;
   if (!o.json.empty()) json.open(o.json);
   if (json) json << "[\n";
