@@ -6,6 +6,7 @@
 
 #include "comm_device.hpp"
 #include "ops/allreduce_device.hpp"
+#include "ops/allreduce_oneshot_device.hpp"
 #include "ops/alltoall_device.hpp"
 
 namespace weft::dev {
@@ -80,6 +81,8 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
       return AllReduceOp::run(c, v, d, ticket, item);
     case OpKind::kAllToAll:
       return AllToAllOp::run(c, v, d, ticket, item);
+    case OpKind::kAllReduceOneShot:
+      return AllReduceOneShotOp::run(c, v, d, ticket, item);
     default:
       return Status::kOk;
   }

@@ -13,15 +13,18 @@ constexpr uint64_t kSignalStride = 64;  // one signal word per cache line: no fa
 
 // One word per peer in every rank's control area.
 enum class PeerSignal : int {
-  kReadyFrom = 0,  // All-to-All: the peer's output is ready for epoch e
-  kArrived = 1,    // All-to-All: tiles the peer stored into this rank's output
-  kGathered = 2,   // AllReduce: reduced tiles the peer stored into this rank's output
+  kReadyFrom = 0,      // All-to-All: the peer's output is ready for epoch e
+  kArrived = 1,        // All-to-All: tiles the peer stored into this rank's output
+  kGathered = 2,       // AllReduce: reduced tiles the peer stored into this rank's output
+  kOneShotFlag = 3,    // one-shot AllReduce: the peer's input for one-shot op e is in this rank's scratch
+  kOneShotCredit = 4,  // one-shot AllReduce: the peer has read this rank's input of one-shot op e
 };
 
 struct HeapLayout {
   uint32_t nranks = 0;
-  uint32_t inboxSlots = 0;  // tiles in flight per (sender, receiver) pair
-  uint64_t tileBytes = 0;   // bytes of one inbox slot
+  uint32_t inboxSlots = 0;    // tiles in flight per (sender, receiver) pair
+  uint64_t tileBytes = 0;     // bytes of one inbox slot
+  uint64_t oneShotBytes = 0;  // scratch per sender for one-shot AllReduce (the largest one-shot input)
 
   // Each array below is indexed by the peer that writes the word (or, for credits, that owns the slot).
   WEFT_HOST_DEVICE uint64_t peerSignalOffset(PeerSignal which, int peer) const {
@@ -35,15 +38,18 @@ struct HeapLayout {
   WEFT_HOST_DEVICE uint64_t inboxDataOffset(int peer, uint32_t slot) const {
     return inboxBase() + (static_cast<uint64_t>(peer) * inboxSlots + slot) * tileBytes;
   }
+  WEFT_HOST_DEVICE uint64_t oneShotDataOffset(int peer) const {
+    return oneShotBase() + static_cast<uint64_t>(peer) * oneShotBytes;
+  }
   // Bytes of the whole control area; user allocations start here (page aligned).
   WEFT_HOST_DEVICE uint64_t controlBytes() const {
-    uint64_t end = inboxBase() + static_cast<uint64_t>(nranks) * inboxSlots * tileBytes;
+    uint64_t end = oneShotBase() + static_cast<uint64_t>(nranks) * oneShotBytes;
     return (end + 4095) & ~uint64_t{4095};
   }
 
  private:
   static constexpr uint64_t kHeaderBytes = 64;
-  static constexpr int kPeerArrays = 3;
+  static constexpr int kPeerArrays = 5;
   static constexpr int kSlotArrays = 2;
 
   WEFT_HOST_DEVICE uint64_t signalOffset(int array, int peer) const {
@@ -52,6 +58,10 @@ struct HeapLayout {
   WEFT_HOST_DEVICE uint64_t slotSignalOffset(int array, int peer, uint32_t slot) const {
     uint64_t base = signalOffset(kPeerArrays, 0);
     return base + ((static_cast<uint64_t>(array) * nranks + peer) * inboxSlots + slot) * kSignalStride;
+  }
+  WEFT_HOST_DEVICE uint64_t oneShotBase() const {
+    uint64_t end = inboxBase() + static_cast<uint64_t>(nranks) * inboxSlots * tileBytes;
+    return (end + 255) & ~uint64_t{255};
   }
   WEFT_HOST_DEVICE uint64_t inboxBase() const {
     uint64_t end = slotSignalOffset(kSlotArrays, 0, 0);

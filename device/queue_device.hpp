@@ -20,7 +20,7 @@ namespace weft::dev {
 
 constexpr uint64_t kQueueMagic = 0x7765667471756575ull;  // "weftqueu"
 
-enum class OpKind : uint32_t { kNop = 0, kAllReduce = 1, kAllToAll = 2 };
+enum class OpKind : uint32_t { kNop = 0, kAllReduce = 1, kAllToAll = 2, kAllReduceOneShot = 3 };
 
 // Result of an op or of a wait. Values are stable: they cross the queue.
 enum class Status : uint32_t {

@@ -7,6 +7,7 @@
 
 #include "common/log.hpp"
 #include "device/ops/allreduce_device.hpp"
+#include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/alltoall_device.hpp"
 
 namespace weft {
@@ -20,6 +21,7 @@ namespace {
 struct RankInfo {
   uint64_t hostHash;
   uint64_t tileBytes;
+  uint64_t oneShotBytes;
   uint64_t inboxSlots;
   uint64_t heapBytes;
   int32_t pid;
@@ -66,6 +68,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   RankInfo mine{};
   mine.hostHash = c->host_.hash;
   mine.tileBytes = c->tileBytes_;
+  mine.oneShotBytes = (static_cast<uint64_t>(s.getInt("oneshot_max_bytes")) + 255) / 256 * 256;
   mine.inboxSlots = static_cast<uint64_t>(s.getInt("inbox_slots"));
   mine.heapBytes = static_cast<uint64_t>(s.getInt("heap_bytes"));
   mine.pid = static_cast<int32_t>(getpid());
@@ -73,6 +76,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   std::vector<RankInfo> all(nranks);
   c->boot_->allGather(&mine, sizeof mine, all.data());
   checkAgree(all, &RankInfo::tileBytes, "tile_bytes", rank);
+  checkAgree(all, &RankInfo::oneShotBytes, "oneshot_max_bytes", rank);
   checkAgree(all, &RankInfo::inboxSlots, "inbox_slots", rank);
   checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
 
@@ -87,6 +91,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->layout_.nranks = static_cast<uint32_t>(nranks);
   c->layout_.inboxSlots = static_cast<uint32_t>(mine.inboxSlots);
   c->layout_.tileBytes = c->tileBytes_;
+  c->layout_.oneShotBytes = mine.oneShotBytes;
   c->heap_ = std::make_unique<SymmetricHeap>(*c->boot_, c->paths_, mine.heapBytes, c->layout_);
   c->queue_ = std::make_unique<WorkQueue>(static_cast<uint32_t>(s.getInt("queue_depth")));
 
@@ -202,6 +207,13 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
       throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf without being the same buffer (in place)");
   }
   d.send = reinterpret_cast<uint64_t>(send);
+  // Small inputs: one-shot (one exchange, latency-bound); the rest: reduce-scatter + all-gather.
+  if (bytes > 0 && bytes <= layout_.oneShotBytes && nranks_ > 1 && nranks_ <= dev::kMaxSumSources) {
+    d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
+    d.nitems = dev::AllReduceOneShotOp::numItems();
+    uint64_t noSignalCounters = 0;
+    return submit(d, 0, &noSignalCounters, &oneShotEpoch_, stream);
+  }
   d.tileElems = static_cast<uint32_t>(tileBytes_ / es);
   d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.tileElems);
   return submit(d, dev::AllReduceOp::seqAdvance(count, nranks_, es, d.tileElems), &allReduceSeq_, &allReduceEpoch_,

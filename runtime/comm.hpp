@@ -72,6 +72,7 @@ class Comm {
   std::mutex submitMutex_;
   uint64_t allReduceSeq_ = 0, allReduceEpoch_ = 0;
   uint64_t allToAllSeq_ = 0, allToAllEpoch_ = 0;
+  uint64_t oneShotEpoch_ = 0;
 };
 
 }  // namespace weft

@@ -48,6 +48,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        1099511627776.0},
       {"tile_bytes", SettingType::kSize, kCpuBackend ? "64K" : "512K",
        "Bytes of one tile (and of one inbox slot); a multiple of 256", 256, 1 << 26},
+      {"oneshot_max_bytes", SettingType::kSize, kCpuBackend ? "64K" : "256K",
+       "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables", 0, 1 << 26},
       {"inbox_slots", SettingType::kInt, kCpuBackend ? "8" : "16", "Tiles in flight per peer pair", 1, 1024},
       {"transport", SettingType::kString, "auto", "Path between ranks: auto, p2p or proxy"},
       {"log_level", SettingType::kString, "warn", "error, warn, info, debug or trace"},

@@ -86,7 +86,27 @@ TEST_P(Collectives, TinyTilesStressFlowControl) {
     config.persistent_ctas = 3;
     config.queue_depth = 2;
     setenv("WEFT_INBOX_SLOTS", "2", 1);
+    setenv("WEFT_ONESHOT_MAX_BYTES", "0", 1);  // every size through reduce-scatter + all-gather
     matrix(rank, n, id, &config, seed, {33, 4099});
+  };
+  EXPECT_TRUE(runRanks(GetParam(), body));
+}
+
+// Back-to-back one-shot AllReduces of varying size: each reuses every pair's scratch, so a sender
+// that overtook a slow receiver would corrupt it without the credits.
+TEST_P(Collectives, OneShotScratchIsReusedSafely) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    Buffers b;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 64 << 10, &b.heap));
+    for (int op = 0; op < 60; ++op) {
+      const weft_dtype_t dt = kDtypes[op % 3];
+      const int64_t count = 1 + (op * 997) % ((64 << 10) / dtypeBytes(dt));
+      allReduceCase(comm, b, rank, n, dt, count, seed + op, op % 4 == 0);
+    }
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
   };
   EXPECT_TRUE(runRanks(GetParam(), body));
 }
