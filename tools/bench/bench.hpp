@@ -29,6 +29,7 @@ struct Row {
   uint64_t bytes = 0;
   uint64_t count = 0;
   double weftUs = 0, ncclUs = 0;  // medians per op
+  double weftHostUs = 0;          // host time to submit one weft op (mean over the timed loop)
   double weftBusBw = 0, ncclBusBw = 0;
   int64_t weftWrong = -1, ncclWrong = -1;  // -1: not checked
 };
@@ -48,8 +49,10 @@ void die(const std::string& what);
 Context setUp(const Options& o);
 void tearDown(Context& c);
 // Median microseconds per call of `op` on the context's stream, timed with events.
+// Median microseconds per call of `op` on the context's stream, timed with events; *hostUs (if
+// given) receives the host's mean time per call.
 template <typename F>
-double medianUs(Context& c, int warmup, int iters, F&& op);
+double medianUs(Context& c, int warmup, int iters, F&& op, double* hostUs = nullptr);
 std::vector<Row> runSizes(Context& c, const Options& o);
 Row runEmpty(Context& c, const Options& o);
 void report(const Context& c, const Options& o, const std::vector<Row>& rows);

@@ -1,5 +1,6 @@
 // The timed loops, the checks and the report of weft-bench.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -71,15 +72,19 @@ int64_t wrongElements(const Context& c, const Options& o, const Type& t, const v
 }  // namespace
 
 template <typename F>
-double medianUs(Context& c, int warmup, int iters, F&& op) {
+double medianUs(Context& c, int warmup, int iters, F&& op, double* hostUs) {
   for (int i = 0; i < warmup; ++i) op();
   std::vector<cudaEvent_t> ev(iters + 1);
   for (auto& e : ev) cuda(cudaEventCreate(&e), "cudaEventCreate");
   cuda(cudaEventRecord(ev[0], c.stream), "record");
+  double host = 0;
   for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
     op();
+    host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     cuda(cudaEventRecord(ev[i + 1], c.stream), "record");
   }
+  if (hostUs) *hostUs = host / iters;
   cuda(cudaStreamSynchronize(c.stream), "sync");
   std::vector<double> us(iters);
   for (int i = 0; i < iters; ++i) {
@@ -131,7 +136,7 @@ std::vector<Row> runSizes(Context& c, const Options& o) {
       r.weftWrong = wrongElements(c, o, t, c.weftRecv, r.count, seed);
       r.ncclWrong = wrongElements(c, o, t, c.ncclRecv, r.count, seed);
     }
-    r.weftUs = medianUs(c, o.warmup, o.iters, weftOp);
+    r.weftUs = medianUs(c, o.warmup, o.iters, weftOp, &r.weftHostUs);
     r.ncclUs = medianUs(c, o.warmup, o.iters, ncclOp);
     const double busFactor = a2a ? (c.nranks - 1.0) / c.nranks : 2.0 * (c.nranks - 1.0) / c.nranks;
     r.weftBusBw = r.bytes / (r.weftUs * 1e3) * busFactor;
@@ -145,10 +150,13 @@ std::vector<Row> runSizes(Context& c, const Options& o) {
 // against an empty kernel launch.
 Row runEmpty(Context& c, const Options& o) {
   Row r;
-  r.weftUs = medianUs(c, o.warmup, o.iters, [&] {
-    if (weft_allreduce(c.weft, nullptr, nullptr, 0, WEFT_FLOAT32, c.stream) != WEFT_SUCCESS)
-      die(weft_get_last_error(nullptr));
-  });
+  r.weftUs = medianUs(
+      c, o.warmup, o.iters,
+      [&] {
+        if (weft_allreduce(c.weft, nullptr, nullptr, 0, WEFT_FLOAT32, c.stream) != WEFT_SUCCESS)
+          die(weft_get_last_error(nullptr));
+      },
+      &r.weftHostUs);
   r.ncclUs = medianUs(c, o.warmup, o.iters, [&] { emptyKernel<<<1, 1, 0, c.stream>>>(); });
   return r;
 }
@@ -157,21 +165,21 @@ void report(const Context& c, const Options& o, const std::vector<Row>& rows) {
   if (c.rank != 0) return;
   std::printf("# weft-bench %s, %d ranks, dtype %s, %d iterations (median), %d warm-up; baseline: %s\n", o.op.c_str(),
               c.nranks, o.dtype.c_str(), o.iters, o.warmup, o.op == "empty" ? "empty kernel launch" : "NCCL");
-  std::printf("%12s %12s %11s %9s %11s %9s %8s %7s %7s\n", "bytes", "count", "weft_us", "weft_bw", "base_us", "base_bw",
-              "speedup", "#wrong", "#b_wrg");
+  std::printf("%12s %12s %11s %9s %11s %9s %8s %7s %7s %8s\n", "bytes", "count", "weft_us", "weft_bw", "base_us",
+              "base_bw", "speedup", "#wrong", "#b_wrg", "host_us");
   std::ofstream json;
   if (!o.json.empty()) json.open(o.json);
   if (json) json << "[\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    std::printf("%12llu %12llu %11.2f %9.2f %11.2f %9.2f %8.2f %7lld %7lld\n", (unsigned long long)r.bytes,
+    std::printf("%12llu %12llu %11.2f %9.2f %11.2f %9.2f %8.2f %7lld %7lld %8.2f\n", (unsigned long long)r.bytes,
                 (unsigned long long)r.count, r.weftUs, r.weftBusBw, r.ncclUs, r.ncclBusBw, r.ncclUs / r.weftUs,
-                (long long)r.weftWrong, (long long)r.ncclWrong);
+                (long long)r.weftWrong, (long long)r.ncclWrong, r.weftHostUs);
     if (json)
       json << "  {\"op\": \"" << o.op << "\", \"ranks\": " << c.nranks << ", \"dtype\": \"" << o.dtype
            << "\", \"bytes\": " << r.bytes << ", \"weft_us\": " << r.weftUs << ", \"baseline_us\": " << r.ncclUs
            << ", \"weft_busbw\": " << r.weftBusBw << ", \"baseline_busbw\": " << r.ncclBusBw
-           << ", \"weft_wrong\": " << r.weftWrong << ", \"baseline_wrong\": " << r.ncclWrong << "}"
+           << ", \"weft_host_us\": " << r.weftHostUs << ", \"weft_wrong\": " << r.weftWrong << ", \"baseline_wrong\": " << r.ncclWrong << "}"
            << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   if (json) json << "]\n";
