@@ -20,6 +20,7 @@ struct CommView {
   uint8_t* const* heap = nullptr;  // [nranks] base of every rank's heap, mapped in this address space
   HeapLayout layout;
   QueueHeader* queue = nullptr;
+  EngineControl* control = nullptr;  // this rank's engine words (heap offset 0); null on host-side waits
   QueueSlot* slots = nullptr;
   uint32_t* alive = nullptr;  // [workers] 1 while worker w runs or is about to (see engine_device.hpp)
   uint64_t timeoutNs = 0;     // bound of every wait
@@ -91,10 +92,14 @@ WEFT_HOST_DEVICE void signalAdd(const Coop& c, uint64_t* flag, uint64_t value) {
   }
 }
 
-// Records the first failure of the communicator; later failures only return their status.
+// Records the first failure of the communicator; later failures only return their status. The
+// engine decides "first" on its own control word, then publishes to the host-visible header, where
+// host-side waits (which have no control word) decide among themselves.
 WEFT_HOST_DEVICE void recordFailure(const CommView& v, const WaitSite& site, Status st, uint64_t expected,
                                     uint64_t observed) {
   uint32_t none = 0;
+  if (v.control && !gpu::atomicCas<gpu::Order::kAcqRel>(&v.control->error, none, static_cast<uint32_t>(st))) return;
+  none = 0;
   if (!gpu::atomicCas<gpu::Order::kAcqRel>(&v.queue->error, none, static_cast<uint32_t>(st))) return;
   WaitRecord& r = v.queue->record;
   r.ticket = site.ticket;
@@ -107,11 +112,15 @@ WEFT_HOST_DEVICE void recordFailure(const CommView& v, const WaitSite& site, Sta
   gpu::atomicStore<gpu::Order::kRelease>(&v.queue->recordValid, 1u);
 }
 
-// Why waits give up early: abort/destroy, or an earlier failure of the communicator.
+// Why waits give up early: abort/destroy, or an earlier failure of the communicator. The engine
+// reads its own control words; host-side waits read the queue header.
 WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
-  if (gpu::atomicLoad<gpu::Order::kRelaxed>(&v.queue->abort) || gpu::atomicLoad<gpu::Order::kRelaxed>(&v.queue->stop))
+  const uint32_t* abort = v.control ? &v.control->abort : &v.queue->abort;
+  const uint32_t* stop = v.control ? &v.control->stop : &v.queue->stop;
+  const uint32_t* error = v.control ? &v.control->error : &v.queue->error;
+  if (gpu::atomicLoad<gpu::Order::kRelaxed>(abort) || gpu::atomicLoad<gpu::Order::kRelaxed>(stop))
     return Status::kAborted;
-  if (gpu::atomicLoad<gpu::Order::kRelaxed>(&v.queue->error)) return Status::kPeerFailed;
+  if (gpu::atomicLoad<gpu::Order::kRelaxed>(error)) return Status::kPeerFailed;
   return Status::kOk;
 }
 

@@ -31,6 +31,8 @@ Outcome deviceMalloc(void** ptr, size_t bytes);
 Outcome deviceFree(void* ptr);
 Outcome memsetDevice(void* ptr, int value, size_t bytes);
 Outcome copyToDevice(void* dst, const void* src, size_t bytes);
+// Ordered on `stream` only; `src` must stay valid (and be device-accessible) until it drains.
+Outcome copyToDeviceAsync(void* dst, const void* src, size_t bytes, void* stream);
 Outcome ipcExport(IpcHandle* handle, void* ptr);
 Outcome ipcImport(void** ptr, const IpcHandle& handle);
 Outcome ipcClose(void* ptr);

@@ -20,6 +20,17 @@ enum class PeerSignal : int {
   kOneShotCredit = 4,  // one-shot AllReduce: the peer has read this rank's input of one-shot op e
 };
 
+// The first bytes of every heap: the words this rank's engine checks on its fast path, kept in the
+// engine's own memory (device memory on a GPU) so that no poll crosses PCIe. Only the owning rank
+// uses them.
+struct EngineControl {
+  uint32_t abort;  // host: weft_comm_abort (set through the backend)
+  uint32_t stop;   // host: destroy
+  uint32_t error;  // engine: the first failing wait's Status (the device-side arbiter)
+  uint32_t reserved;
+};
+static_assert(sizeof(EngineControl) == 16, "EngineControl is a wire struct");
+
 struct HeapLayout {
   uint32_t nranks = 0;
   uint32_t inboxSlots = 0;    // tiles in flight per (sender, receiver) pair

@@ -57,6 +57,9 @@ class Engine {
   dev::Status enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stream, uint64_t timeoutNs);
   // CPU: waits for the op (bounded by engine progress) and returns its outcome. GPU: returns at once.
   dev::Status finish(uint64_t ticket, uint64_t stallNs);
+  // Sets a word of the engine's control block (abort or stop) where the engine reads it. Safe from
+  // any thread; never waits behind the caller's streams.
+  void raise(uint32_t dev::EngineControl::*word);
   // Checks `stream` before anything is published; throws kInvalidArgument or kNotSupported.
   static void checkStream(void* stream);
   // One line for logs: which device, how ops run.

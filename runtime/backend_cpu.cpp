@@ -57,12 +57,14 @@ uint8_t* const* HeapMemory::engineBases() const { return impl_->bases.data(); }
 
 struct Engine::Impl {
   WorkQueue* queue;
+  dev::EngineControl* control;
   dev::CpuEngine threads;
 };
 
 Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string&)
     : impl_(std::make_unique<Impl>()) {
   impl_->queue = &queue;
+  impl_->control = view.control;
   // Threads never block a device-wide synchronisation, so they need not leave when idle.
   dev::CommView v = view;
   v.idleNs = 0;
@@ -89,6 +91,10 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void*, uin
 
 dev::Status Engine::finish(uint64_t ticket, uint64_t stallNs) {
   return impl_->queue->wait(ticket, stallNs, 1000000000ull);
+}
+
+void Engine::raise(uint32_t dev::EngineControl::*word) {
+  gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
 }
 
 std::string Engine::describe() const { return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)"; }

@@ -90,6 +90,7 @@ struct Engine::Impl {
   void* stream = nullptr;  // persistent: the engine's own stream
   void* lastOp = nullptr;  // launched: event after the latest op, to order ops across streams
   void* lastStream = nullptr;
+  void* controlStream = nullptr;  // for setting control words, behind nobody's work
   int device = 0;
   int workers = 0;
   int threads = 256;
@@ -173,6 +174,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.view.queue = e.onDevice(queue.header());
   e.view.slots = e.onDevice(queue.slots());
   e.view.alive = e.onDevice(queue.alive());
+  require(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
   if (e.persistent) {
     require(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
     Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
@@ -201,6 +203,7 @@ Engine::~Engine() {
   } else if (e.lastOp) {
     gpu::eventDestroy(e.lastOp);
   }
+  gpu::streamDestroy(e.controlStream);
   gpu::hostUnregister(e.queue->memory());
 }
 
@@ -220,6 +223,16 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stre
 }
 
 dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
+
+void Engine::raise(uint32_t dev::EngineControl::*word) {
+  Impl& e = *impl_;
+  std::lock_guard<std::mutex> lock(e.launchMutex);
+  uint32_t* dst = &(e.view.control->*word);
+  gpu::Outcome o = gpu::copyToDeviceAsync(dst, e.onDevice(e.queue->one()), sizeof(uint32_t), e.controlStream);
+  if (o) o = gpu::streamDrain(e.controlStream, 1.0);
+  if (!o && o.fault != gpu::Fault::kShuttingDown)
+    WEFT_LOG(kError, kEngine, "could not set a control word of the engine: {}", o.message);
+}
 
 std::string Engine::describe() const {
   std::string name = "?";

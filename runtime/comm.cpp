@@ -103,6 +103,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   v.queue = c->queue_->header();
   v.slots = c->queue_->slots();
   v.alive = c->queue_->alive();
+  v.control = reinterpret_cast<dev::EngineControl*>(c->heap_->base(rank));
   v.timeoutNs = c->timeoutNs_;
   v.idleNs = static_cast<uint64_t>(s.getInt("engine_idle_us")) * 1000;
   c->engine_ =
@@ -114,6 +115,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
 
 Comm::~Comm() {
   if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
+  if (engine_) engine_->raise(&dev::EngineControl::stop);
   engine_.reset();
 }
 
@@ -240,6 +242,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
 
 void Comm::abort() {
   gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->abort, 1u);
+  engine_->raise(&dev::EngineControl::abort);
   WEFT_LOG(kWarn, kInit, "rank {}: communicator aborted", rank_);
 }
 

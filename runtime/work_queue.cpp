@@ -9,13 +9,14 @@ using dev::Status;
 namespace gpu = weft::gpu;
 
 WorkQueue::WorkQueue(uint32_t depth) {
-  const size_t bytes = sizeof(dev::QueueHeader) + sizeof(dev::QueueSlot) * depth + sizeof(uint32_t) * kMaxWorkers;
+  const size_t bytes = sizeof(dev::QueueHeader) + sizeof(dev::QueueSlot) * depth + sizeof(uint32_t) * (kMaxWorkers + 1);
   shm_ = transport::ShmSegment::create(transport::ShmSegment::uniqueName("queue"), bytes);
   // Nobody else attaches yet; the daemon hands the descriptor to clients once it serves them.
   shm_.unlink();
   header_ = static_cast<dev::QueueHeader*>(shm_.data());
   slots_ = reinterpret_cast<dev::QueueSlot*>(header_ + 1);
   header_->depth = depth;
+  *one() = 1;
   gpu::atomicStore<gpu::Order::kRelease>(&header_->magic, dev::kQueueMagic);
 }
 

@@ -20,6 +20,8 @@ class WorkQueue {
   dev::QueueHeader* header() const { return header_; }
   dev::QueueSlot* slots() const { return slots_; }
   uint32_t* alive() const { return reinterpret_cast<uint32_t*>(slots_ + depth()); }
+  // A word that always holds 1, in the same shared memory (the GPU can copy from it).
+  uint32_t* one() const { return alive() + kMaxWorkers; }
   uint32_t depth() const { return header_->depth; }
 
   // Takes the next ticket. Callers that must agree with peers on op order take it under their lock.

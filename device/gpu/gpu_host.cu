@@ -79,6 +79,10 @@ Outcome copyToDevice(void* dst, const void* src, size_t bytes) {
   return check(GPU(Memcpy)(dst, src, bytes, GPU(MemcpyHostToDevice)), "Memcpy");
 }
 
+Outcome copyToDeviceAsync(void* dst, const void* src, size_t bytes, void* stream) {
+  return check(GPU(MemcpyAsync)(dst, src, bytes, GPU(MemcpyDefault), static_cast<gpuStream_t>(stream)), "MemcpyAsync");
+}
+
 Outcome ipcExport(IpcHandle* handle, void* ptr) {
   gpuIpcMemHandle_t h;
   Outcome o = check(GPU(IpcGetMemHandle)(&h, ptr), "IpcGetMemHandle");
