@@ -58,5 +58,7 @@ Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);
 Outcome streamWaitEvent(void* stream, void* event);
+// Waits at most `seconds` for the event; kOther with "still pending" when it did not complete.
+Outcome eventDrain(void* event, double seconds);
 
 }  // namespace weft::gpu

@@ -57,6 +57,9 @@ class Engine {
   dev::Status enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stream, uint64_t timeoutNs);
   // CPU: waits for the op (bounded by engine progress) and returns its outcome. GPU: returns at once.
   dev::Status finish(uint64_t ticket, uint64_t stallNs);
+  // Waits, at most `seconds`, until the GPU has finished every op handed to the engine (CPU: the
+  // queue tracks that itself). Returns false if it had not by then.
+  bool quiesce(double seconds);
   // Sets a word of the engine's control block (abort or stop) where the engine reads it. Safe from
   // any thread; never waits behind the caller's streams.
   void raise(uint32_t dev::EngineControl::*word);

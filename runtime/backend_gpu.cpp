@@ -201,6 +201,11 @@ Engine::~Engine() {
     e.queue->completeUnfinished();
     gpu::streamDestroy(e.stream);
   } else if (e.lastOp) {
+    // Op kernels still running on the caller's streams read the queue's pinned memory.
+    if (!quiesce(10.0)) {
+      WEFT_LOG(kError, kEngine, "ops still running on the caller's streams at destroy; leaking the queue");
+      return;
+    }
     gpu::eventDestroy(e.lastOp);
   }
   gpu::streamDestroy(e.controlStream);
@@ -223,6 +228,13 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stre
 }
 
 dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
+
+bool Engine::quiesce(double seconds) {
+  Impl& e = *impl_;
+  if (e.persistent || !e.lastStream) return true;  // the persistent engine's ops are tracked by the queue
+  const gpu::Outcome o = gpu::eventDrain(e.lastOp, seconds);
+  return o || o.fault == gpu::Fault::kShuttingDown;
+}
 
 void Engine::raise(uint32_t dev::EngineControl::*word) {
   Impl& e = *impl_;

@@ -261,6 +261,9 @@ void Comm::finalize() {
     }
     gpu::relax(spins);
   }
+  if (!engine_->quiesce(static_cast<double>(stallNs()) / 1e9))
+    throw Error(Code::kTimeout, "weft_comm_finalize: ops still running on the caller's streams after " +
+                                    std::to_string(stallNs() / 1000000000ull) + " s");
   boot_->barrier();
 }
 

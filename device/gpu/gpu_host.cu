@@ -124,6 +124,16 @@ Outcome streamDrain(void* stream, double seconds) {
   }
 }
 
+Outcome eventDrain(void* event, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    gpuError_t e = GPU(EventQuery)(static_cast<GPU(Event_t)>(event));
+    if (e != kGpuNotReady) return check(e, "EventQuery");
+    if (std::chrono::steady_clock::now() > until) return Outcome{Fault::kOther, "event still pending"};
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 Outcome streamIsCapturing(void* stream, bool* capturing) {
   GPU(StreamCaptureStatus) st;
   Outcome o = check(GPU(StreamIsCapturing)(static_cast<gpuStream_t>(stream), &st), "StreamIsCapturing");
