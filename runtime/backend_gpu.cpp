@@ -121,6 +121,14 @@ struct Engine::Impl {
     return gpu::launchPersistent(view, workers, threads, stream, first);
   }
 
+  // An op that could not be handed over leaves every peer's counters ahead of this rank's: the
+  // communicator has failed (sticky), like after a timeout.
+  void failed(uint64_t ticket) {
+    dev::CommView v;
+    v.queue = queue->header();
+    dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, dev::Status::kAborted, ticket + 1, 0);
+  }
+
   // Persistent: the published slot reaches the engine when the stream writes `ready`; the stream
   // then waits for `done`.
   gpu::Outcome enqueuePersistent(uint64_t ticket, const dev::OpDesc& desc, void* userStream, uint64_t timeoutNs,
@@ -133,10 +141,8 @@ struct Engine::Impl {
     if (o) o = gpu::streamWriteValue(userStream, onDevice(queue->readyWord(ticket)), ticket + 1);
     if (o) o = gpu::streamWaitAtLeast(userStream, onDevice(queue->doneWord(ticket)), ticket + 1);
     if (!o) {
+      failed(ticket);
       // The slot is published: let the engine drain it (the op fails at once) rather than wait forever.
-      dev::CommView v;
-      v.queue = queue->header();
-      dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, dev::Status::kAborted, ticket + 1, 0);
       queue->markReady(ticket);
     }
     return o;
@@ -151,6 +157,7 @@ struct Engine::Impl {
     if (o) o = gpu::launchOp(view, desc, ticket, blocks, threads, userStream);
     if (o) o = gpu::eventRecord(lastOp, userStream);
     if (o) lastStream = userStream;
+    if (!o) failed(ticket);
     // The caller's stream owns the op from here: nothing for finalize to wait for.
     gpu::atomicStore<gpu::Order::kRelease>(&queue->header()->completed, ticket + 1);
     return o;

@@ -124,11 +124,11 @@ void* Comm::memAlloc(uint64_t bytes) {
   struct Result {
     uint64_t ok;
     uint64_t offset;
-  } mine{off.has_value(), off.value_or(0)}, *all = nullptr;
-  std::vector<Result> results(nranks_);
-  all = results.data();
+  };
+  const Result mine{off.has_value(), off.value_or(0)};
+  std::vector<Result> all(nranks_);
   try {
-    boot_->allGather(&mine, sizeof mine, all);
+    boot_->allGather(&mine, sizeof mine, all.data());
   } catch (...) {
     if (off) heap_->release(*off);
     throw;
