@@ -81,12 +81,15 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
 
   const bool forceProxy = s.getString("transport") == "proxy";
+  std::string pathList;
   for (int r = 0; r < nranks; ++r) {
     c->paths_.push_back(transport::choosePath(rank, r, mine.hostHash, all[r].hostHash, forceProxy));
     if (s.getString("transport") == "p2p" && c->paths_.back() == transport::Path::kProxy)
       throw Error(Code::kInvalidUsage,
                   "transport: p2p was asked for, but rank " + std::to_string(r) + " is on host " + all[r].hostname);
+    pathList += (r ? ", " : "") + std::to_string(r) + ":" + transport::pathName(c->paths_.back());
   }
+  WEFT_LOG(kInfo, kInit, "rank {}: paths to peers {}", rank, pathList);
 
   c->layout_.nranks = static_cast<uint32_t>(nranks);
   c->layout_.inboxSlots = static_cast<uint32_t>(mine.inboxSlots);

@@ -23,7 +23,6 @@ class SymmetricHeap {
 
   uint8_t* const* engineBases() const { return mem_.engineBases(); }
   uint8_t* base(int rank) const { return mem_.base(rank); }
-  uint64_t bytes() const { return bytes_; }
 
   // Local part of the collective allocation: same offsets on every rank for the same call sequence.
   std::optional<uint64_t> allocate(uint64_t bytes);
