@@ -123,11 +123,7 @@ struct Engine::Impl {
 
   // An op that could not be handed over leaves every peer's counters ahead of this rank's: the
   // communicator has failed (sticky), like after a timeout.
-  void failed(uint64_t ticket) {
-    dev::CommView v;
-    v.queue = queue->header();
-    dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, dev::Status::kAborted, ticket + 1, 0);
-  }
+  void failed(uint64_t ticket) { queue->recordHostFailure(ticket, dev::Status::kAborted, ticket + 1, 0); }
 
   // Persistent: the published slot reaches the engine when the stream writes `ready`; the stream
   // then waits for `done`.

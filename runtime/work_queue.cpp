@@ -88,13 +88,16 @@ Status WorkQueue::wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs)
       progress = p;
       lastMove = now;
     } else if (now - lastMove > stallNs) {
-      dev::CommView v;
-      v.queue = header_;
-      dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, Status::kTimeout, ticket + 1,
-                         gpu::atomicLoad<gpu::Order::kRelaxed>(&s.done));
+      recordHostFailure(ticket, Status::kTimeout, ticket + 1, gpu::atomicLoad<gpu::Order::kRelaxed>(&s.done));
       return Status::kTimeout;
     }
   }
+}
+
+void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed) {
+  dev::CommView v;  // host-side: no engine control words, only the header
+  v.queue = header_;
+  dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, st, expected, observed);
 }
 
 const char* waitWhatName(dev::WaitWhat w) {

@@ -46,6 +46,8 @@ class WorkQueue {
   // engine `abortGraceNs` to finish the op before returning kAborted.
   dev::Status wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs);
 
+  // Records a failure the host found while waiting on op `ticket` (first failure wins, sticky).
+  void recordHostFailure(uint64_t ticket, dev::Status st, uint64_t expected, uint64_t observed);
   // Human-readable first failure of the communicator ("" if none).
   std::string failureText() const;
 
