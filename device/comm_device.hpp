@@ -9,6 +9,7 @@
 #include "coop_device.hpp"
 #include "gpu.hpp"
 #include "heap_layout_device.hpp"
+#include "ll_device.hpp"
 #include "queue_device.hpp"
 #include "vector_device.hpp"
 
@@ -30,6 +31,13 @@ struct CommView {
     return reinterpret_cast<uint64_t*>(heap[owner] + offset);
   }
   WEFT_HOST_DEVICE uint8_t* at(int owner, uint64_t offset) const { return heap[owner] + offset; }
+};
+
+// An op's protocol numbers, the same on every rank (from OpCounters, engine_device.hpp).
+struct OpSeq {
+  uint64_t op;       // the op's number on the communicator, from 0
+  uint64_t seqBase;  // its kind's signal counter before it
+  uint64_t epoch;    // ops of its kind so far, this one included
 };
 
 // Identifies a wait for the failure record.
@@ -124,30 +132,46 @@ WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
   return Status::kOk;
 }
 
-// Leader-only: polls until *flag >= atLeast (acquire), the timeout expires, or the communicator
-// stops. Abort and the clock are checked every 64 polls.
-WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uint64_t atLeast, const WaitSite& site) {
-  uint64_t seen = gpu::atomicLoad<gpu::Order::kAcquire>(flag);
-  if (seen >= atLeast) {
-    gpu::crossProcessAcquire();
-    return Status::kOk;
-  }
+// Polls `ready(&seen)` until it returns true, the timeout expires, or the communicator stops;
+// abort and the clock are checked every 64 polls. A failure is recorded with `expected` and the
+// last `seen`.
+template <typename Ready>
+WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint64_t expected, Ready&& ready) {
+  uint64_t seen = 0;
+  if (ready(&seen)) return Status::kOk;
   const uint64_t start = gpu::nowNs();
   for (uint32_t spins = 1;; ++spins) {
     gpu::relax(spins);
-    seen = gpu::atomicLoad<gpu::Order::kAcquire>(flag);
-    if (seen >= atLeast) {
-      gpu::crossProcessAcquire();
-      return Status::kOk;
-    }
+    if (ready(&seen)) return Status::kOk;
     if ((spins & 63) != 0) continue;
     Status st = stopReason(v);
     if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     if (st != Status::kOk) {
-      if (st != Status::kPeerFailed) recordFailure(v, site, st, atLeast, seen);
+      if (st != Status::kPeerFailed) recordFailure(v, site, st, expected, seen);
       return st;
     }
   }
+}
+
+// Leader-only: polls until *flag >= atLeast (acquire).
+WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uint64_t atLeast, const WaitSite& site) {
+  return pollUntil(v, site, atLeast, [&](uint64_t* seen) {
+    *seen = gpu::atomicLoad<gpu::Order::kAcquire>(flag);
+    if (*seen < atLeast) return false;
+    gpu::crossProcessAcquire();
+    return true;
+  });
+}
+
+// Any thread: waits for the flagged line pair at `line` to carry `flag`; *payload gets its bytes.
+WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t flag, uint64_t* payload,
+                               const WaitSite& site) {
+  return pollUntil(v, site, flag, [&](uint64_t* seen) {
+    uint32_t seenFlag = 0;
+    const bool ok = llLoad(line, flag, payload, &seenFlag);
+    *seen = seenFlag;
+    return ok;
+  });
 }
 
 // The whole group waits; every thread gets the leader's result (memory is acquired by the leader
@@ -160,17 +184,19 @@ WEFT_HOST_DEVICE Status wait(const Coop& c, const CommView& v, const uint64_t* f
 }
 
 // The whole group waits until every peer's word `which` in this rank's control area reaches
-// `atLeast`; the usual last item of an op ("everything every peer sends me has landed").
+// `atLeast`; the usual last item of an op ("everything every peer sends me has landed"). Threads
+// poll different peers at once, so the wait costs one memory latency, not one per peer.
 template <class Coop>
-WEFT_HOST_DEVICE Status waitEveryPeer(const Coop& c, const CommView& v, PeerSignal which, uint64_t atLeast,
-                                      uint64_t ticket, uint32_t item, WaitWhat what) {
-  for (int p = 1; p < v.nranks; ++p) {
+WEFT_HOST_DEVICE Status waitEveryPeer(const Coop& c, const CommView& v, PeerSignal which, uint64_t atLeast, uint64_t op,
+                                      uint32_t item, WaitWhat what) {
+  Status st = Status::kOk;
+  for (int p = 1 + c.rank(); p < v.nranks && st == Status::kOk; p += c.size()) {
     const int src = (v.rank + p) % v.nranks;
-    const Status st =
-        wait(c, v, v.signal(v.rank, v.layout.peerSignalOffset(which, src)), atLeast, WaitSite{ticket, item, src, what});
-    if (st != Status::kOk) return st;
+    st =
+        pollAtLeast(v, v.signal(v.rank, v.layout.peerSignalOffset(which, src)), atLeast, WaitSite{op, item, src, what});
   }
-  return Status::kOk;
+  // The thread that failed recorded why; the barrier also hands every thread the others' acquires.
+  return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
 }
 
 }  // namespace weft::dev

@@ -13,6 +13,7 @@ struct SoloCoop {
   int size() const { return 1; }
   bool leader() const { return true; }
   void sync() const {}
+  bool any(bool v) const { return v; }
   template <typename T>
   T broadcast(T v) const {
     return v;
@@ -27,6 +28,8 @@ struct BlockCoop {
   __device__ int size() const { return blockDim.x; }
   __device__ bool leader() const { return threadIdx.x == 0; }
   __device__ void sync() const { __syncthreads(); }
+  // True for every thread if it was true for any (a barrier).
+  __device__ bool any(bool v) const { return __syncthreads_or(v) != 0; }
   // The leader's value, seen by every thread.
   template <typename T>
   __device__ T broadcast(T v) const {

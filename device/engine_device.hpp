@@ -57,7 +57,63 @@ WEFT_HOST_DEVICE uint32_t claimItem(QueueSlot& s, uint64_t ticket) {
   }
 }
 
-// Leader-only. The worker that finishes the last item publishes the op's completion.
+WEFT_HOST_DEVICE OpCounters loadCounters(const EngineControl* c) {
+  const OpCounters& k = c->counters;
+  OpCounters out;
+  out.ops = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.ops);
+  out.allReduceSeq = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allReduceSeq);
+  out.allToAllSeq = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllSeq);
+  out.allToAllEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllEpoch);
+  out.oneShotEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.oneShotEpoch);
+  return out;
+}
+
+// Only between ops: whoever finishes an op last, before it publishes the completion.
+WEFT_HOST_DEVICE void storeCounters(EngineControl* c, const OpCounters& v) {
+  OpCounters& k = c->counters;
+  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.ops, v.ops);
+  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allReduceSeq, v.allReduceSeq);
+  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllSeq, v.allToAllSeq);
+  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllEpoch, v.allToAllEpoch);
+  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.oneShotEpoch, v.oneShotEpoch);
+}
+
+// An op's protocol numbers, from the counters the ops before it left.
+WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
+  switch (static_cast<OpKind>(d.kind)) {
+    case OpKind::kAllReduce:
+      return OpSeq{k.ops, k.allReduceSeq, 0};
+    case OpKind::kAllToAll:
+      return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1};
+    case OpKind::kAllReduceOneShot:
+      return OpSeq{k.ops, 0, k.oneShotEpoch + 1};
+    default:
+      return OpSeq{k.ops, 0, 0};
+  }
+}
+
+// The counters after op `d`; the same on every rank, whatever the op's outcome.
+WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nranks) {
+  ++k.ops;
+  switch (static_cast<OpKind>(d.kind)) {
+    case OpKind::kAllReduce:
+      k.allReduceSeq += AllReduceOp::seqAdvance(d.count, nranks, dtypeSize(static_cast<DType>(d.dtype)), d.tileElems);
+      break;
+    case OpKind::kAllToAll:
+      k.allToAllSeq += AllToAllOp::seqAdvance(d.count, d.tileElems);
+      ++k.allToAllEpoch;
+      break;
+    case OpKind::kAllReduceOneShot:
+      ++k.oneShotEpoch;
+      break;
+    default:
+      break;
+  }
+  return k;
+}
+
+// Leader-only. The worker that finishes the last item moves the counters on and publishes the
+// op's completion.
 WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticket, Status st) {
   if (st != Status::kOk) {
     uint32_t none = 0;
@@ -65,24 +121,25 @@ WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticke
   }
   // Read while this worker still holds an item: once `finished` (or `done`) moves, the slot may
   // be reused.
-  const uint64_t nitems = s.desc.nitems;
+  const OpDesc desc = s.desc;
   const bool hostWaits = (s.flags & kSlotHostWaits) != 0;
   const uint64_t prev = gpu::atomicFetchAdd<gpu::Order::kAcqRel>(&s.finished, uint64_t{1});
-  if (prev + 1 != nitems) return;
+  if (prev + 1 != desc.nitems) return;
+  storeCounters(v.control, advance(loadCounters(v.control), desc, static_cast<uint32_t>(v.nranks)));
   gpu::atomicStore<gpu::Order::kRelease>(&s.done, ticket + 1);
   if (!hostWaits) gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
   gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
 }
 
 template <class Coop>
-WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket, uint32_t item) {
+WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq, uint32_t item) {
   switch (static_cast<OpKind>(d.kind)) {
     case OpKind::kAllReduce:
-      return AllReduceOp::run(c, v, d, ticket, item);
+      return AllReduceOp::run(c, v, d, seq, item);
     case OpKind::kAllToAll:
-      return AllToAllOp::run(c, v, d, ticket, item);
+      return AllToAllOp::run(c, v, d, seq, item);
     case OpKind::kAllReduceOneShot:
-      return AllReduceOneShotOp::run(c, v, d, ticket, item);
+      return AllReduceOneShotOp::run(c, v, d, seq, item);
     default:
       return Status::kOk;
   }
@@ -98,9 +155,10 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
     for (;;) {
       const uint32_t item = c.broadcast(c.leader() ? claimItem(s, ticket) : kNoItem);
       if (item == kNoItem) break;
-      // Holding an item keeps the op from completing, so the slot's descriptor is stable here.
+      // Holding an item keeps the op from completing, so the slot's descriptor and the counters
+      // are stable here (this worker saw the previous op complete, after its counters moved).
       Status st = stopReason(v);
-      if (st == Status::kOk) st = runItem(c, v, s.desc, ticket, item);
+      if (st == Status::kOk) st = runItem(c, v, s.desc, opSeq(loadCounters(v.control), s.desc), item);
       c.sync();
       if (c.leader()) finishItem(v, s, ticket, st);
     }

@@ -51,9 +51,9 @@ Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value);
 // ticket `firstTicket`.
 Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream, uint64_t firstTicket);
 
-// Launches one op as a kernel of `blocks` x `threads` on `stream`.
-Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, uint64_t ticket, int blocks, int threads,
-                 void* stream);
+// Launches one op as a kernel of `blocks` x `threads` on `stream` (eagerly, or into the graph the
+// stream is capturing).
+Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);

@@ -13,29 +13,40 @@ constexpr uint64_t kSignalStride = 64;  // one signal word per cache line: no fa
 
 // One word per peer in every rank's control area.
 enum class PeerSignal : int {
-  kReadyFrom = 0,      // All-to-All: the peer's output is ready for epoch e
-  kArrived = 1,        // All-to-All: tiles the peer stored into this rank's output
-  kGathered = 2,       // AllReduce: reduced tiles the peer stored into this rank's output
-  kOneShotFlag = 3,    // one-shot AllReduce: the peer's input for one-shot op e is in this rank's scratch
-  kOneShotCredit = 4,  // one-shot AllReduce: the peer has read this rank's input of one-shot op e
+  kReadyFrom = 0,  // All-to-All: the peer's output is ready for epoch e
+  kArrived = 1,    // All-to-All: tiles the peer stored into this rank's output
+  kGathered = 2,   // AllReduce: reduced tiles the peer stored into this rank's output
+};
+
+// Protocol counters that every rank's engine advances alike, op after op, so that the ranks agree
+// on them without talking. They live on the device, not in the descriptor, so that a captured CUDA
+// graph replays correctly: each replay reads what the op before it left (engine_device.hpp).
+struct OpCounters {
+  uint64_t ops;            // ops run on this communicator (names an op in failure records)
+  uint64_t allReduceSeq;   // reduce-scatter AllReduce: inbox sequence and gathered tiles, per pair
+  uint64_t allToAllSeq;    // All-to-All: tiles, per pair
+  uint64_t allToAllEpoch;  // All-to-All ops
+  uint64_t oneShotEpoch;   // one-shot AllReduce ops
 };
 
 // The first bytes of every heap: the words this rank's engine checks on its fast path, kept in the
 // engine's own memory (device memory on a GPU) so that no poll crosses PCIe. Only the owning rank
 // uses them.
 struct EngineControl {
-  uint32_t abort;  // host: weft_comm_abort (set through the backend)
-  uint32_t stop;   // host: destroy
-  uint32_t error;  // engine: the first failing wait's Status (the device-side arbiter)
-  uint32_t reserved;
+  uint32_t abort;       // host: weft_comm_abort (set through the backend)
+  uint32_t stop;        // host: destroy
+  uint32_t error;       // engine: the first failing wait's Status (the device-side arbiter)
+  uint32_t blocksDone;  // launched engine: blocks of the running op kernel that have finished
+  OpCounters counters;  // written only between ops, by whoever finishes an op last
+  uint64_t reserved[9];
 };
-static_assert(sizeof(EngineControl) == 16, "EngineControl is a wire struct");
+static_assert(sizeof(EngineControl) == 128, "EngineControl is a wire struct");
 
 struct HeapLayout {
   uint32_t nranks = 0;
   uint32_t inboxSlots = 0;    // tiles in flight per (sender, receiver) pair
   uint64_t tileBytes = 0;     // bytes of one inbox slot
-  uint64_t oneShotBytes = 0;  // scratch per sender for one-shot AllReduce (the largest one-shot input)
+  uint64_t oneShotBytes = 0;  // the largest one-shot AllReduce input (its scratch holds it twice over, see below)
 
   // Each array below is indexed by the peer that writes the word (or, for credits, that owns the slot).
   WEFT_HOST_DEVICE uint64_t peerSignalOffset(PeerSignal which, int peer) const {
@@ -49,18 +60,21 @@ struct HeapLayout {
   WEFT_HOST_DEVICE uint64_t inboxDataOffset(int peer, uint32_t slot) const {
     return inboxBase() + (static_cast<uint64_t>(peer) * inboxSlots + slot) * tileBytes;
   }
-  WEFT_HOST_DEVICE uint64_t oneShotDataOffset(int peer) const {
-    return oneShotBase() + static_cast<uint64_t>(peer) * oneShotBytes;
+  // One-shot AllReduce scratch that `peer` writes into, for ops of the given parity: each holds
+  // one input in the flagged-line format (ops/ll_device.hpp), twice its size.
+  WEFT_HOST_DEVICE uint64_t oneShotDataOffset(int peer, uint32_t parity) const {
+    return oneShotBase() + (static_cast<uint64_t>(peer) * 2 + parity) * oneShotScratchBytes();
   }
+  WEFT_HOST_DEVICE uint64_t oneShotScratchBytes() const { return 2 * oneShotBytes; }
   // Bytes of the whole control area; user allocations start here (page aligned).
   WEFT_HOST_DEVICE uint64_t controlBytes() const {
-    uint64_t end = oneShotBase() + static_cast<uint64_t>(nranks) * oneShotBytes;
+    uint64_t end = oneShotDataOffset(static_cast<int>(nranks), 0);
     return (end + 4095) & ~uint64_t{4095};
   }
 
  private:
-  static constexpr uint64_t kHeaderBytes = 64;
-  static constexpr int kPeerArrays = 5;
+  static constexpr uint64_t kHeaderBytes = sizeof(EngineControl);
+  static constexpr int kPeerArrays = 3;
   static constexpr int kSlotArrays = 2;
 
   WEFT_HOST_DEVICE uint64_t signalOffset(int array, int peer) const {

@@ -42,18 +42,18 @@ enum class WaitWhat : uint32_t {
   kOpDone = 7,       // the engine to finish an op (host wait)
 };
 
-// Written by the submitter before `ready`; read-only for the engine.
+// Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed
+// when the op is submitted (or captured into a graph): the protocol counters that change from op
+// to op are on the device (OpCounters).
 struct OpDesc {
   uint32_t kind;       // OpKind
   uint32_t dtype;      // DType
   uint64_t count;      // AllReduce: elements; All-to-All: elements per rank
   uint64_t send;       // input address in the engine's address space
   uint64_t recv;       // output offset in the symmetric heap
-  uint64_t seqBase;    // per-kind signal counters before this op (same on every rank)
-  uint64_t epoch;      // per-kind op count including this op (same on every rank)
   uint32_t tileElems;  // elements per tile
   uint32_t nitems;     // work items, claimed in order by the workers
-  uint64_t reserved;
+  uint64_t reserved[3];
 };
 static_assert(sizeof(OpDesc) == 64, "OpDesc is a wire struct");
 

@@ -37,6 +37,25 @@ WEFT_HOST_DEVICE void store16(uint8_t* p, const Vec16& v) {
 #endif
 }
 
+// 8-byte moves; p must be 8-byte aligned.
+WEFT_HOST_DEVICE uint64_t load8(const uint8_t* p) {
+#if defined(WEFT_BACKEND_CPU)
+  uint64_t x;
+  memcpy(&x, p, sizeof x);
+  return x;
+#else
+  return *reinterpret_cast<const uint64_t*>(p);
+#endif
+}
+
+WEFT_HOST_DEVICE void store8(uint8_t* p, uint64_t x) {
+#if defined(WEFT_BACKEND_CPU)
+  memcpy(p, &x, sizeof x);
+#else
+  *reinterpret_cast<uint64_t*>(p) = x;
+#endif
+}
+
 WEFT_HOST_DEVICE bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Adds the elements of one vector to acc (8 lanes; float32 uses the first 4).

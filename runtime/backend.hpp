@@ -63,8 +63,12 @@ class Engine {
   // Sets a word of the engine's control block (abort or stop) where the engine reads it. Safe from
   // any thread; never waits behind the caller's streams.
   void raise(uint32_t dev::EngineControl::*word);
-  // Checks `stream` before anything is published; throws kInvalidArgument or kNotSupported.
-  static void checkStream(void* stream);
+  // Adds the op to the graph `stream` is capturing: at each replay it runs in graph order and reads
+  // the engine's protocol counters then (they live on the device). The queue never sees it.
+  void capture(const dev::OpDesc& desc, void* stream);
+  // Checks `stream` before anything is published (throws kInvalidArgument); returns whether it is
+  // capturing a graph.
+  static bool checkStream(void* stream);
   // One line for logs: which device, how ops run.
   std::string describe() const;
 

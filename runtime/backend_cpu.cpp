@@ -76,11 +76,16 @@ Engine::~Engine() {
   impl_->queue->completeUnfinished();
 }
 
-void Engine::checkStream(void* stream) {
+bool Engine::checkStream(void* stream) {
   if (stream)
     throw Error(Code::kInvalidArgument,
                 "stream: the CPU backend has no streams; pass NULL (the call returns when "
                 "the op is complete)");
+  return false;
+}
+
+void Engine::capture(const dev::OpDesc&, void*) {
+  throw Error(Code::kNotSupported, "stream: the CPU backend has no streams, so no graphs to capture into");
 }
 
 dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void*, uint64_t timeoutNs) {

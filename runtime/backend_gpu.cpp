@@ -1,7 +1,8 @@
-// GPU backends (CUDA, HIP): the heap is device memory that local peers map through IPC handles,
-// the engine is the persistent kernel on its own stream polling the queue in pinned host memory,
-// and an op reaches it in stream order: a stream write of the slot's `ready` word, then a stream
-// wait on its `done` word.
+// GPU backends (CUDA, HIP): the heap is device memory that local peers map through IPC handles.
+// An op runs as its own kernel on the caller's stream (launched engine, the default), or through
+// the persistent kernel polling the queue in pinned host memory, reached in stream order by a
+// stream write of the slot's `ready` word and a stream wait on its `done` word. Under graph
+// capture both engines capture the op kernel.
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -144,13 +145,17 @@ struct Engine::Impl {
     return o;
   }
 
+  gpu::Outcome launchOp(const dev::OpDesc& desc, void* stream) {
+    const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(workers)));
+    return gpu::launchOp(view, desc, blocks, threads, stream);
+  }
+
   // Launched: one kernel per op. Ops of one communicator must not overlap (they share the signal
   // counters), so an op on another stream than the previous one first waits for that one.
   gpu::Outcome enqueueLaunched(uint64_t ticket, const dev::OpDesc& desc, void* userStream) {
     gpu::Outcome o;
     if (lastStream && lastStream != userStream) o = gpu::streamWaitEvent(userStream, lastOp);
-    const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(workers)));
-    if (o) o = gpu::launchOp(view, desc, ticket, blocks, threads, userStream);
+    if (o) o = launchOp(desc, userStream);
     if (o) o = gpu::eventRecord(lastOp, userStream);
     if (o) lastStream = userStream;
     if (!o) failed(ticket);
@@ -215,11 +220,16 @@ Engine::~Engine() {
   gpu::hostUnregister(e.queue->memory());
 }
 
-void Engine::checkStream(void* stream) {
+bool Engine::checkStream(void* stream) {
   bool capturing = false;
   require(gpu::streamIsCapturing(stream, &capturing), "stream: cannot query its capture state", Code::kInvalidArgument);
-  if (capturing)
-    throw Error(Code::kNotSupported, "stream: is being captured into a graph; weft ops cannot be captured yet");
+  return capturing;
+}
+
+// Both engines capture the op kernel: a replayed graph cannot take queue tickets (its stream
+// writes would replay the values of capture time), and the kernel needs none.
+void Engine::capture(const dev::OpDesc& desc, void* stream) {
+  require(impl_->launchOp(desc, stream), "stream: adding the op to the graph being captured");
 }
 
 dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stream, uint64_t timeoutNs) {

@@ -174,18 +174,19 @@ uint64_t Comm::heapOffset(const void* p, uint64_t bytes, const char* arg) const 
                                           "symmetric heap)");
 }
 
-Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter, void* stream) {
+Code Comm::submit(const dev::OpDesc& d, void* stream, bool capturing) {
   std::string msg;
   if (Code e = asyncError(&msg); e != Code::kSuccess)
     throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
   uint64_t ticket;
   Status st;
   {
-    // Ticket order is the order ops reach the engine and the order of the per-kind counters.
     std::lock_guard<std::mutex> lock(submitMutex_);
-    d.seqBase = *seqCounter;
-    d.epoch = ++*epochCounter;
-    *seqCounter += seqAdvance;
+    if (capturing) {
+      // Runs at each replay, in graph order; it takes no ticket (the queue never sees it).
+      engine_->capture(d, stream);
+      return Code::kSuccess;
+    }
     ticket = queue_->reserve();
     st = engine_->enqueue(ticket, d, stream, timeoutNs_);
   }
@@ -197,7 +198,7 @@ Code Comm::submit(dev::OpDesc d, uint64_t seqAdvance, uint64_t* seqCounter, uint
 }
 
 Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt, void* stream) {
-  Engine::checkStream(stream);
+  const bool capturing = Engine::checkStream(stream);
   const uint32_t es = dev::dtypeSize(dt);
   const uint64_t bytes = count * es;
   dev::OpDesc d{};
@@ -215,18 +216,16 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   // Small inputs: one-shot (one exchange, latency-bound); the rest: reduce-scatter + all-gather.
   if (bytes > 0 && bytes <= layout_.oneShotBytes && nranks_ > 1 && nranks_ <= dev::kMaxSumSources) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
-    d.nitems = dev::AllReduceOneShotOp::numItems();
-    uint64_t noSignalCounters = 0;
-    return submit(d, 0, &noSignalCounters, &oneShotEpoch_, stream);
+    d.nitems = dev::AllReduceOneShotOp::numItems(bytes);
+    return submit(d, stream, capturing);
   }
   d.tileElems = static_cast<uint32_t>(tileBytes_ / es);
   d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.tileElems);
-  return submit(d, dev::AllReduceOp::seqAdvance(count, nranks_, es, d.tileElems), &allReduceSeq_, &allReduceEpoch_,
-                stream);
+  return submit(d, stream, capturing);
 }
 
 Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DType dt, void* stream) {
-  Engine::checkStream(stream);
+  const bool capturing = Engine::checkStream(stream);
   const uint32_t es = dev::dtypeSize(dt);
   const uint64_t bytes = countPerRank * es * nranks_;
   dev::OpDesc d{};
@@ -240,7 +239,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   d.send = reinterpret_cast<uint64_t>(send);
   d.tileElems = static_cast<uint32_t>(tileBytes_ / es);
   d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.tileElems);
-  return submit(d, dev::AllToAllOp::seqAdvance(countPerRank, d.tileElems), &allToAllSeq_, &allToAllEpoch_, stream);
+  return submit(d, stream, capturing);
 }
 
 void Comm::abort() {

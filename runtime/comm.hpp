@@ -49,7 +49,8 @@ class Comm {
 
  private:
   Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
-  Code submit(dev::OpDesc desc, uint64_t seqAdvance, uint64_t* seqCounter, uint64_t* epochCounter, void* stream);
+  // Hands the op to the engine, or into the graph `stream` is capturing.
+  Code submit(const dev::OpDesc& desc, void* stream, bool capturing);
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
   uint64_t stallNs() const { return 2 * timeoutNs_ + 1000000000ull; }
   uint64_t heapOffset(const void* p, uint64_t bytes, const char* arg) const;
@@ -67,12 +68,9 @@ class Comm {
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
 
-  // Op order and per-kind signal counters: the same on every rank because every rank issues the
-  // same ops in the same order.
+  // Ticket order is op order, the same on every rank because every rank issues the same ops in the
+  // same order (the engine's protocol counters rely on it).
   std::mutex submitMutex_;
-  uint64_t allReduceSeq_ = 0, allReduceEpoch_ = 0;
-  uint64_t allToAllSeq_ = 0, allToAllEpoch_ = 0;
-  uint64_t oneShotEpoch_ = 0;
 };
 
 }  // namespace weft

@@ -194,9 +194,8 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
   return check(GPU(GetLastError)(), "launch of the persistent kernel");
 }
 
-Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, uint64_t ticket, int blocks, int threads,
-                 void* stream) {
-  dev::opKernel<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, desc, ticket);
+Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream) {
+  dev::opKernel<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, desc);
   return check(GPU(GetLastError)(), "launch of an op kernel");
 }
 

@@ -32,17 +32,17 @@ struct AllReduceOp {
   }
 
   template <class Coop>
-  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket,
+  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
     const auto dt = static_cast<DType>(d.dtype);
     const uint32_t es = dtypeSize(dt);
     const uint64_t tps = tilesPerShard(d.count, v.nranks, es, d.tileElems);
     if (item == tps)
-      return waitEveryPeer(c, v, PeerSignal::kGathered, d.seqBase + tps, ticket, item, WaitWhat::kGather);
+      return waitEveryPeer(c, v, PeerSignal::kGathered, seq.seqBase + tps, seq.op, item, WaitWhat::kGather);
 
     const HeapLayout& L = v.layout;
     const int me = v.rank;
-    const uint64_t q = d.seqBase + item + 1;  // channel sequence number of this tile
+    const uint64_t q = seq.seqBase + item + 1;  // channel sequence number of this tile
     const uint32_t slot = static_cast<uint32_t>((q - 1) % L.inboxSlots);
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
 
@@ -50,7 +50,7 @@ struct AllReduceOp {
       const int j = (me + p) % v.nranks;
       Range r = tileRange(shardRange(d.count, v.nranks, vectorElems(es), j), d.tileElems, item);
       if (q > L.inboxSlots) {
-        WaitSite site{ticket, item, j, WaitWhat::kInboxCredit};
+        WaitSite site{seq.op, item, j, WaitWhat::kInboxCredit};
         Status st = wait(c, v, v.signal(me, L.inboxCreditOffset(j, slot)), q - L.inboxSlots, site);
         if (st != Status::kOk) return st;
       }
@@ -61,7 +61,7 @@ struct AllReduceOp {
     Range mine = tileRange(shardRange(d.count, v.nranks, vectorElems(es), me), d.tileElems, item);
     for (int p = 1; p < v.nranks; ++p) {
       const int src = (me + p) % v.nranks;
-      WaitSite site{ticket, item, src, WaitWhat::kInboxData};
+      WaitSite site{seq.op, item, src, WaitWhat::kInboxData};
       Status st = wait(c, v, v.signal(me, L.inboxFlagOffset(src, slot)), q, site);
       if (st != Status::kOk) return st;
     }

@@ -25,7 +25,7 @@ struct AllToAllOp {
   }
 
   template <class Coop>
-  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, uint64_t ticket,
+  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
     const HeapLayout& L = v.layout;
     const int me = v.rank;
@@ -34,11 +34,11 @@ struct AllToAllOp {
       c.sync();
       if (c.leader())
         for (int j = 0; j < v.nranks; ++j)
-          if (j != me) releaseStore(v.signal(j, L.readyFromOffset(me)), d.epoch);
+          if (j != me) releaseStore(v.signal(j, L.readyFromOffset(me)), seq.epoch);
       return Status::kOk;
     }
     if (item == 1 + v.nranks * tpb)
-      return waitEveryPeer(c, v, PeerSignal::kArrived, d.seqBase + tpb, ticket, item, WaitWhat::kArrival);
+      return waitEveryPeer(c, v, PeerSignal::kArrived, seq.seqBase + tpb, seq.op, item, WaitWhat::kArrival);
 
     const uint64_t k = item - 1;
     const int j = static_cast<int>((me + 1 + k / tpb) % v.nranks);
@@ -50,8 +50,8 @@ struct AllToAllOp {
       put(c, dst, src, r.size() * es);
       return Status::kOk;
     }
-    WaitSite site{ticket, item, j, WaitWhat::kReady};
-    Status st = wait(c, v, v.signal(me, L.readyFromOffset(j)), d.epoch, site);
+    WaitSite site{seq.op, item, j, WaitWhat::kReady};
+    Status st = wait(c, v, v.signal(me, L.readyFromOffset(j)), seq.epoch, site);
     if (st != Status::kOk) return st;
     put(c, dst, src, r.size() * es);
     signalAdd(c, v.signal(j, L.arrivedOffset(me)), uint64_t{1});

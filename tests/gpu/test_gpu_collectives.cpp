@@ -150,6 +150,64 @@ TEST_P(GpuCollectives, StreamOrderWithTheCallersKernels) {
   EXPECT_TRUE(runRanks(gpus(), body));
 }
 
+// A CUDA graph of weft ops and the caller's kernel replays correctly again and again, with fresh
+// inputs each time and eager ops of the same communicator in between (the protocol counters are
+// read on the device at each replay).
+TEST_P(GpuCollectives, GraphCaptureAndReplay) {
+  WEFT_REQUIRE_GPUS(gpus());
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    constexpr int64_t kSmall = 1237, kLarge = 1000003, kBlock = 4099;
+    // Element offsets of the three ops' buffers: one-shot AllReduce, multi-tile AllReduce, All-to-All.
+    const int64_t at[] = {0, 2048, 2048 + 1000448};
+    Rank r = setUp(rank, n, id, (at[2] + kBlock * n) * 4);
+    ASSERT_NE(r.comm, nullptr);
+    auto* in = static_cast<float*>(r.input);
+    auto* out = static_cast<float*>(r.heap);
+    float* scaled = nullptr;
+    WEFT_CUDA_OK(cudaMalloc(&scaled, kSmall * 4));
+    // An eager op first, so that the graph does not run on the initial counters.
+    allReduceCase(r, rank, n, WEFT_FLOAT32, kSmall, seed, false);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    WEFT_CUDA_OK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
+    WEFT_ASSERT_OK(weft_allreduce(r.comm, in + at[0], out + at[0], kSmall, WEFT_FLOAT32, r.stream));
+    launchScale(scaled, out + at[0], 0.5f, kSmall, r.stream);
+    WEFT_ASSERT_OK(weft_allreduce(r.comm, in + at[1], out + at[1], kLarge, WEFT_FLOAT32, r.stream));
+    WEFT_ASSERT_OK(weft_alltoall(r.comm, in + at[2], out + at[2], kBlock, WEFT_FLOAT32, r.stream));
+    WEFT_CUDA_OK(cudaStreamEndCapture(r.stream, &graph));
+    WEFT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      SCOPED_TRACE(::testing::Message() << "replay " << replay);
+      const uint64_t s = seed + 10 * (replay + 1);
+      toDevice(in + at[0], hostInput(WEFT_FLOAT32, s, rank, kSmall));
+      toDevice(in + at[1], hostInput(WEFT_FLOAT32, s + 1, rank, kLarge));
+      toDevice(in + at[2], hostInput(WEFT_FLOAT32, s + 2, rank, kBlock * n));
+      poisonDevice(out, (at[2] + kBlock * n) * 4);
+      WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
+      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+      const std::vector<uint8_t> small = toHost(out + at[0], kSmall * 4);
+      EXPECT_TRUE(checkAllReduce(small.data(), WEFT_FLOAT32, s, n, kSmall));
+      EXPECT_TRUE(checkAllReduce(toHost(out + at[1], kLarge * 4).data(), WEFT_FLOAT32, s + 1, n, kLarge));
+      EXPECT_TRUE(checkAllToAll(toHost(out + at[2], kBlock * n * 4).data(), WEFT_FLOAT32, s + 2, rank, n, kBlock));
+      const std::vector<uint8_t> half = toHost(scaled, kSmall * 4);
+      const auto* y = reinterpret_cast<const float*>(small.data());
+      const auto* h = reinterpret_cast<const float*>(half.data());
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < kSmall; ++i) wrong += h[i] != 0.5f * y[i];
+      EXPECT_EQ(wrong, 0) << "the caller's kernel in the graph saw the op's result";
+      // Eager ops between replays move the same counters.
+      allToAllCase(r, rank, n, WEFT_BFLOAT16, 777, s + 3);
+      allReduceCase(r, rank, n, WEFT_FLOAT16, 100003, s + 4, true);
+    }
+    WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
+    WEFT_CUDA_OK(cudaGraphDestroy(graph));
+    cudaFree(scaled);
+    tearDown(r);
+  };
+  EXPECT_TRUE(runRanks(gpus(), body));
+}
+
 INSTANTIATE_TEST_SUITE_P(Gpus, GpuCollectives,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values(std::string("launched"), std::string("persistent"))),

@@ -8,6 +8,7 @@
 
 #include "device/heap_layout_device.hpp"
 #include "device/ops/allreduce_device.hpp"
+#include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/alltoall_device.hpp"
 #include "device/ops/partition_device.hpp"
 
@@ -69,6 +70,37 @@ TEST(HeapLayout, NoTwoWordsOrSlotsOverlap) {
       EXPECT_EQ(L.controlBytes() % 4096, 0u);
       EXPECT_EQ(L.inboxDataOffset(0, 1) - L.inboxDataOffset(0, 0), slots > 1 ? L.tileBytes : L.tileBytes);
     }
+}
+
+TEST(HeapLayout, OneShotScratchAreasAreDisjointAndInsideTheControlArea) {
+  for (uint32_t n : {1u, 2u, 5u}) {
+    HeapLayout L{n, 2, 4096, 768};
+    uint64_t prevEnd = L.inboxDataOffset(n - 1, 1) + L.tileBytes;
+    for (uint32_t p = 0; p < n; ++p)
+      for (uint32_t parity : {0u, 1u}) {
+        const uint64_t at = L.oneShotDataOffset(static_cast<int>(p), parity);
+        EXPECT_GE(at, prevEnd);
+        EXPECT_EQ(at % 16, 0u) << "line pairs are 16-byte stores";
+        EXPECT_GE(L.oneShotScratchBytes(), 2 * L.oneShotBytes) << "flagged lines carry half their size";
+        prevEnd = at + L.oneShotScratchBytes();
+      }
+    EXPECT_LE(prevEnd, L.controlBytes());
+  }
+}
+
+TEST(OneShot, ItemsCoverEveryLinePairOnce) {
+  for (uint64_t bytes : {0ull, 1ull, 7ull, 8ull, 9ull, 2047ull, 16384ull, 262144ull, 1000001ull}) {
+    const uint32_t items = AllReduceOneShotOp::numItems(bytes);
+    EXPECT_GE(items, 1u);
+    EXPECT_LE(items, AllReduceOneShotOp::kMaxItems);
+    uint64_t next = 0;
+    for (uint32_t i = 0; i < items; ++i) {
+      const Range r = AllReduceOneShotOp::itemPairs(bytes, items, i);
+      EXPECT_EQ(r.lo, next) << bytes;
+      next = r.hi;
+    }
+    EXPECT_EQ(next, AllReduceOneShotOp::pairs(bytes)) << bytes;
+  }
 }
 
 }  // namespace

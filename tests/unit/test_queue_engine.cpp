@@ -31,6 +31,7 @@ struct OneRank {
     v.layout = layout;
     v.queue = queue.header();
     v.slots = queue.slots();
+    v.control = reinterpret_cast<dev::EngineControl*>(heap.data());
     v.timeoutNs = 5'000'000'000ull;
     engine.start(v, workers, 0);
   }

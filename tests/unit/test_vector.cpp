@@ -1,5 +1,5 @@
 // The vectorised tile sum against a scalar float64 sum: every dtype, aligned and unaligned
-// buffers, counts that leave a tail, in place.
+// buffers, counts that leave a tail, in place; and the flagged-line format.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "device/coop_device.hpp"
+#include "device/ll_device.hpp"
 #include "device/testdata_device.hpp"
 #include "device/vector_device.hpp"
 
@@ -39,6 +40,20 @@ TEST(VectorSum, MatchesAScalarSumEverywhere) {
             ASSERT_NEAR(loadAsFloat(out, i, t), want[i], eps * (std::fabs(want[i]) + 1))
                 << "dtype " << static_cast<int>(t) << " count " << count << " misalign " << misalign << " i " << i;
         }
+}
+
+TEST(FlaggedLines, APairIsReadOnlyUnderItsFlag) {
+  alignas(16) uint64_t pair[2] = {};
+  uint64_t payload = 0;
+  uint32_t seen = 0;
+  EXPECT_FALSE(llLoad(pair, 1, &payload, &seen)) << "zeroed memory carries no epoch";
+  llStore(pair, 0x0123456789abcdefull, 7);
+  EXPECT_FALSE(llLoad(pair, 8, &payload, &seen));
+  EXPECT_EQ(seen, 7u);
+  EXPECT_TRUE(llLoad(pair, 7, &payload, &seen));
+  EXPECT_EQ(payload, 0x0123456789abcdefull);
+  pair[1] = (pair[1] & 0xffffffffull) | (uint64_t{5} << 32);  // the second half still from epoch 5
+  EXPECT_FALSE(llLoad(pair, 7, &payload, &seen)) << "both halves must carry the flag";
 }
 
 }  // namespace

@@ -48,11 +48,11 @@ struct Context {
 void die(const std::string& what);
 Context setUp(const Options& o);
 void tearDown(Context& c);
-// Median microseconds per call of `op` on the context's stream, timed with events.
-// Median microseconds per call of `op` on the context's stream, timed with events; *hostUs (if
-// given) receives the host's mean time per call.
+// Median microseconds per call of `op` on the context's stream, timed with events: per call
+// (eager), or per replay of a graph of o.iters calls divided by o.iters (-G). *hostUs (if given)
+// receives the host's mean time per call.
 template <typename F>
-double medianUs(Context& c, int warmup, int iters, F&& op, double* hostUs = nullptr);
+double medianUs(Context& c, const Options& o, F&& op, double* hostUs = nullptr);
 std::vector<Row> runSizes(Context& c, const Options& o);
 Row runEmpty(Context& c, const Options& o);
 void report(const Context& c, const Options& o, const std::vector<Row>& rows);

@@ -71,8 +71,16 @@ int64_t wrongElements(const Context& c, const Options& o, const Type& t, const v
 
 }  // namespace
 
+namespace {
+
+// Median of `us`, which it reorders.
+double median(std::vector<double>& us) {
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
+}
+
 template <typename F>
-double medianUs(Context& c, int warmup, int iters, F&& op, double* hostUs) {
+double eagerUs(Context& c, int warmup, int iters, F&& op, double* hostUs) {
   for (int i = 0; i < warmup; ++i) op();
   std::vector<cudaEvent_t> ev(iters + 1);
   for (auto& e : ev) cuda(cudaEventCreate(&e), "cudaEventCreate");
@@ -93,8 +101,50 @@ double medianUs(Context& c, int warmup, int iters, F&& op, double* hostUs) {
     us[i] = ms * 1000.0;
   }
   for (auto& e : ev) cudaEventDestroy(e);
-  std::nth_element(us.begin(), us.begin() + iters / 2, us.end());
-  return us[iters / 2];
+  return median(us);
+}
+
+// `iters` calls captured into one graph; the warm-up replays it once (when asked for), then each of
+// kReplays timed replays gives a time per op.
+template <typename F>
+double graphUs(Context& c, int warmup, int iters, F&& op, double* hostUs) {
+  constexpr int kReplays = 7;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  for (int i = 0; i < iters; ++i) op();
+  cuda(cudaStreamEndCapture(c.stream, &graph), "end capture");
+  cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate the graph");
+  if (warmup > 0) cuda(cudaGraphLaunch(exec, c.stream), "warm-up replay");
+  cudaEvent_t start, stop;
+  cuda(cudaEventCreate(&start), "cudaEventCreate");
+  cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> us(kReplays);
+  double host = 0;
+  for (double& u : us) {
+    cuda(cudaEventRecord(start, c.stream), "record");
+    const auto t0 = std::chrono::steady_clock::now();
+    cuda(cudaGraphLaunch(exec, c.stream), "replay");
+    host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    cuda(cudaEventRecord(stop, c.stream), "record");
+    cuda(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    cuda(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    u = ms * 1000.0 / iters;
+  }
+  if (hostUs) *hostUs = host / (kReplays * iters);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return median(us);
+}
+
+}  // namespace
+
+template <typename F>
+double medianUs(Context& c, const Options& o, F&& op, double* hostUs) {
+  return o.graph ? graphUs(c, o.warmup, o.iters, op, hostUs) : eagerUs(c, o.warmup, o.iters, op, hostUs);
 }
 
 std::vector<Row> runSizes(Context& c, const Options& o) {
@@ -136,8 +186,8 @@ std::vector<Row> runSizes(Context& c, const Options& o) {
       r.weftWrong = wrongElements(c, o, t, c.weftRecv, r.count, seed);
       r.ncclWrong = wrongElements(c, o, t, c.ncclRecv, r.count, seed);
     }
-    r.weftUs = medianUs(c, o.warmup, o.iters, weftOp, &r.weftHostUs);
-    r.ncclUs = medianUs(c, o.warmup, o.iters, ncclOp);
+    r.weftUs = medianUs(c, o, weftOp, &r.weftHostUs);
+    r.ncclUs = medianUs(c, o, ncclOp);
     const double busFactor = a2a ? (c.nranks - 1.0) / c.nranks : 2.0 * (c.nranks - 1.0) / c.nranks;
     r.weftBusBw = r.bytes / (r.weftUs * 1e3) * busFactor;
     r.ncclBusBw = r.bytes / (r.ncclUs * 1e3) * busFactor;
@@ -151,20 +201,23 @@ std::vector<Row> runSizes(Context& c, const Options& o) {
 Row runEmpty(Context& c, const Options& o) {
   Row r;
   r.weftUs = medianUs(
-      c, o.warmup, o.iters,
+      c, o,
       [&] {
         if (weft_allreduce(c.weft, nullptr, nullptr, 0, WEFT_FLOAT32, c.stream) != WEFT_SUCCESS)
           die(weft_get_last_error(nullptr));
       },
       &r.weftHostUs);
-  r.ncclUs = medianUs(c, o.warmup, o.iters, [&] { emptyKernel<<<1, 1, 0, c.stream>>>(); });
+  r.ncclUs = medianUs(c, o, [&] { emptyKernel<<<1, 1, 0, c.stream>>>(); });
   return r;
 }
 
 void report(const Context& c, const Options& o, const std::vector<Row>& rows) {
   if (c.rank != 0) return;
-  std::printf("# weft-bench %s, %d ranks, dtype %s, %d iterations (median), %d warm-up; baseline: %s\n", o.op.c_str(),
-              c.nranks, o.dtype.c_str(), o.iters, o.warmup, o.op == "empty" ? "empty kernel launch" : "NCCL");
+  std::printf("# weft-bench %s, %d ranks, dtype %s, %s, %d warm-up; baseline: %s\n", o.op.c_str(), c.nranks,
+              o.dtype.c_str(),
+              o.graph ? ("graph mode: " + std::to_string(o.iters) + " ops per graph, median of 7 replays").c_str()
+                      : ("eager: median of " + std::to_string(o.iters) + " ops").c_str(),
+              o.warmup, o.op == "empty" ? "empty kernel launch" : "NCCL");
   std::printf("%12s %12s %11s %9s %11s %9s %8s %7s %7s %8s\n", "bytes", "count", "weft_us", "weft_bw", "base_us",
               "base_bw", "speedup", "#wrong", "#b_wrg", "host_us");
   std::ofstream json;
@@ -176,10 +229,11 @@ void report(const Context& c, const Options& o, const std::vector<Row>& rows) {
                 (unsigned long long)r.count, r.weftUs, r.weftBusBw, r.ncclUs, r.ncclBusBw, r.ncclUs / r.weftUs,
                 (long long)r.weftWrong, (long long)r.ncclWrong, r.weftHostUs);
     if (json)
-      json << "  {\"op\": \"" << o.op << "\", \"ranks\": " << c.nranks << ", \"dtype\": \"" << o.dtype
-           << "\", \"bytes\": " << r.bytes << ", \"weft_us\": " << r.weftUs << ", \"baseline_us\": " << r.ncclUs
-           << ", \"weft_busbw\": " << r.weftBusBw << ", \"baseline_busbw\": " << r.ncclBusBw
-           << ", \"weft_host_us\": " << r.weftHostUs << ", \"weft_wrong\": " << r.weftWrong << ", \"baseline_wrong\": " << r.ncclWrong << "}"
+      json << "  {\"op\": \"" << o.op << "\", \"graph\": " << (o.graph ? "true" : "false")
+           << ", \"ranks\": " << c.nranks << ", \"dtype\": \"" << o.dtype << "\", \"bytes\": " << r.bytes
+           << ", \"weft_us\": " << r.weftUs << ", \"baseline_us\": " << r.ncclUs << ", \"weft_busbw\": " << r.weftBusBw
+           << ", \"baseline_busbw\": " << r.ncclBusBw << ", \"weft_host_us\": " << r.weftHostUs
+           << ", \"weft_wrong\": " << r.weftWrong << ", \"baseline_wrong\": " << r.ncclWrong << "}"
            << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   if (json) json << "]\n";
