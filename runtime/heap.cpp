@@ -5,24 +5,13 @@
 
 namespace weft {
 
-namespace {
-
-uint64_t checkedControlBytes(const dev::HeapLayout& layout, uint64_t bytes) {
-  if (layout.controlBytes() >= bytes)
-    throw Error(Code::kInvalidArgument, "heap_bytes: " + std::to_string(bytes) + " leaves no room after the " +
-                                            std::to_string(layout.controlBytes()) + "-byte control area");
-  return layout.controlBytes();
-}
-
-}  // namespace
-
 SymmetricHeap::SymmetricHeap(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
                              const dev::HeapLayout& layout)
     : rank_(boot.rank()),
-      bytes_(bytes),
-      mem_(boot, paths, bytes, checkedControlBytes(layout, bytes)),
-      alloc_(layout.controlBytes(), bytes) {
-  WEFT_LOG(kInfo, kHeap, "heap of {} bytes, control area {} bytes", bytes, layout.controlBytes());
+      bytes_(layout.controlBytes() + bytes),
+      mem_(boot, paths, bytes_, layout.controlBytes()),
+      alloc_(layout.controlBytes(), bytes_) {
+  WEFT_LOG(kInfo, kHeap, "heap of {} bytes after a control area of {} bytes", bytes, layout.controlBytes());
 }
 
 std::optional<uint64_t> SymmetricHeap::allocate(uint64_t bytes) {

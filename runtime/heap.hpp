@@ -17,7 +17,8 @@ namespace weft {
 
 class SymmetricHeap {
  public:
-  // Collective over the bootstrap. Throws weft::Error.
+  // Collective over the bootstrap: `bytes` for weft_mem_alloc, after the layout's control area.
+  // Throws weft::Error.
   SymmetricHeap(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
                 const dev::HeapLayout& layout);
 
@@ -35,7 +36,7 @@ class SymmetricHeap {
 
  private:
   const int rank_;
-  const uint64_t bytes_;
+  const uint64_t bytes_;  // control area included
   HeapMemory mem_;
   mutable std::mutex mutex_;
   HeapAllocator alloc_;
