@@ -53,11 +53,14 @@ void checkAgree(const std::vector<RankInfo>& all, uint64_t RankInfo::*field, con
 }
 
 // Tiles are the unit of parallelism (a worker takes one at a time): a stream of `bytes` is cut into
-// about kTargetTiles of them, each at least kMinTileBytes and at most the inbox slot (tile_bytes),
-// a multiple of 256 bytes. A function of the op alone, so every rank cuts alike.
-uint32_t tileElemsFor(uint64_t bytes, uint64_t maxTileBytes, uint32_t elemBytes) {
-  constexpr uint64_t kTargetTiles = 64, kMinTileBytes = 16 << 10;
-  uint64_t tile = (bytes / kTargetTiles + 255) / 256 * 256;
+// about `targetTiles` of them, each at least kMinTileBytes and at most the inbox slot (tile_bytes),
+// a multiple of 256 bytes. A function of the op alone, so every rank cuts alike. The targets were
+// measured on 4 x H200 (docs/perf.md): 64 per AllReduce shard, 32 per All-to-All send buffer.
+constexpr uint64_t kAllReduceTiles = 64, kAllToAllTiles = 32;
+
+uint32_t tileElemsFor(uint64_t bytes, uint64_t targetTiles, uint64_t maxTileBytes, uint32_t elemBytes) {
+  constexpr uint64_t kMinTileBytes = 16 << 10;
+  uint64_t tile = (bytes / targetTiles + 255) / 256 * 256;
   tile = std::max(tile, std::min(kMinTileBytes, maxTileBytes));
   tile = std::min(tile, maxTileBytes);
   return static_cast<uint32_t>(tile / elemBytes);
@@ -232,7 +235,8 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
     return submit(d, stream, capturing);
   }
   // Reduce-scatter works on one shard per rank: its tiles are what the workers share.
-  d.tileElems = tileElemsFor(dev::shardElems(count, nranks_, dev::vectorElems(es)) * es, tileBytes_, es);
+  d.tileElems =
+      tileElemsFor(dev::shardElems(count, nranks_, dev::vectorElems(es)) * es, kAllReduceTiles, tileBytes_, es);
   d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.tileElems);
   return submit(d, stream, capturing);
 }
@@ -250,7 +254,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   if (rangesOverlap(send, recv, bytes))
     throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf; All-to-All cannot run in place");
   d.send = reinterpret_cast<uint64_t>(send);
-  d.tileElems = tileElemsFor(bytes, tileBytes_, es);
+  d.tileElems = tileElemsFor(bytes, kAllToAllTiles, tileBytes_, es);
   d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.tileElems);
   return submit(d, stream, capturing);
 }
