@@ -6,11 +6,19 @@
 
 namespace weft::dev {
 
+// Floats of group-shared scratch every group has (16 KB: block-shared memory on a GPU).
+constexpr int kCoopFloats = 4096;
+
 #if defined(WEFT_BACKEND_CPU)
-// One OS thread: the leader of itself.
+// One OS thread: the leader of itself, one warp of one lane.
 struct SoloCoop {
+  mutable float tile[kCoopFloats];
   int rank() const { return 0; }
   int size() const { return 1; }
+  int lane() const { return 0; }
+  int warp() const { return 0; }
+  int warps() const { return 1; }
+  float* floats() const { return tile; }
   bool leader() const { return true; }
   void sync() const {}
   bool any(bool v) const { return v; }
@@ -21,11 +29,17 @@ struct SoloCoop {
 };
 using WorkerCoop = SoloCoop;
 #else
-// A whole thread block; `scratch` is 8 bytes of block-shared memory for broadcasts.
+// A whole thread block; `scratch` is 8 bytes of block-shared memory for broadcasts, `tile`
+// kCoopFloats of it for the group's data.
 struct BlockCoop {
   unsigned long long* scratch;
+  float* tile;
   __device__ int rank() const { return threadIdx.x; }
   __device__ int size() const { return blockDim.x; }
+  __device__ int lane() const { return threadIdx.x % gpu::kWarpSize; }
+  __device__ int warp() const { return threadIdx.x / gpu::kWarpSize; }
+  __device__ int warps() const { return blockDim.x / gpu::kWarpSize; }
+  __device__ float* floats() const { return tile; }
   __device__ bool leader() const { return threadIdx.x == 0; }
   __device__ void sync() const { __syncthreads(); }
   // True for every thread if it was true for any (a barrier).

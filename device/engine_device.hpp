@@ -8,6 +8,7 @@
 #include "ops/allreduce_device.hpp"
 #include "ops/allreduce_oneshot_device.hpp"
 #include "ops/alltoall_device.hpp"
+#include "ops/gemv_allreduce_device.hpp"
 
 namespace weft::dev {
 
@@ -86,6 +87,7 @@ WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
     case OpKind::kAllToAll:
       return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1};
     case OpKind::kAllReduceOneShot:
+    case OpKind::kGemvAllReduce:
       return OpSeq{k.ops, 0, k.oneShotEpoch + 1};
     default:
       return OpSeq{k.ops, 0, 0};
@@ -104,6 +106,7 @@ WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nran
       ++k.allToAllEpoch;
       break;
     case OpKind::kAllReduceOneShot:
+    case OpKind::kGemvAllReduce:
       ++k.oneShotEpoch;
       break;
     default:
@@ -140,6 +143,10 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
       return AllToAllOp::run(c, v, d, seq, item);
     case OpKind::kAllReduceOneShot:
       return AllReduceOneShotOp::run(c, v, d, seq, item);
+    case OpKind::kGemvAllReduce:
+      return GemvAllReduceOp::run(c, v, d, seq, item);
+    case OpKind::kGemv:
+      return GemvOp::run(c, v, d, seq, item);
     default:
       return Status::kOk;
   }

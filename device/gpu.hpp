@@ -158,6 +158,26 @@ WEFT_HOST_DEVICE uint64_t nowNs() {
 #endif
 }
 
+// Threads that run in lockstep and reduce by shuffles: a CUDA warp, a HIP wavefront (gfx90a), or
+// one CPU thread.
+#if defined(WEFT_BACKEND_CPU)
+constexpr int kWarpSize = 1;
+#elif defined(WEFT_BACKEND_CUDA)
+constexpr int kWarpSize = 32;
+#else
+constexpr int kWarpSize = 64;
+#endif
+
+// The sum of v over the threads of a warp, in every thread.
+WEFT_HOST_DEVICE float warpSum(float v) {
+#if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  for (int m = kWarpSize / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+#elif defined(WEFT_DEVICE_PASS)
+  for (int m = kWarpSize / 2; m > 0; m >>= 1) v += __shfl_xor(v, m);
+#endif
+  return v;
+}
+
 // Back-off inside a polling loop; `spins` counts the polls so far. On the CPU backend the
 // workers of several ranks share few cores, so polling escalates from a pause to a sleep.
 WEFT_HOST_DEVICE void relax(uint32_t spins) {

@@ -26,7 +26,7 @@ struct OpCounters {
   uint64_t allReduceSeq;   // reduce-scatter AllReduce: inbox sequence and gathered tiles, per pair
   uint64_t allToAllSeq;    // All-to-All: tiles, per pair
   uint64_t allToAllEpoch;  // All-to-All ops
-  uint64_t oneShotEpoch;   // one-shot AllReduce ops
+  uint64_t oneShotEpoch;   // ops of the one-shot exchange (AllReduce, GEMV + AllReduce)
 };
 
 // The first bytes of every heap: the words this rank's engine checks on its fast path, kept in the

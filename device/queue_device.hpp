@@ -20,7 +20,14 @@ namespace weft::dev {
 
 constexpr uint64_t kQueueMagic = 0x7765667471756575ull;  // "weftqueu"
 
-enum class OpKind : uint32_t { kNop = 0, kAllReduce = 1, kAllToAll = 2, kAllReduceOneShot = 3 };
+enum class OpKind : uint32_t {
+  kNop = 0,
+  kAllReduce = 1,
+  kAllToAll = 2,
+  kAllReduceOneShot = 3,
+  kGemvAllReduce = 4,  // fused, one-shot exchange of float32 partials
+  kGemv = 5,           // the unfused first half: this rank's partials into y
+};
 
 // Result of an op or of a wait. Values are stable: they cross the queue.
 enum class Status : uint32_t {
@@ -53,7 +60,7 @@ struct OpDesc {
   uint64_t recv;       // output offset in the symmetric heap
   uint32_t tileElems;  // elements per tile
   uint32_t nitems;     // work items, claimed in order by the workers
-  uint64_t reserved[3];
+  uint64_t arg[3];     // op-specific (GEMV: w, batch, k)
 };
 static_assert(sizeof(OpDesc) == 64, "OpDesc is a wire struct");
 

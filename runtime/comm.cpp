@@ -10,6 +10,7 @@
 #include "device/ops/allreduce_device.hpp"
 #include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/alltoall_device.hpp"
+#include "device/ops/gemv_allreduce_device.hpp"
 
 namespace weft {
 
@@ -66,9 +67,9 @@ uint32_t tileElemsFor(uint64_t bytes, uint64_t targetTiles, uint64_t maxTileByte
   return static_cast<uint32_t>(tile / elemBytes);
 }
 
-bool rangesOverlap(const void* a, const void* b, uint64_t bytes) {
+bool spansOverlap(const void* a, uint64_t aBytes, const void* b, uint64_t bBytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return bytes > 0 && x < y + bytes && y < x + bytes;
+  return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
 }
 
 }  // namespace
@@ -224,7 +225,7 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   d.recv = bytes ? heapOffset(recv, bytes, "recvbuf") : 0;
   if (send != recv) {
     if (heap_->overlaps(send, bytes)) heapOffset(send, bytes, "sendbuf");
-    if (rangesOverlap(send, recv, bytes))
+    if (spansOverlap(send, bytes, recv, bytes))
       throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf without being the same buffer (in place)");
   }
   d.send = reinterpret_cast<uint64_t>(send);
@@ -251,12 +252,43 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   d.count = countPerRank;
   d.recv = bytes ? heapOffset(recv, bytes, "recvbuf") : 0;
   if (heap_->overlaps(send, bytes)) heapOffset(send, bytes, "sendbuf");
-  if (rangesOverlap(send, recv, bytes))
+  if (spansOverlap(send, bytes, recv, bytes))
     throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf; All-to-All cannot run in place");
   d.send = reinterpret_cast<uint64_t>(send);
   d.tileElems = tileElemsFor(bytes, kAllToAllTiles, tileBytes_, es);
   d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.tileElems);
   return submit(d, stream, capturing);
+}
+
+Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, uint64_t n, uint64_t k, dev::DType dt,
+                         void* stream) {
+  const bool capturing = Engine::checkStream(stream);
+  const uint32_t es = dev::dtypeSize(dt);
+  const uint64_t yBytes = uint64_t{batch} * n * es;
+  dev::OpDesc d{};
+  d.kind = static_cast<uint32_t>(dev::OpKind::kGemvAllReduce);
+  d.dtype = static_cast<uint32_t>(dt);
+  d.count = n;
+  d.recv = yBytes ? heapOffset(y, yBytes, "y") : 0;
+  if (heap_->overlaps(x, uint64_t{batch} * k * es)) heapOffset(x, uint64_t{batch} * k * es, "x");
+  if (heap_->overlaps(w, n * k * es)) heapOffset(w, n * k * es, "w");
+  // y is written while other work items still read x and w.
+  if (spansOverlap(x, uint64_t{batch} * k * es, y, yBytes)) throw Error(Code::kInvalidArgument, "x: overlaps y");
+  if (spansOverlap(w, n * k * es, y, yBytes)) throw Error(Code::kInvalidArgument, "w: overlaps y");
+  d.send = reinterpret_cast<uint64_t>(x);
+  d.arg[0] = reinterpret_cast<uint64_t>(w);
+  d.arg[1] = batch;
+  d.arg[2] = k;
+  d.tileElems = dev::GemvAllReduceOp::rowsPerItem(n, batch);
+  d.nitems = dev::GemvAllReduceOp::numItems(n, d.tileElems);
+  // Fused while every rank's float32 partials fit the one-shot scratch; otherwise (and on one
+  // rank, where there is nothing to exchange) the GEMV writes y and an AllReduce of y follows.
+  if (nranks_ > 1 && nranks_ <= dev::kMaxSumSources && uint64_t{batch} * n * sizeof(float) <= layout_.oneShotBytes)
+    return submit(d, stream, capturing);
+  d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
+  const Code c = submit(d, stream, capturing);
+  if (nranks_ == 1 || c != Code::kSuccess) return c;
+  return allReduce(y, y, uint64_t{batch} * n, dt, stream);
 }
 
 void Comm::abort() {

@@ -39,6 +39,9 @@ class Comm {
   // GPU backends: returns once enqueued; a failure shows in asyncError.
   Code allReduce(const void* send, void* recv, uint64_t count, dev::DType dt, void* stream);
   Code allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DType dt, void* stream);
+  // y[batch, n] = sum over ranks of x[batch, k] . w[n, k]^T; y in the heap, batch 1..64.
+  Code gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, uint64_t n, uint64_t k, dev::DType dt,
+                     void* stream);
 
   // From any thread: every wait gives up, the engine stops within a millisecond or so.
   void abort();

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "common/log.hpp"
+#include "device/ops/gemv_allreduce_device.hpp"
 #include "guard.hpp"
 #include "runtime/launch_env.hpp"
 #include "runtime/unique_id.hpp"
@@ -210,6 +211,24 @@ weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void* recvbuf
     if (n > 0) api::requirePtr(sendbuf, "sendbuf");
     if (n > 0) api::requirePtr(recvbuf, "recvbuf");
     return c->allToAll(sendbuf, recvbuf, n, dt, stream);
+  });
+}
+
+weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w, void* y, int64_t batch, int64_t n,
+                                  int64_t k_local, weft_dtype_t dtype, void* stream) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    const auto dt = api::requireDtype(rawDtype(&dtype), "dtype");
+    if (batch < 1 || batch > weft::dev::GemvAllReduceOp::kMaxBatch)
+      throw weft::Error(weft::Code::kInvalidArgument, "batch: " + std::to_string(batch) + " is not in 1..64");
+    const uint64_t rows = api::requireCount(n, "n", weft::dev::dtypeSize(dt), static_cast<uint64_t>(batch));
+    const uint64_t k = api::requireCount(k_local, "k_local", weft::dev::dtypeSize(dt), static_cast<uint64_t>(batch));
+    if (rows > 0 && k > 0 && k > static_cast<uint64_t>(INT64_MAX) / (rows * weft::dev::dtypeSize(dt)))
+      throw weft::Error(weft::Code::kInvalidArgument, "k_local: n * k_local elements overflow the byte size");
+    if (k > 0) api::requirePtr(x, "x");
+    if (rows > 0 && k > 0) api::requirePtr(w, "w");
+    if (rows > 0) api::requirePtr(y, "y");
+    return c->gemvAllReduce(x, w, y, static_cast<uint32_t>(batch), rows, k, dt, stream);
   });
 }
 

@@ -10,7 +10,8 @@ namespace weft::dev {
 
 __global__ void opKernel(CommView view, OpDesc desc) {
   __shared__ unsigned long long scratch;
-  BlockCoop coop{&scratch};
+  __shared__ float tile[kCoopFloats];
+  BlockCoop coop{&scratch, tile};
   // Stable for the whole kernel: only the last block below changes them, after every block read.
   const OpCounters counters = loadCounters(view.control);
   const OpSeq seq = opSeq(counters, desc);

@@ -8,7 +8,8 @@ namespace weft::dev {
 
 __global__ void persistentKernel(CommView view, uint64_t firstTicket) {
   __shared__ unsigned long long scratch;
-  BlockCoop coop{&scratch};
+  __shared__ float tile[kCoopFloats];
+  BlockCoop coop{&scratch, tile};
   runWorker(coop, view, firstTicket, static_cast<int>(blockIdx.x));
 }
 

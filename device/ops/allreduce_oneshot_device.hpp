@@ -1,21 +1,12 @@
-// One-shot sum AllReduce, for small inputs where latency, not bandwidth, is the cost. The input is
-// cut into line pairs of 8 bytes (ll_device.hpp), and work item i owns a contiguous run of them:
-//   1. it stores its pairs of this rank's input, flagged with the op's epoch, into this rank's
-//      scratch area on every peer (no fence, no signal: the flag travels with the data);
-//   2. it waits for every peer's pairs to land in its own scratch, sums them with its own input in
-//      rank order and float32, and writes its own output. Peers never touch this rank's output,
-//      so in place needs nothing more; each thread reads its input pairs before it writes them.
-//
-// Reuse without credits: ops of even and odd epoch use separate scratch areas. A sender writes a
-// peer's area of parity p again at epoch e + 2 only after its own op e + 1 completed, which needed
-// every peer's op-(e + 1) lines, which each peer stored after its op e (the last reader of the
-// area) completed. Stale lines carry epoch e - 2 (or zero), never the awaited flag.
+// One-shot sum AllReduce, for small inputs where latency, not bandwidth, is the cost: the input,
+// cut into line pairs of 8 bytes, is the payload of one flagged exchange
+// (flagged_exchange_device.hpp); every rank sums all inputs in rank order and float32 and writes
+// its own output. Peers never touch this rank's output, so in place needs nothing more: a thread
+// reads its input pairs before it writes them.
 #pragma once
 
-#include "../comm_device.hpp"
-#include "../ll_device.hpp"
 #include "../vector_device.hpp"
-#include "partition_device.hpp"
+#include "flagged_exchange_device.hpp"
 
 namespace weft::dev {
 
@@ -61,51 +52,27 @@ struct AllReduceOneShotOp {
     if ((reinterpret_cast<uintptr_t>(p) & 7) == 0 && at + kLlPayloadBytes <= bytes) return store8(p + at, x);
     for (uint64_t b = at; b < bytes && b < at + kLlPayloadBytes; ++b) p[b] = static_cast<uint8_t>(x >> (8 * (b - at)));
   }
-  WEFT_HOST_DEVICE static uint64_t* pairAt(const CommView& v, int owner, uint64_t scratch, uint64_t k) {
-    return reinterpret_cast<uint64_t*>(v.at(owner, scratch) + k * kLlPairBytes);
-  }
-
   template <class Coop, DType T>
   WEFT_HOST_DEVICE static Status runAs(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                        uint32_t item) {
-    const HeapLayout& L = v.layout;
-    const int me = v.rank;
+    struct Acc {
+      float lanes[8];
+    };
     const uint64_t bytes = d.count * dtypeSize(T);
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
-    uint8_t* out = v.at(me, d.recv);
-    const uint32_t parity = static_cast<uint32_t>(seq.epoch & 1);
-    const auto flag = static_cast<uint32_t>(seq.epoch);
-    const Range r = itemPairs(bytes, d.nitems, item);
-    const uint64_t stride = static_cast<uint64_t>(c.size());
-
-    for (uint64_t k = r.lo + c.rank(); k < r.hi; k += stride) {
-      const uint64_t x = loadPair(send, bytes, k);
-      for (int p = 1; p < v.nranks; ++p) {
-        const int j = (me + p) % v.nranks;
-        llStore(pairAt(v, j, L.oneShotDataOffset(me, parity), k), x, flag);
-      }
-    }
-
-    Status st = Status::kOk;
-    for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += stride) {
-      float acc[8] = {};
-      for (int src = 0; src < v.nranks && st == Status::kOk; ++src) {
-        Vec16 x{};
-        uint64_t pair = 0;
-        if (src == me)
-          pair = loadPair(send, bytes, k);
-        else
-          st = llWait(v, pairAt(v, me, L.oneShotDataOffset(src, parity), k), flag, &pair,
-                      WaitSite{seq.op, item, src, WaitWhat::kInboxData});
-        x.w[0] = static_cast<uint32_t>(pair);
-        x.w[1] = static_cast<uint32_t>(pair >> 32);
-        accumulate<T>(acc, x);
-      }
-      const Vec16 sum = pack<T>(acc);
-      if (st == Status::kOk) storePair(out, bytes, k, sum.w[0] | (uint64_t{sum.w[1]} << 32));
-    }
-    // The thread that failed recorded why; the whole group reports the communicator as failed.
-    return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
+    uint8_t* out = v.at(v.rank, d.recv);
+    return exchangeFlagged<Acc>(
+        c, v, seq, item, itemPairs(bytes, d.nitems, item), [&](uint64_t k) { return loadPair(send, bytes, k); },
+        [](Acc& acc, uint64_t x) {
+          Vec16 w{};
+          w.w[0] = static_cast<uint32_t>(x);
+          w.w[1] = static_cast<uint32_t>(x >> 32);
+          accumulate<T>(acc.lanes, w);
+        },
+        [&](uint64_t k, const Acc& acc) {
+          const Vec16 sum = pack<T>(acc.lanes);
+          storePair(out, bytes, k, sum.w[0] | (uint64_t{sum.w[1]} << 32));
+        });
   }
 };
 

@@ -93,7 +93,7 @@ TEST_P(Collectives, TinyTilesStressFlowControl) {
 }
 
 // Back-to-back one-shot AllReduces of varying size: each reuses every pair's scratch, so a sender
-// that overtook a slow receiver would corrupt it without the credits.
+// that overtook a slow receiver would corrupt it were the scratch areas not kept apart by epoch parity.
 TEST_P(Collectives, OneShotScratchIsReusedSafely) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {

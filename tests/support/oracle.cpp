@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "device/dtype_device.hpp"
@@ -78,6 +79,40 @@ void poison(void* buf, size_t bytes) { memset(buf, 0xff, bytes); }
                                          << k << " of " << countPerRank;
   }
   return ::testing::AssertionSuccess();
+}
+
+uint64_t gemvWeightSeed(uint64_t seed) { return seed + 1; }
+
+::testing::AssertionResult checkGemvAllReduce(const void* y, weft_dtype_t dt, uint64_t seed, int nranks, uint64_t batch,
+                                              uint64_t n, uint64_t k) {
+  std::vector<std::vector<double>> x(nranks), w(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    for (uint64_t i = 0; i < batch * k; ++i) x[r].push_back(roundedInput(dt, seed, r, i));
+    for (uint64_t i = 0; i < n * k; ++i) w[r].push_back(roundedInput(dt, gemvWeightSeed(seed), r, i));
+  }
+  uint64_t bad = 0;
+  std::string first;
+  for (uint64_t b = 0; b < batch; ++b)
+    for (uint64_t j = 0; j < n; ++j) {
+      double want = 0, mag = 0;
+      for (int r = 0; r < nranks; ++r)
+        for (uint64_t i = 0; i < k; ++i) {
+          const double t = x[r][b * k + i] * w[r][j * k + i];
+          want += t;
+          mag += std::fabs(t);
+        }
+      const double got = dev::loadAsFloat(y, b * n + j, devType(dt));
+      // float32 sums of k terms, then (unfused) one rounding to dt per rank, then the output's.
+      const double bound =
+          epsilon(dt) * std::fabs(want) + (std::ldexp(1.0, -23) * (k + nranks) + nranks * epsilon(dt)) * mag + 1e-7;
+      if (!(std::fabs(got - want) <= bound) && !bad++)
+        first = "y[" + std::to_string(b) + ", " + std::to_string(j) + "] = " + std::to_string(got) + ", want " +
+                std::to_string(want);
+    }
+  if (!bad) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << dtypeName(dt) << " GEMV + AllReduce batch " << batch << " n " << n << " k "
+                                       << k << " over " << nranks << " ranks (seed " << seed << "): " << bad
+                                       << " wrong, first " << first;
 }
 
 }  // namespace weft::test

@@ -27,4 +27,11 @@ void poison(void* buf, size_t bytes);
 ::testing::AssertionResult checkAllToAll(const void* recv, weft_dtype_t dt, uint64_t seed, int rank, int nranks,
                                          uint64_t countPerRank);
 
+// GEMV + AllReduce: rank r's x ([batch, k]) is its input for `seed`, its w ([n, k]) its input for
+// seed + 1 (gemvWeightSeed). y ([batch, n]) must equal the float64 sum over ranks of x_r . w_r^T
+// within float32 accumulation over k terms plus the dtype's rounding per rank.
+uint64_t gemvWeightSeed(uint64_t seed);
+::testing::AssertionResult checkGemvAllReduce(const void* y, weft_dtype_t dt, uint64_t seed, int nranks, uint64_t batch,
+                                              uint64_t n, uint64_t k);
+
 }  // namespace weft::test
