@@ -25,6 +25,14 @@
 #define WEFT_DEVICE __device__ inline
 #endif
 
+// Asks the device compiler to unroll the next loop (so that small arrays indexed by its counter
+// stay in registers).
+#if defined(WEFT_BACKEND_CPU)
+#define WEFT_UNROLL
+#else
+#define WEFT_UNROLL _Pragma("unroll")
+#endif
+
 // True while compiling code that runs on a GPU (the device pass of nvcc/hipcc).
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 #define WEFT_DEVICE_PASS 1

@@ -279,15 +279,19 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   d.arg[0] = reinterpret_cast<uint64_t>(w);
   d.arg[1] = batch;
   d.arg[2] = k;
-  d.tileElems = dev::GemvAllReduceOp::rowsPerItem(n, batch);
+  d.tileElems = dev::GemvAllReduceOp::rowsPerSlice(n, batch);
   d.nitems = dev::GemvAllReduceOp::numItems(n, d.tileElems);
   // Fused while every rank's float32 partials fit the one-shot scratch; otherwise (and on one
-  // rank, where there is nothing to exchange) the GEMV writes y and an AllReduce of y follows.
-  if (nranks_ > 1 && nranks_ <= dev::kMaxSumSources && uint64_t{batch} * n * sizeof(float) <= layout_.oneShotBytes)
+  // rank, where there is nothing to exchange) the GEMV writes y and an AllReduce of y follows. An
+  // empty y exchanges nothing, so it must not take a one-shot epoch: its lines are what tell a
+  // sender that the receiver has finished with the scratch (ops/flagged_exchange_device.hpp).
+  if (yBytes > 0 && nranks_ > 1 && nranks_ <= dev::kMaxSumSources &&
+      uint64_t{batch} * n * sizeof(float) <= layout_.oneShotBytes)
     return submit(d, stream, capturing);
   d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
+  d.nitems = dev::GemvAllReduceOp::numSlices(n, d.tileElems);
   const Code c = submit(d, stream, capturing);
-  if (nranks_ == 1 || c != Code::kSuccess) return c;
+  if (nranks_ == 1 || yBytes == 0 || c != Code::kSuccess) return c;
   return allReduce(y, y, uint64_t{batch} * n, dt, stream);
 }
 

@@ -1,16 +1,19 @@
 // The exchange at the heart of every one-shot op: each rank contributes a payload of line pairs
 // (8 bytes each), every rank receives all ranks' payloads and reduces them itself, in rank order.
-// Work item `item` owns the pairs [r.lo, r.hi):
-//   1. it stores its pairs of this rank's payload, flagged with the op's epoch, into this rank's
-//      scratch area on every peer (no fence, no signal: the flag travels with the data);
-//   2. for each pair it takes the payloads of all ranks in rank order (its own from `own`, the
-//      peers' from its scratch as they land), hands them to `add`, then calls `finish`.
+// For a run of pairs [r.lo, r.hi):
+//   1. push: this rank's pairs, flagged with the op's epoch, go into this rank's scratch area on
+//      every peer (no fence, no signal: the flag travels with the data);
+//   2. reduce: for each pair, the payloads of all ranks in rank order (the peers' from the scratch
+//      as they land) are folded and finished.
+// The one-shot AllReduce does both in one work item; the fused GEMV pushes from its compute items
+// and reduces in later items, so that the exchange overlaps the compute of other items.
 //
 // Reuse without credits: ops of even and odd epoch use separate scratch areas. A sender writes a
 // peer's area of parity p again at epoch e + 2 only after its own op e + 1 completed, which needed
 // every peer's op-(e + 1) lines, which each peer stored after its op e (the last reader of the
 // area) completed. Stale lines carry epoch e - 2 (or zero), never the awaited flag. Every op that
-// uses this exchange advances the one-shot epoch (OpCounters::oneShotEpoch).
+// uses this exchange advances the one-shot epoch (OpCounters::oneShotEpoch), and must send at
+// least one pair: an empty exchange tells no sender anything, so a rank could run two epochs ahead.
 #pragma once
 
 #include "../comm_device.hpp"
@@ -19,40 +22,57 @@
 
 namespace weft::dev {
 
-// own(k) -> uint64_t payload of pair k; add(acc, payload) folds one rank's payload into an Acc
-// (value-initialised per pair); finish(k, acc) consumes the sum.
-template <class Acc, class Coop, class Own, class Add, class Finish>
-WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
-                                        Own&& own, Add&& add, Finish&& finish) {
-  const HeapLayout& L = v.layout;
-  const int me = v.rank;
+// Where rank `sender`'s pair k lies in rank `owner`'s scratch for the op's epoch.
+WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int owner, int sender, uint64_t k) {
   const auto parity = static_cast<uint32_t>(seq.epoch & 1);
+  return reinterpret_cast<uint64_t*>(v.at(owner, v.layout.oneShotDataOffset(sender, parity)) + k * kLlPairBytes);
+}
+
+// Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t) to every peer, and with
+// `toSelf` also into this rank's own area (for a reduction that runs later, in another item).
+template <class Coop, class Own>
+WEFT_HOST_DEVICE void pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, Range r, bool toSelf, Own&& own) {
   const auto flag = static_cast<uint32_t>(seq.epoch);
-  const auto stride = static_cast<uint64_t>(c.size());
-  auto pairAt = [&](int owner, int sender, uint64_t k) {
-    return reinterpret_cast<uint64_t*>(v.at(owner, L.oneShotDataOffset(sender, parity)) + k * kLlPairBytes);
-  };
-
-  for (uint64_t k = r.lo + c.rank(); k < r.hi; k += stride) {
+  for (uint64_t k = r.lo + c.rank(); k < r.hi; k += static_cast<uint64_t>(c.size())) {
     const uint64_t x = own(k);
-    for (int p = 1; p < v.nranks; ++p) llStore(pairAt((me + p) % v.nranks, me, k), x, flag);
+    for (int p = toSelf ? 0 : 1; p < v.nranks; ++p) {
+      const int j = (v.rank + p) % v.nranks;
+      llStore(flaggedPair(v, seq, j, v.rank, k), x, flag);
+    }
   }
+}
 
+// Step 2: for each pair, the payloads of all ranks in rank order, folded by add(acc, payload) into
+// an Acc (value-initialised per pair), then finish(k, acc). This rank's own payload comes from
+// own(k), or, with `selfInScratch`, from its own area where pushFlagged(toSelf) left it.
+template <class Acc, class Coop, class Own, class Add, class Finish>
+WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
+                                      bool selfInScratch, Own&& own, Add&& add, Finish&& finish) {
+  const auto flag = static_cast<uint32_t>(seq.epoch);
   Status st = Status::kOk;
-  for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += stride) {
+  for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += static_cast<uint64_t>(c.size())) {
     Acc acc{};
     for (int src = 0; src < v.nranks && st == Status::kOk; ++src) {
       uint64_t x = 0;
-      if (src == me)
+      if (src == v.rank && !selfInScratch)
         x = own(k);
       else
-        st = llWait(v, pairAt(me, src, k), flag, &x, WaitSite{seq.op, item, src, WaitWhat::kInboxData});
+        st =
+            llWait(v, flaggedPair(v, seq, v.rank, src, k), flag, &x, WaitSite{seq.op, item, src, WaitWhat::kInboxData});
       add(acc, x);
     }
     if (st == Status::kOk) finish(k, acc);
   }
   // The thread that failed recorded why; the whole group reports the communicator as failed.
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
+}
+
+// Both steps in one item.
+template <class Acc, class Coop, class Own, class Add, class Finish>
+WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
+                                        Own&& own, Add&& add, Finish&& finish) {
+  pushFlagged(c, v, seq, r, false, own);
+  return reduceFlagged<Acc>(c, v, seq, item, r, false, own, add, finish);
 }
 
 }  // namespace weft::dev

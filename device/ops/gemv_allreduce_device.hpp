@@ -2,14 +2,15 @@
 //   y[b, j] = sum over ranks r of sum_k x_r[b, k] * w_r[j, k]
 // (x: [batch, k_local], w: [n, k_local] as torch.nn.Linear stores it, y: [batch, n] in the heap).
 //
-// Work item i owns output rows [j0, j1). Its warps compute this rank's float32 partial sums for
-// those rows and every batch entry (each warp a row at a time, 16-byte loads of w, float32
-// accumulation, a shuffle reduction) into group-shared memory; as soon as the item's slice is
-// done it is the item's payload in one flagged exchange (flagged_exchange_device.hpp): pushed to
-// every peer while other items still compute, and summed in rank order with every peer's partials
-// of the same rows into y. No separate communication kernel and no intermediate copy. Partials
-// travel in float32, laid out row by row (float j * batch + b), so an item's rows are one run of
-// line pairs; an item has an even number of rows so that runs start on a pair.
+// The rows are cut into slices of an even number of rows (so that a slice's partials, laid out
+// row by row as float j * batch + b, start on a line pair). Work item i < S computes slice i: its
+// warps compute this rank's float32 partial sums for the slice's rows and every batch entry (a row
+// per warp at a time, 16-byte loads of w, float32 accumulation, a shuffle reduction) into
+// group-shared memory, and push them, flagged, to every peer and to this rank's own scratch
+// (flagged_exchange_device.hpp); item S + i then sums slice i's partials of every rank in rank
+// order into y. Workers take items in increasing order, so every slice is computed and on its way
+// while later slices are still being computed: the exchange overlaps the compute, and no separate
+// communication kernel or intermediate copy is needed. Partials cross ranks in float32.
 //
 // GemvOp is the same compute writing y directly: the unfused first half, used where the partials
 // would not fit the one-shot scratch (an AllReduce of y follows) and on one rank.
@@ -32,46 +33,54 @@ struct GemvShape {
 
 struct GemvAllReduceOp {
   static constexpr uint32_t kMaxBatch = 64;
-  static constexpr uint32_t kTargetItems = 128;
+  static constexpr uint32_t kTargetSlices = 512;
 
-  // OpDesc fields: send = x, count = n, recv = y's heap offset, tileElems = rows per item,
+  // OpDesc fields: send = x, count = n, recv = y's heap offset, tileElems = rows per slice,
   // arg[0] = w, arg[1] = batch, arg[2] = k.
   WEFT_HOST_DEVICE static GemvShape shape(const OpDesc& d) {
     return GemvShape{reinterpret_cast<const uint8_t*>(d.send), reinterpret_cast<const uint8_t*>(d.arg[0]),
                      static_cast<uint32_t>(d.arg[1]), d.count, d.arg[2]};
   }
-  // Even, at most what group-shared memory holds for `batch`, and about kTargetItems items.
-  WEFT_HOST_DEVICE static uint32_t rowsPerItem(uint64_t n, uint32_t batch) {
+  // Even, at most what group-shared memory holds for `batch`, and about kTargetSlices slices.
+  WEFT_HOST_DEVICE static uint32_t rowsPerSlice(uint64_t n, uint32_t batch) {
     const uint64_t cap = (kCoopFloats / batch) & ~uint64_t{1};
-    const uint64_t want = (ceilDiv(n, kTargetItems) + 1) & ~uint64_t{1};
+    const uint64_t want = (ceilDiv(n, kTargetSlices) + 1) & ~uint64_t{1};
     return static_cast<uint32_t>(want < 2 ? 2 : want > cap ? cap : want);
   }
-  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t n, uint32_t rows) {
+  WEFT_HOST_DEVICE static uint32_t numSlices(uint64_t n, uint32_t rows) {
     return n == 0 ? 1u : static_cast<uint32_t>(ceilDiv(n, rows));
   }
-  WEFT_HOST_DEVICE static Range itemRows(const OpDesc& d, uint32_t item) {
-    return Range{minU64(d.count, uint64_t{d.tileElems} * item), minU64(d.count, uint64_t{d.tileElems} * (item + 1))};
+  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t n, uint32_t rows) { return 2 * numSlices(n, rows); }
+  WEFT_HOST_DEVICE static Range sliceRows(const OpDesc& d, uint32_t slice) {
+    return Range{minU64(d.count, uint64_t{d.tileElems} * slice), minU64(d.count, uint64_t{d.tileElems} * (slice + 1))};
   }
 
   template <class Coop>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
     const GemvShape s = shape(d);
-    const Range rows = itemRows(d, item);
+    const uint32_t slices = d.nitems / 2;
+    const Range rows = sliceRows(d, item < slices ? item : item - slices);
     const auto dt = static_cast<DType>(d.dtype);
-    float* part = c.floats();
-    partials(c, dt, s, rows, part);
-    c.sync();
+    const uint64_t base = rows.lo * s.batch;  // first float of the slice's run (even)
+    const uint64_t end = rows.hi * s.batch;
+    const Range pairs{base / 2, ceilDiv(end, 2)};
+    if (item < slices) {
+      float* part = c.floats();
+      partials(c, dt, s, rows, part);
+      c.sync();
+      auto partAt = [&](uint64_t f) { return f < end ? floatBits(part[f - base]) : 0u; };
+      pushFlagged(c, v, seq, pairs, /*toSelf=*/true,
+                  [&](uint64_t k) { return partAt(2 * k) | (uint64_t{partAt(2 * k + 1)} << 32); });
+      c.sync();  // the next item's partials overwrite `part`
+      return Status::kOk;
+    }
     struct Acc {
       float v[2];
     };
-    const uint64_t base = rows.lo * s.batch;  // first float of this item's run (even)
-    const uint64_t end = rows.hi * s.batch;
     uint8_t* y = v.at(v.rank, d.recv);
-    auto partAt = [&](uint64_t f) { return f < end ? floatBits(part[f - base]) : 0u; };
-    return exchangeFlagged<Acc>(
-        c, v, seq, item, Range{base / 2, ceilDiv(end, 2)},
-        [&](uint64_t k) { return partAt(2 * k) | (uint64_t{partAt(2 * k + 1)} << 32); },
+    return reduceFlagged<Acc>(
+        c, v, seq, item, pairs, /*selfInScratch=*/true, [](uint64_t) { return uint64_t{0}; },
         [](Acc& acc, uint64_t x) {
           acc.v[0] += bitsFloat(static_cast<uint32_t>(x));
           acc.v[1] += bitsFloat(static_cast<uint32_t>(x >> 32));
@@ -98,38 +107,72 @@ struct GemvAllReduceOp {
   }
 
  private:
-  static constexpr uint32_t kBatchChunk = 8;  // batch entries one pass over a row of w serves
-
   template <class Coop, DType T>
   WEFT_HOST_DEVICE static void partialsAs(const Coop& c, const GemvShape& s, Range rows, float* part) {
+    // Batch entries in chunks of a compile-time size, so that the accumulators stay in registers.
+    for (uint32_t b0 = 0; b0 < s.batch;) {
+      const uint32_t left = s.batch - b0;
+      if (left >= 8) {
+        chunk<Coop, T, 8>(c, s, rows, b0, part);
+        b0 += 8;
+      } else if (left >= 4) {
+        chunk<Coop, T, 4>(c, s, rows, b0, part);
+        b0 += 4;
+      } else if (left >= 2) {
+        chunk<Coop, T, 2>(c, s, rows, b0, part);
+        b0 += 2;
+      } else {
+        chunk<Coop, T, 1>(c, s, rows, b0, part);
+        b0 += 1;
+      }
+    }
+  }
+
+  // Batch entries [b0, b0 + B) of every row in `rows`: a warp per row, each lane kU 16-byte
+  // vectors of w in flight before it uses them.
+  template <class Coop, DType T, int B>
+  WEFT_HOST_DEVICE static void chunk(const Coop& c, const GemvShape& s, Range rows, uint32_t b0, float* part) {
+    constexpr int kU = 4;
     constexpr uint32_t es = T == DType::kFloat32 ? 4 : 2;
-    constexpr uint64_t per = kVecBytes / es;
+    constexpr int per = kVecBytes / es;
     const uint64_t rowBytes = s.k * es;
     const bool vec = aligned16(s.w) && aligned16(s.x) && rowBytes % kVecBytes == 0;
     const uint64_t nvec = vec ? s.k / per : 0;
+    const uint8_t* xb = s.x + b0 * rowBytes;
     for (uint64_t j = rows.lo + c.warp(); j < rows.hi; j += c.warps()) {
       const uint8_t* wr = s.w + j * rowBytes;
-      for (uint32_t b0 = 0; b0 < s.batch; b0 += kBatchChunk) {
-        float acc[kBatchChunk] = {};
-        for (uint64_t q = c.lane(); q < nvec; q += gpu::kWarpSize) {
-          float wf[8] = {}, xf[8];
-          accumulate<T>(wf, load16(wr + q * kVecBytes));
-          for (uint32_t b = 0; b < kBatchChunk; ++b) {
-            if (b0 + b >= s.batch) break;
-            for (float& f : xf) f = 0.f;
-            accumulate<T>(xf, load16(s.x + (b0 + b) * rowBytes + q * kVecBytes));
-            for (uint64_t e = 0; e < per; ++e) acc[b] += wf[e] * xf[e];
+      float acc[B] = {};
+      for (uint64_t q0 = c.lane(); q0 < nvec; q0 += uint64_t{gpu::kWarpSize} * kU) {
+        Vec16 wv[kU];
+        WEFT_UNROLL
+        for (int u = 0; u < kU; ++u) {
+          const uint64_t q = q0 + u * uint64_t{gpu::kWarpSize};
+          if (q < nvec) wv[u] = load16(wr + q * kVecBytes);
+        }
+        WEFT_UNROLL
+        for (int u = 0; u < kU; ++u) {
+          const uint64_t q = q0 + u * uint64_t{gpu::kWarpSize};
+          if (q >= nvec) continue;
+          float wf[8] = {};
+          accumulate<T>(wf, wv[u]);
+          WEFT_UNROLL
+          for (int b = 0; b < B; ++b) {
+            float xf[8] = {};
+            accumulate<T>(xf, load16(xb + b * rowBytes + q * kVecBytes));
+            WEFT_UNROLL
+            for (int e = 0; e < per; ++e) acc[b] += wf[e] * xf[e];
           }
         }
-        for (uint64_t e = nvec * per + c.lane(); e < s.k; e += gpu::kWarpSize) {
-          const float we = loadAsFloat(wr, e, T);
-          for (uint32_t b = 0; b < kBatchChunk && b0 + b < s.batch; ++b)
-            acc[b] += we * loadAsFloat(s.x + (b0 + b) * rowBytes, e, T);
-        }
-        for (uint32_t b = 0; b < kBatchChunk && b0 + b < s.batch; ++b) {
-          const float sum = gpu::warpSum(acc[b]);
-          if (c.lane() == 0) part[(j - rows.lo) * s.batch + b0 + b] = sum;
-        }
+      }
+      for (uint64_t e = nvec * per + c.lane(); e < s.k; e += gpu::kWarpSize) {
+        const float we = loadAsFloat(wr, e, T);
+        WEFT_UNROLL
+        for (int b = 0; b < B; ++b) acc[b] += we * loadAsFloat(xb + b * rowBytes, e, T);
+      }
+      WEFT_UNROLL
+      for (int b = 0; b < B; ++b) {
+        const float sum = gpu::warpSum(acc[b]);
+        if (c.lane() == 0) part[(j - rows.lo) * s.batch + b0 + b] = sum;
       }
     }
   }
@@ -139,7 +182,7 @@ struct GemvOp {
   template <class Coop>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq&, uint32_t item) {
     const GemvShape s = GemvAllReduceOp::shape(d);
-    const Range rows = GemvAllReduceOp::itemRows(d, item);
+    const Range rows = GemvAllReduceOp::sliceRows(d, item);
     const auto dt = static_cast<DType>(d.dtype);
     float* part = c.floats();
     GemvAllReduceOp::partials(c, dt, s, rows, part);
@@ -147,6 +190,7 @@ struct GemvOp {
     uint8_t* y = v.at(v.rank, d.recv);
     for (uint64_t f = c.rank(); f < rows.size() * s.batch; f += c.size())
       storeFromFloat(y, (f % s.batch) * s.n + rows.lo + f / s.batch, dt, part[f]);
+    c.sync();  // the next item's partials overwrite `part`
     return Status::kOk;
   }
 };

@@ -1,8 +1,11 @@
+#include "gpu_support.hpp"
+
 #include <dirent.h>
 
+#include <cstdlib>
 #include <cstring>
 
-#include "gpu_support.hpp"
+#include "support/multirank.hpp"
 
 namespace weft::test {
 
@@ -16,6 +19,30 @@ int gpusPresent() {
     closedir(d);
   }
   return n;
+}
+
+std::string gEngine = "launched";
+
+Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config) {
+  Rank r;
+  setenv("WEFT_ENGINE", gEngine.c_str(), 1);
+  if (gEngine == "persistent") setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  EXPECT_EQ(cudaSetDevice(rank % gpusPresent()), cudaSuccess);
+  r.comm = initRank(rank, n, id, config);
+  EXPECT_EQ(cudaStreamCreate(&r.stream), cudaSuccess);
+  if (r.comm) {
+    EXPECT_EQ(weft_mem_alloc(r.comm, bytes, &r.heap), WEFT_SUCCESS) << weft_get_last_error(nullptr);
+  }
+  EXPECT_EQ(cudaMalloc(&r.input, bytes), cudaSuccess);
+  return r;
+}
+
+void tearDown(Rank& r) {
+  EXPECT_EQ(weft_comm_finalize(r.comm), WEFT_SUCCESS) << weft_get_last_error(nullptr);
+  EXPECT_EQ(weft_mem_free(r.comm, r.heap), WEFT_SUCCESS);
+  EXPECT_EQ(weft_comm_destroy(r.comm), WEFT_SUCCESS);
+  cudaFree(r.input);
+  cudaStreamDestroy(r.stream);
 }
 
 void toDevice(void* dst, const std::vector<uint8_t>& src) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/weft.h"
+
 #define WEFT_CUDA_OK(call)                                                 \
   do {                                                                     \
     cudaError_t e_ = (call);                                               \
@@ -29,6 +31,23 @@ int gpusPresent();
 // Host bytes to a device pointer and back.
 void toDevice(void* dst, const std::vector<uint8_t>& src);
 std::vector<uint8_t> toHost(const void* src, size_t bytes);
+
+// One rank of a GPU test: its communicator, a stream, an output in the symmetric heap and an
+// input in ordinary device memory (both `bytes`).
+struct Rank {
+  weft_comm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  void* heap = nullptr;
+  void* input = nullptr;
+};
+
+// The engine under test: "launched" (default) or "persistent", which needs modules loaded eagerly
+// (a lazily loaded kernel can wait for a resident one; see docs/design-notes.md). setUp applies it
+// before CUDA starts in the rank's process.
+extern std::string gEngine;
+
+Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config = nullptr);
+void tearDown(Rank& r);
 
 // Kernels used to interleave the caller's own work with weft ops on one stream.
 void launchScale(float* out, const float* in, float factor, size_t n, cudaStream_t s);

@@ -14,40 +14,6 @@ namespace {
 
 constexpr weft_dtype_t kDtypes[] = {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16};
 
-struct Rank {
-  weft_comm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-  void* heap = nullptr;   // output, symmetric heap
-  void* input = nullptr;  // ordinary device memory
-};
-
-// The engine under test: "launched" (default) or "persistent", which needs modules loaded eagerly
-// (a lazily loaded kernel can wait for a resident one; see docs/design-notes.md). Set before CUDA
-// starts in this rank's process.
-std::string gEngine = "launched";
-
-Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config = nullptr) {
-  Rank r;
-  setenv("WEFT_ENGINE", gEngine.c_str(), 1);
-  if (gEngine == "persistent") setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-  EXPECT_EQ(cudaSetDevice(rank % gpusPresent()), cudaSuccess);
-  r.comm = initRank(rank, n, id, config);
-  EXPECT_EQ(cudaStreamCreate(&r.stream), cudaSuccess);
-  if (r.comm) {
-    EXPECT_EQ(weft_mem_alloc(r.comm, bytes, &r.heap), WEFT_SUCCESS) << weft_get_last_error(nullptr);
-  }
-  EXPECT_EQ(cudaMalloc(&r.input, bytes), cudaSuccess);
-  return r;
-}
-
-void tearDown(Rank& r) {
-  EXPECT_EQ(weft_comm_finalize(r.comm), WEFT_SUCCESS) << weft_get_last_error(nullptr);
-  EXPECT_EQ(weft_mem_free(r.comm, r.heap), WEFT_SUCCESS);
-  EXPECT_EQ(weft_comm_destroy(r.comm), WEFT_SUCCESS);
-  cudaFree(r.input);
-  cudaStreamDestroy(r.stream);
-}
-
 std::vector<uint8_t> hostInput(weft_dtype_t dt, uint64_t seed, int rank, uint64_t count) {
   std::vector<uint8_t> v(count * dtypeBytes(dt));
   fillInput(v.data(), dt, seed, rank, 0, count);

@@ -13,7 +13,7 @@
 namespace weft::bench {
 
 struct Options {
-  std::string op = "allreduce";  // allreduce | alltoall | empty
+  std::string op = "allreduce";  // allreduce | alltoall | empty | gemv_allreduce
   uint64_t minBytes = 16 << 10;
   uint64_t maxBytes = 256 << 20;
   double factor = 2;
@@ -23,6 +23,10 @@ struct Options {
   bool check = true;
   bool graph = false;
   std::string json;
+  // gemv_allreduce shapes: rows of w, columns (split over the ranks), batch sizes.
+  int64_t gemvN = 8192;
+  std::vector<int64_t> gemvK{8192, 28672};
+  std::vector<int64_t> gemvBatch{1, 8, 32};
 };
 
 struct Row {
@@ -32,6 +36,14 @@ struct Row {
   double weftHostUs = 0;          // host time to submit one weft op (mean over the timed loop)
   double weftBusBw = 0, ncclBusBw = 0;
   int64_t weftWrong = -1, ncclWrong = -1;  // -1: not checked
+};
+
+struct GemvRow {
+  int64_t batch = 0, n = 0, k = 0;
+  double fusedUs = 0, baseUs = 0, gemvUs = 0, allReduceUs = 0;  // medians per op
+  double hostUs = 0;                                            // host time per fused submission
+  double wBytes = 0;                                            // bytes of w per rank
+  int64_t diff = -1;                                            // elements off the baseline; -1: unchecked
 };
 
 // Everything one rank needs: the two communicators, a stream, buffers for the largest size.
@@ -48,13 +60,10 @@ struct Context {
 void die(const std::string& what);
 Context setUp(const Options& o);
 void tearDown(Context& c);
-// Median microseconds per call of `op` on the context's stream, timed with events: per call
-// (eager), or per replay of a graph of o.iters calls divided by o.iters (-G). *hostUs (if given)
-// receives the host's mean time per call.
-template <typename F>
-double medianUs(Context& c, const Options& o, F&& op, double* hostUs = nullptr);
 std::vector<Row> runSizes(Context& c, const Options& o);
 Row runEmpty(Context& c, const Options& o);
 void report(const Context& c, const Options& o, const std::vector<Row>& rows);
+std::vector<GemvRow> runGemv(Context& c, const Options& o);
+void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& rows);
 
 }  // namespace weft::bench

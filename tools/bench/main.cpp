@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"weft-bench: weft against NCCL, same run"};
   std::string minText = "16K", maxText = "256M";
-  app.add_option("op", o.op, "allreduce, alltoall or empty")->check(CLI::IsMember({"allreduce", "alltoall", "empty"}));
+  app.add_option("op", o.op, "allreduce, alltoall, empty or gemv_allreduce")
+      ->check(CLI::IsMember({"allreduce", "alltoall", "empty", "gemv_allreduce"}));
   app.add_option("-b,--minbytes", minText, "Smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", maxText, "Largest size");
   app.add_option("-f,--stepfactor", o.factor, "Size multiplier")->check(CLI::Range(1.01, 1024.0));
@@ -40,13 +41,22 @@ int main(int argc, char** argv) {
   app.add_option("-c,--check", o.check, "Check results against a float64 reference (1) or not (0)");
   app.add_flag("-G,--graph", o.graph, "Capture the -n iterations into one CUDA graph and time its replays");
   app.add_option("--json", o.json, "Also write the rows as JSON to this file (rank 0)");
+  app.add_option("--n", o.gemvN, "gemv_allreduce: rows of w (outputs)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--k", o.gemvK, "gemv_allreduce: columns of w over all ranks (comma list)")->delimiter(',');
+  app.add_option("--batch", o.gemvBatch, "gemv_allreduce: batch sizes, 1..64 (comma list)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   o.minBytes = parseBytes(minText, "-b");
   o.maxBytes = parseBytes(maxText, "-e");
   if (o.minBytes > o.maxBytes) die("-b must not exceed -e");
+  if (o.op == "gemv_allreduce") o.maxBytes = std::max<uint64_t>(o.maxBytes, uint64_t{64} * o.gemvN * 4);
   Context c = setUp(o);
-  std::vector<Row> rows = o.op == "empty" ? std::vector<Row>{runEmpty(c, o)} : runSizes(c, o);
-  report(c, o, rows);
+  if (o.op == "gemv_allreduce") {
+    reportGemv(c, o, runGemv(c, o));
+  } else {
+    std::vector<Row> rows = o.op == "empty" ? std::vector<Row>{runEmpty(c, o)} : runSizes(c, o);
+    report(c, o, rows);
+  }
   tearDown(c);
   return 0;
 }

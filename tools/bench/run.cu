@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "bench.hpp"
+#include "common.cuh"
 #include "device/dtype_device.hpp"
 #include "device/testdata_device.hpp"
 
@@ -13,28 +14,7 @@ namespace weft::bench {
 
 namespace {
 
-struct Type {
-  weft_dtype_t weft;
-  ncclDataType_t nccl;
-  dev::DType dev;
-  int bytes;
-};
-
-Type typeOf(const std::string& name) {
-  if (name == "float") return {WEFT_FLOAT32, ncclFloat32, dev::DType::kFloat32, 4};
-  if (name == "half") return {WEFT_FLOAT16, ncclFloat16, dev::DType::kFloat16, 2};
-  return {WEFT_BFLOAT16, ncclBfloat16, dev::DType::kBFloat16, 2};
-}
-
-__global__ void fillKernel(void* out, dev::DType t, uint64_t seed, int rank, uint64_t n) {
-  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
-    dev::storeFromFloat(out, i, t, dev::testValue(seed, rank, i));
-}
 __global__ void emptyKernel() {}
-
-void cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 double rounded(const Type& t, uint64_t seed, int rank, uint64_t i) {
   uint32_t tmp = 0;
@@ -70,82 +50,6 @@ int64_t wrongElements(const Context& c, const Options& o, const Type& t, const v
 }
 
 }  // namespace
-
-namespace {
-
-// Median of `us`, which it reorders.
-double median(std::vector<double>& us) {
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
-}
-
-template <typename F>
-double eagerUs(Context& c, int warmup, int iters, F&& op, double* hostUs) {
-  for (int i = 0; i < warmup; ++i) op();
-  std::vector<cudaEvent_t> ev(iters + 1);
-  for (auto& e : ev) cuda(cudaEventCreate(&e), "cudaEventCreate");
-  cuda(cudaEventRecord(ev[0], c.stream), "record");
-  double host = 0;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    op();
-    host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    cuda(cudaEventRecord(ev[i + 1], c.stream), "record");
-  }
-  if (hostUs) *hostUs = host / iters;
-  cuda(cudaStreamSynchronize(c.stream), "sync");
-  std::vector<double> us(iters);
-  for (int i = 0; i < iters; ++i) {
-    float ms = 0;
-    cuda(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]), "elapsed");
-    us[i] = ms * 1000.0;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  return median(us);
-}
-
-// `iters` calls captured into one graph; the warm-up replays it once (when asked for), then each of
-// kReplays timed replays gives a time per op.
-template <typename F>
-double graphUs(Context& c, int warmup, int iters, F&& op, double* hostUs) {
-  constexpr int kReplays = 7;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  for (int i = 0; i < iters; ++i) op();
-  cuda(cudaStreamEndCapture(c.stream, &graph), "end capture");
-  cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate the graph");
-  if (warmup > 0) cuda(cudaGraphLaunch(exec, c.stream), "warm-up replay");
-  cudaEvent_t start, stop;
-  cuda(cudaEventCreate(&start), "cudaEventCreate");
-  cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> us(kReplays);
-  double host = 0;
-  for (double& u : us) {
-    cuda(cudaEventRecord(start, c.stream), "record");
-    const auto t0 = std::chrono::steady_clock::now();
-    cuda(cudaGraphLaunch(exec, c.stream), "replay");
-    host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    cuda(cudaEventRecord(stop, c.stream), "record");
-    cuda(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    cuda(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    u = ms * 1000.0 / iters;
-  }
-  if (hostUs) *hostUs = host / (kReplays * iters);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return median(us);
-}
-
-}  // namespace
-
-template <typename F>
-double medianUs(Context& c, const Options& o, F&& op, double* hostUs) {
-  return o.graph ? graphUs(c, o.warmup, o.iters, op, hostUs) : eagerUs(c, o.warmup, o.iters, op, hostUs);
-}
 
 std::vector<Row> runSizes(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);

@@ -1,0 +1,102 @@
+// GEMV + AllReduce on 1, 2 and 4 GPUs under both engines: every dtype, the decode shapes of the
+// benchmark (fused and, past the one-shot scratch, unfused), odd shapes with tails, and the op
+// captured into a CUDA graph and replayed with fresh inputs. Skipped (and reported so) without GPUs.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gpu_support.hpp"
+#include "support/multirank.hpp"
+#include "support/oracle.hpp"
+
+namespace weft::test {
+namespace {
+
+struct Shape {
+  int64_t batch, n, k;
+};
+
+// x and w of this rank for `seed` into the device (x at r.input, w after it); y poisoned.
+void prepare(Rank& r, int rank, weft_dtype_t dt, Shape s, uint64_t seed, void** w) {
+  const size_t es = dtypeBytes(dt);
+  std::vector<uint8_t> x(s.batch * s.k * es), wh(s.n * s.k * es);
+  fillInput(x.data(), dt, seed, rank, 0, s.batch * s.k);
+  fillInput(wh.data(), dt, gemvWeightSeed(seed), rank, 0, s.n * s.k);
+  *w = static_cast<uint8_t*>(r.input) + ((x.size() + 255) / 256 * 256);
+  toDevice(r.input, x);
+  toDevice(*w, wh);
+  WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, s.batch * s.n * es));
+}
+
+class GpuGemv : public ::testing::TestWithParam<std::tuple<int, std::string>> {
+ protected:
+  void SetUp() override { gEngine = std::get<1>(GetParam()); }
+  int gpus() const { return std::get<0>(GetParam()); }
+};
+
+TEST_P(GpuGemv, EveryDtypeAndShape) {
+  WEFT_REQUIRE_GPUS(gpus());
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    Rank r = setUp(rank, n, id, 80 << 20);
+    ASSERT_NE(r.comm, nullptr);
+    uint64_t s = seed;
+    for (weft_dtype_t dt : {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16})
+      for (Shape shape : {Shape{1, 8192, 2048}, Shape{8, 8192, 512}, Shape{32, 8192, 256}, Shape{3, 301, 77},
+                          Shape{64, 130, 24}, Shape{5, 0, 9}, Shape{2, 17, 0}}) {
+        SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " batch " << shape.batch << " n " << shape.n << " k "
+                                          << shape.k << " seed " << s);
+        void* w = nullptr;
+        prepare(r, rank, dt, shape, s += 2, &w);
+        WEFT_ASSERT_OK(weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, dt, r.stream));
+        WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+        EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * dtypeBytes(dt)).data(), dt, s, n,
+                                       shape.batch, shape.n, shape.k));
+      }
+    tearDown(r);
+  };
+  EXPECT_TRUE(runRanks(gpus(), body));
+}
+
+TEST_P(GpuGemv, GraphCaptureAndReplay) {
+  WEFT_REQUIRE_GPUS(gpus());
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    const Shape shape{4, 1000, 300};
+    Rank r = setUp(rank, n, id, 8 << 20);
+    ASSERT_NE(r.comm, nullptr);
+    void* w = nullptr;
+    prepare(r, rank, WEFT_BFLOAT16, shape, seed, &w);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    WEFT_CUDA_OK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
+    WEFT_ASSERT_OK(
+        weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, WEFT_BFLOAT16, r.stream));
+    WEFT_CUDA_OK(cudaStreamEndCapture(r.stream, &graph));
+    WEFT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      const uint64_t s = seed + 2 * (replay + 1);
+      void* again = nullptr;
+      prepare(r, rank, WEFT_BFLOAT16, shape, s, &again);
+      WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
+      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+      EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * 2).data(), WEFT_BFLOAT16, s, n, shape.batch,
+                                     shape.n, shape.k))
+          << "replay " << replay;
+    }
+    WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
+    WEFT_CUDA_OK(cudaGraphDestroy(graph));
+    tearDown(r);
+  };
+  EXPECT_TRUE(runRanks(gpus(), body));
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpus, GpuGemv,
+                         ::testing::Combine(::testing::Values(1, 2, 4),
+                                            ::testing::Values(std::string("launched"), std::string("persistent"))),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "gpus_" + std::get<1>(info.param);
+                         });
+
+}  // namespace
+}  // namespace weft::test

@@ -1,0 +1,131 @@
+// weft-bench gemv_allreduce: the fused op against cuBLAS GEMV + NCCL AllReduce in the same run, on
+// the same stream, plus the GEMV alone and the AllReduce alone, so that max(compute, comm) can be
+// read off. Each shape is n rows of w with k columns split over the ranks (k_local = k / nranks).
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "common.cuh"
+
+namespace weft::bench {
+
+namespace {
+
+void cublasOk(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) die(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+
+// Elements of weft's y that differ from the baseline's by more than the baseline's own rounding
+// allows (it rounds every rank's partial to the dtype, then sums in the dtype).
+int64_t differing(const Type& t, int nranks, const void* weftY, const void* baseY, uint64_t count) {
+  std::vector<uint8_t> a(count * t.bytes), b(count * t.bytes);
+  cuda(cudaMemcpy(a.data(), weftY, a.size(), cudaMemcpyDeviceToHost), "copy weft's y");
+  cuda(cudaMemcpy(b.data(), baseY, b.size(), cudaMemcpyDeviceToHost), "copy the baseline's y");
+  double rms = 0;
+  for (uint64_t i = 0; i < count; ++i) rms += std::pow(dev::loadAsFloat(b.data(), i, t.dev), 2);
+  rms = std::sqrt(rms / std::max<uint64_t>(count, 1));
+  const double eps = t.bytes == 4 ? 1e-5 : t.dev == dev::DType::kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  int64_t n = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const double x = dev::loadAsFloat(a.data(), i, t.dev), y = dev::loadAsFloat(b.data(), i, t.dev);
+    n += !(std::fabs(x - y) <= 2 * (nranks + 1) * eps * (std::fabs(y) + rms));
+  }
+  return n;
+}
+
+}  // namespace
+
+std::vector<GemvRow> runGemv(Context& c, const Options& o) {
+  const Type t = typeOf(o.dtype);
+  const cudaDataType_t ct = t.bytes == 4 ? CUDA_R_32F : t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+  cublasHandle_t blas;
+  cublasOk(cublasCreate(&blas), "cublasCreate");
+  cublasOk(cublasSetStream(blas, c.stream), "cublasSetStream");
+  // A workspace of its own, so that cuBLAS allocates nothing while a graph is being captured.
+  void* workspace = nullptr;
+  constexpr size_t kWorkspace = 32 << 20;
+  cuda(cudaMalloc(&workspace, kWorkspace), "cuBLAS workspace");
+  cublasOk(cublasSetWorkspace(blas, workspace, kWorkspace), "cublasSetWorkspace");
+  std::vector<GemvRow> rows;
+  for (int64_t k : o.gemvK)
+    for (int64_t batch : o.gemvBatch) {
+      if (k % c.nranks)
+        die("--k: " + std::to_string(k) + " does not split over " + std::to_string(c.nranks) + " ranks");
+      GemvRow r{batch, o.gemvN, k};
+      const int64_t kl = k / c.nranks, n = o.gemvN;
+      void *x, *w, *baseY;
+      cuda(cudaMalloc(&x, batch * kl * t.bytes), "cudaMalloc x");
+      cuda(cudaMalloc(&w, n * kl * t.bytes), "cudaMalloc w");
+      cuda(cudaMalloc(&baseY, batch * n * t.bytes), "cudaMalloc y");
+      const uint64_t seed = 0x6e770000 + rows.size();
+      fillKernel<<<1024, 256, 0, c.stream>>>(x, t.dev, seed, c.rank, batch * kl);
+      fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, seed + 1, c.rank, n * kl);
+      const float one = 1.f, zero = 0.f;
+      auto fused = [&] {
+        if (weft_gemv_allreduce(c.weft, x, w, c.weftRecv, batch, n, kl, t.weft, c.stream) != WEFT_SUCCESS)
+          die(std::string("weft: ") + weft_get_last_error(nullptr));
+      };
+      // Row-major y[batch, n] = x[batch, kl] . w[n, kl]^T is, column-major, Y(n x batch) = W^T X.
+      auto gemv = [&] {
+        cublasOk(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n, batch, kl, &one, w, ct, kl, x, ct, kl, &zero, baseY,
+                              ct, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+      };
+      auto allReduce = [&] {
+        if (ncclAllReduce(baseY, baseY, batch * n, t.nccl, ncclSum, c.nccl, c.stream) != ncclSuccess)
+          die("ncclAllReduce failed");
+      };
+      auto baseline = [&] {
+        gemv();
+        allReduce();
+      };
+      if (o.check) {
+        fused();
+        baseline();
+        cuda(cudaStreamSynchronize(c.stream), "sync");
+        r.diff = differing(t, c.nranks, c.weftRecv, baseY, batch * n);
+      }
+      r.fusedUs = medianUs(c, o, fused, &r.hostUs);
+      r.baseUs = medianUs(c, o, baseline);
+      r.gemvUs = medianUs(c, o, gemv);
+      r.allReduceUs = medianUs(c, o, allReduce);
+      r.wBytes = static_cast<double>(n) * kl * t.bytes;
+      rows.push_back(r);
+      cudaFree(x);
+      cudaFree(w);
+      cudaFree(baseY);
+    }
+  cublasDestroy(blas);
+  cudaFree(workspace);
+  return rows;
+}
+
+void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& rows) {
+  if (c.rank != 0) return;
+  std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s; baseline: cuBLAS GEMV + NCCL AllReduce\n", c.nranks,
+              o.dtype.c_str(), o.graph ? "graph mode" : "eager");
+  std::printf("%6s %6s %6s %10s %10s %8s %10s %10s %9s %8s %8s\n", "batch", "n", "k", "fused_us", "base_us", "speedup",
+              "gemv_us", "allred_us", "w_TB/s", "#diff", "host_us");
+  std::ofstream json;
+  if (!o.json.empty()) json.open(o.json);
+  if (json) json << "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GemvRow& r = rows[i];
+    std::printf("%6lld %6lld %6lld %10.2f %10.2f %8.2f %10.2f %10.2f %9.2f %8lld %8.2f\n", (long long)r.batch,
+                (long long)r.n, (long long)r.k, r.fusedUs, r.baseUs, r.baseUs / r.fusedUs, r.gemvUs, r.allReduceUs,
+                r.wBytes / (r.fusedUs * 1e6), (long long)r.diff, r.hostUs);
+    if (json)
+      json << "  {\"op\": \"gemv_allreduce\", \"graph\": " << (o.graph ? "true" : "false")
+           << ", \"ranks\": " << c.nranks << ", \"dtype\": \"" << o.dtype << "\", \"batch\": " << r.batch
+           << ", \"n\": " << r.n << ", \"k\": " << r.k << ", \"fused_us\": " << r.fusedUs
+           << ", \"baseline_us\": " << r.baseUs << ", \"gemv_us\": " << r.gemvUs
+           << ", \"allreduce_us\": " << r.allReduceUs << ", \"differing\": " << r.diff << "}"
+           << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  if (json) json << "]\n";
+  std::fflush(stdout);
+}
+
+}  // namespace weft::bench
