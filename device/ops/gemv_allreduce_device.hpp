@@ -7,9 +7,9 @@
 // warps compute this rank's float32 partial sums for the slice's rows and every batch entry (a row
 // per warp at a time, 16-byte loads of w, float32 accumulation, a shuffle reduction) into
 // group-shared memory, and push them, flagged, to every peer and to this rank's own scratch
-// (flagged_exchange_device.hpp); item S + i then sums slice i's partials of every rank in rank
-// order into y. Workers take items in increasing order, so every slice is computed and on its way
-// while later slices are still being computed: the exchange overlaps the compute, and no separate
+// (flagged_exchange_device.hpp); the items after the S compute items each sum a few slices'
+// partials of every rank, in rank order, into y. Workers take items in increasing order, so every slice is computed and
+// on its way while later slices are still being computed: the exchange overlaps the compute, and no separate
 // communication kernel or intermediate copy is needed. Partials cross ranks in float32.
 //
 // GemvOp is the same compute writing y directly: the unfused first half, used where the partials
@@ -50,7 +50,14 @@ struct GemvAllReduceOp {
   WEFT_HOST_DEVICE static uint32_t numSlices(uint64_t n, uint32_t rows) {
     return n == 0 ? 1u : static_cast<uint32_t>(ceilDiv(n, rows));
   }
-  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t n, uint32_t rows) { return 2 * numSlices(n, rows); }
+  // Compute items, one per slice, then reduce items of kSlicesPerReduce slices each: a reduction
+  // waits a memory latency per source and pair, so fewer, larger ones keep the tail short.
+  static constexpr uint32_t kSlicesPerReduce = 4;
+  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t n, uint32_t rows) {
+    const uint32_t slices = numSlices(n, rows);
+    return slices + static_cast<uint32_t>(ceilDiv(slices, kSlicesPerReduce));
+  }
+
   WEFT_HOST_DEVICE static Range sliceRows(const OpDesc& d, uint32_t slice) {
     return Range{minU64(d.count, uint64_t{d.tileElems} * slice), minU64(d.count, uint64_t{d.tileElems} * (slice + 1))};
   }
@@ -59,10 +66,16 @@ struct GemvAllReduceOp {
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
     const GemvShape s = shape(d);
-    const uint32_t slices = d.nitems / 2;
-    const Range rows = sliceRows(d, item < slices ? item : item - slices);
+    const uint32_t slices = numSlices(d.count, d.tileElems);
+    Range rows;
+    if (item < slices) {
+      rows = sliceRows(d, item);
+    } else {
+      const uint32_t first = (item - slices) * kSlicesPerReduce;
+      rows = Range{sliceRows(d, first).lo, sliceRows(d, first + kSlicesPerReduce - 1).hi};
+    }
     const auto dt = static_cast<DType>(d.dtype);
-    const uint64_t base = rows.lo * s.batch;  // first float of the slice's run (even)
+    const uint64_t base = rows.lo * s.batch;  // first float of the run (even)
     const uint64_t end = rows.hi * s.batch;
     const Range pairs{base / 2, ceilDiv(end, 2)};
     if (item < slices) {
@@ -112,10 +125,7 @@ struct GemvAllReduceOp {
     // Batch entries in chunks of a compile-time size, so that the accumulators stay in registers.
     for (uint32_t b0 = 0; b0 < s.batch;) {
       const uint32_t left = s.batch - b0;
-      if (left >= 8) {
-        chunk<Coop, T, 8>(c, s, rows, b0, part);
-        b0 += 8;
-      } else if (left >= 4) {
+      if (left >= 4) {
         chunk<Coop, T, 4>(c, s, rows, b0, part);
         b0 += 4;
       } else if (left >= 2) {
@@ -128,51 +138,60 @@ struct GemvAllReduceOp {
     }
   }
 
-  // Batch entries [b0, b0 + B) of every row in `rows`: a warp per row, each lane kU 16-byte
-  // vectors of w in flight before it uses them.
+  // Batch entries [b0, b0 + B) of every row in `rows`: a warp takes kRows rows at a time, and each
+  // lane has kU 16-byte vectors of each of them in flight before it uses any (a GEMV streams w:
+  // the bytes in flight, not the arithmetic, set its speed).
   template <class Coop, DType T, int B>
   WEFT_HOST_DEVICE static void chunk(const Coop& c, const GemvShape& s, Range rows, uint32_t b0, float* part) {
-    constexpr int kU = 4;
+    constexpr int kU = 8, kRows = 2;
     constexpr uint32_t es = T == DType::kFloat32 ? 4 : 2;
     constexpr int per = kVecBytes / es;
     const uint64_t rowBytes = s.k * es;
     const bool vec = aligned16(s.w) && aligned16(s.x) && rowBytes % kVecBytes == 0;
     const uint64_t nvec = vec ? s.k / per : 0;
     const uint8_t* xb = s.x + b0 * rowBytes;
-    for (uint64_t j = rows.lo + c.warp(); j < rows.hi; j += c.warps()) {
-      const uint8_t* wr = s.w + j * rowBytes;
-      float acc[B] = {};
+    for (uint64_t j0 = rows.lo + uint64_t{kRows} * c.warp(); j0 < rows.hi; j0 += uint64_t{kRows} * c.warps()) {
+      float acc[kRows][B] = {};
       for (uint64_t q0 = c.lane(); q0 < nvec; q0 += uint64_t{gpu::kWarpSize} * kU) {
-        Vec16 wv[kU];
+        Vec16 wv[kRows][kU];
         WEFT_UNROLL
+        for (int r = 0; r < kRows; ++r) WEFT_UNROLL
         for (int u = 0; u < kU; ++u) {
           const uint64_t q = q0 + u * uint64_t{gpu::kWarpSize};
-          if (q < nvec) wv[u] = load16(wr + q * kVecBytes);
+          if (q < nvec && j0 + r < rows.hi) wv[r][u] = load16(s.w + (j0 + r) * rowBytes + q * kVecBytes);
         }
         WEFT_UNROLL
         for (int u = 0; u < kU; ++u) {
           const uint64_t q = q0 + u * uint64_t{gpu::kWarpSize};
           if (q >= nvec) continue;
-          float wf[8] = {};
-          accumulate<T>(wf, wv[u]);
           WEFT_UNROLL
           for (int b = 0; b < B; ++b) {
             float xf[8] = {};
             accumulate<T>(xf, load16(xb + b * rowBytes + q * kVecBytes));
             WEFT_UNROLL
-            for (int e = 0; e < per; ++e) acc[b] += wf[e] * xf[e];
+            for (int r = 0; r < kRows; ++r) {
+              float wf[8] = {};
+              accumulate<T>(wf, wv[r][u]);
+              WEFT_UNROLL
+              for (int e = 0; e < per; ++e) acc[r][b] += wf[e] * xf[e];
+            }
           }
         }
       }
-      for (uint64_t e = nvec * per + c.lane(); e < s.k; e += gpu::kWarpSize) {
-        const float we = loadAsFloat(wr, e, T);
-        WEFT_UNROLL
-        for (int b = 0; b < B; ++b) acc[b] += we * loadAsFloat(xb + b * rowBytes, e, T);
-      }
       WEFT_UNROLL
-      for (int b = 0; b < B; ++b) {
-        const float sum = gpu::warpSum(acc[b]);
-        if (c.lane() == 0) part[(j - rows.lo) * s.batch + b0 + b] = sum;
+      for (int r = 0; r < kRows; ++r) {
+        if (j0 + r >= rows.hi) break;  // the same for the whole warp
+        const uint8_t* wr = s.w + (j0 + r) * rowBytes;
+        for (uint64_t e = nvec * per + c.lane(); e < s.k; e += gpu::kWarpSize) {
+          const float we = loadAsFloat(wr, e, T);
+          WEFT_UNROLL
+          for (int b = 0; b < B; ++b) acc[r][b] += we * loadAsFloat(xb + b * rowBytes, e, T);
+        }
+        WEFT_UNROLL
+        for (int b = 0; b < B; ++b) {
+          const float sum = gpu::warpSum(acc[r][b]);
+          if (c.lane() == 0) part[(j0 + r - rows.lo) * s.batch + b0 + b] = sum;
+        }
       }
     }
   }
