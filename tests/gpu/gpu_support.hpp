@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "weft/weft.h"
@@ -48,6 +49,20 @@ extern std::string gEngine;
 
 Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config = nullptr);
 void tearDown(Rank& r);
+
+// Fixture of the suites that run on 1, 2 and 4 GPUs under both engines: parameter (GPUs, engine).
+class GpusAndEngine : public ::testing::TestWithParam<std::tuple<int, std::string>> {
+ protected:
+  void SetUp() override { gEngine = std::get<1>(GetParam()); }
+  int gpus() const { return std::get<0>(GetParam()); }
+};
+
+#define WEFT_INSTANTIATE_GPUS_AND_ENGINES(suite)                                                 \
+  INSTANTIATE_TEST_SUITE_P(                                                                      \
+      Gpus, suite,                                                                               \
+      ::testing::Combine(::testing::Values(1, 2, 4),                                             \
+                         ::testing::Values(std::string("launched"), std::string("persistent"))), \
+      [](const auto& info) { return std::to_string(std::get<0>(info.param)) + "gpus_" + std::get<1>(info.param); })
 
 // Kernels used to interleave the caller's own work with weft ops on one stream.
 void launchScale(float* out, const float* in, float factor, size_t n, cudaStream_t s);

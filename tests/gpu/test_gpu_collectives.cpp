@@ -43,12 +43,7 @@ void allToAllCase(Rank& r, int rank, int n, weft_dtype_t dt, int64_t count, uint
   EXPECT_TRUE(checkAllToAll(toHost(r.heap, bytes).data(), dt, seed, rank, n, count));
 }
 
-// (GPUs, engine)
-class GpuCollectives : public ::testing::TestWithParam<std::tuple<int, std::string>> {
- protected:
-  void SetUp() override { gEngine = std::get<1>(GetParam()); }
-  int gpus() const { return std::get<0>(GetParam()); }
-};
+class GpuCollectives : public GpusAndEngine {};
 
 TEST_P(GpuCollectives, EveryDtypeAndCount) {
   WEFT_REQUIRE_GPUS(gpus());
@@ -174,12 +169,7 @@ TEST_P(GpuCollectives, GraphCaptureAndReplay) {
   EXPECT_TRUE(runRanks(gpus(), body));
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpus, GpuCollectives,
-                         ::testing::Combine(::testing::Values(1, 2, 4),
-                                            ::testing::Values(std::string("launched"), std::string("persistent"))),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "gpus_" + std::get<1>(info.param);
-                         });
+WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuCollectives);
 
 }  // namespace
 }  // namespace weft::test

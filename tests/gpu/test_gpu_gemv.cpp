@@ -28,11 +28,7 @@ void prepare(Rank& r, int rank, weft_dtype_t dt, Shape s, uint64_t seed, void** 
   WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, s.batch * s.n * es));
 }
 
-class GpuGemv : public ::testing::TestWithParam<std::tuple<int, std::string>> {
- protected:
-  void SetUp() override { gEngine = std::get<1>(GetParam()); }
-  int gpus() const { return std::get<0>(GetParam()); }
-};
+class GpuGemv : public GpusAndEngine {};
 
 TEST_P(GpuGemv, EveryDtypeAndShape) {
   WEFT_REQUIRE_GPUS(gpus());
@@ -91,12 +87,7 @@ TEST_P(GpuGemv, GraphCaptureAndReplay) {
   EXPECT_TRUE(runRanks(gpus(), body));
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpus, GpuGemv,
-                         ::testing::Combine(::testing::Values(1, 2, 4),
-                                            ::testing::Values(std::string("launched"), std::string("persistent"))),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "gpus_" + std::get<1>(info.param);
-                         });
+WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuGemv);
 
 }  // namespace
 }  // namespace weft::test
