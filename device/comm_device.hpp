@@ -184,13 +184,14 @@ WEFT_HOST_DEVICE Status wait(const Coop& c, const CommView& v, const uint64_t* f
 }
 
 // The whole group waits until every peer's word `which` in this rank's control area reaches
-// `atLeast`; the usual last item of an op ("everything every peer sends me has landed"). Threads
+// `atLeast` (and this rank's own word, with andSelf); the usual last item of an op ("everything
+// every peer sends me has landed"). Threads
 // poll different peers at once, so the wait costs one memory latency, not one per peer.
 template <class Coop>
 WEFT_HOST_DEVICE Status waitEveryPeer(const Coop& c, const CommView& v, PeerSignal which, uint64_t atLeast, uint64_t op,
-                                      uint32_t item, WaitWhat what) {
+                                      uint32_t item, WaitWhat what, bool andSelf = false) {
   Status st = Status::kOk;
-  for (int p = 1 + c.rank(); p < v.nranks && st == Status::kOk; p += c.size()) {
+  for (int p = (andSelf ? 0 : 1) + c.rank(); p < v.nranks && st == Status::kOk; p += c.size()) {
     const int src = (v.rank + p) % v.nranks;
     st =
         pollAtLeast(v, v.signal(v.rank, v.layout.peerSignalOffset(which, src)), atLeast, WaitSite{op, item, src, what});

@@ -8,6 +8,7 @@
 #include "ops/allreduce_device.hpp"
 #include "ops/allreduce_oneshot_device.hpp"
 #include "ops/alltoall_device.hpp"
+#include "ops/embedding_alltoall_device.hpp"
 #include "ops/gemv_allreduce_device.hpp"
 
 namespace weft::dev {
@@ -66,6 +67,8 @@ WEFT_HOST_DEVICE OpCounters loadCounters(const EngineControl* c) {
   out.allToAllSeq = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllSeq);
   out.allToAllEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllEpoch);
   out.oneShotEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.oneShotEpoch);
+  out.embedEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedEpoch);
+  out.embedItems = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedItems);
   return out;
 }
 
@@ -77,6 +80,8 @@ WEFT_HOST_DEVICE void storeCounters(EngineControl* c, const OpCounters& v) {
   gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllSeq, v.allToAllSeq);
   gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllEpoch, v.allToAllEpoch);
   gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.oneShotEpoch, v.oneShotEpoch);
+  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedEpoch, v.embedEpoch);
+  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedItems, v.embedItems);
 }
 
 // An op's protocol numbers, from the counters the ops before it left.
@@ -89,6 +94,8 @@ WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
       return OpSeq{k.ops, 0, k.oneShotEpoch + 1};
+    case OpKind::kEmbeddingAllToAll:
+      return OpSeq{k.ops, k.embedItems, k.embedEpoch + 1};
     default:
       return OpSeq{k.ops, 0, 0};
   }
@@ -108,6 +115,10 @@ WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nran
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
       ++k.oneShotEpoch;
+      break;
+    case OpKind::kEmbeddingAllToAll:
+      ++k.embedEpoch;
+      k.embedItems += EmbeddingAllToAllOp::dataItems(d);
       break;
     default:
       break;
@@ -147,6 +158,8 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
       return GemvAllReduceOp::run(c, v, d, seq, item);
     case OpKind::kGemv:
       return GemvOp::run(c, v, d, seq, item);
+    case OpKind::kEmbeddingAllToAll:
+      return EmbeddingAllToAllOp::run(c, v, d, seq, item);
     default:
       return Status::kOk;
   }

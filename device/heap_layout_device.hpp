@@ -13,9 +13,12 @@ constexpr uint64_t kSignalStride = 64;  // one signal word per cache line: no fa
 
 // One word per peer in every rank's control area.
 enum class PeerSignal : int {
-  kReadyFrom = 0,  // All-to-All: the peer's output is ready for epoch e
-  kArrived = 1,    // All-to-All: tiles the peer stored into this rank's output
-  kGathered = 2,   // AllReduce: reduced tiles the peer stored into this rank's output
+  kReadyFrom = 0,       // All-to-All: the peer's output is ready for epoch e
+  kArrived = 1,         // All-to-All: tiles the peer stored into this rank's output
+  kGathered = 2,        // AllReduce: reduced tiles the peer stored into this rank's output
+  kEmbedReadyFrom = 3,  // embedding All-to-All: the peer's output is ready for epoch e
+  kEmbedDone = 4,       // embedding All-to-All: 2e once the peer stored all its vectors of epoch e
+                        // (everywhere), 2e + 1 if it also found an index out of range
 };
 
 // Protocol counters that every rank's engine advances alike, op after op, so that the ranks agree
@@ -27,6 +30,8 @@ struct OpCounters {
   uint64_t allToAllSeq;    // All-to-All: tiles, per pair
   uint64_t allToAllEpoch;  // All-to-All ops
   uint64_t oneShotEpoch;   // ops of the one-shot exchange (AllReduce, GEMV + AllReduce)
+  uint64_t embedEpoch;     // embedding All-to-All ops
+  uint64_t embedItems;     // embedding All-to-All: data items this rank ran, all ops together (local)
 };
 
 // The first bytes of every heap: the words this rank's engine checks on its fast path, kept in the
@@ -38,7 +43,13 @@ struct EngineControl {
   uint32_t error;       // engine: the first failing wait's Status (the device-side arbiter)
   uint32_t blocksDone;  // launched engine: blocks of the running op kernel that have finished
   OpCounters counters;  // written only between ops, by whoever finishes an op last
-  uint64_t reserved[9];
+  // The first out-of-range embedding index this rank found (badEpoch set last, by CAS from 0).
+  uint32_t badEpoch;
+  uint32_t badTable;
+  int64_t badIndex;
+  int64_t badRows;
+  uint64_t embedItemsDone;  // embedding data items this rank finished, all ops together
+  uint64_t reserved[3];
 };
 static_assert(sizeof(EngineControl) == 128, "EngineControl is a wire struct");
 
@@ -74,7 +85,7 @@ struct HeapLayout {
 
  private:
   static constexpr uint64_t kHeaderBytes = sizeof(EngineControl);
-  static constexpr int kPeerArrays = 3;
+  static constexpr int kPeerArrays = 5;
   static constexpr int kSlotArrays = 2;
 
   WEFT_HOST_DEVICE uint64_t signalOffset(int array, int peer) const {

@@ -27,6 +27,7 @@ enum class OpKind : uint32_t {
   kAllReduceOneShot = 3,
   kGemvAllReduce = 4,  // fused, one-shot exchange of float32 partials
   kGemv = 5,           // the unfused first half: this rank's partials into y
+  kEmbeddingAllToAll = 6,
 };
 
 // Result of an op or of a wait. Values are stable: they cross the queue.
@@ -35,6 +36,7 @@ enum class Status : uint32_t {
   kTimeout = 1,     // a bounded wait expired
   kAborted = 2,     // weft_comm_abort or destroy
   kPeerFailed = 3,  // another wait of this communicator failed first; see QueueHeader::error
+  kBadInput = 4,    // the op found invalid input on the device (an embedding index out of range)
 };
 
 // What a wait was waiting for, for the failure record.
@@ -47,6 +49,7 @@ enum class WaitWhat : uint32_t {
   kArrival = 5,      // a peer's blocks (All-to-All)
   kQueueSlot = 6,    // the engine to free a queue slot (submitter back-pressure)
   kOpDone = 7,       // the engine to finish an op (host wait)
+  kIndex = 8,        // not a wait: an embedding index out of its table (record: table, bag, index)
 };
 
 // Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed
@@ -60,9 +63,9 @@ struct OpDesc {
   uint64_t recv;       // output offset in the symmetric heap
   uint32_t tileElems;  // elements per tile
   uint32_t nitems;     // work items, claimed in order by the workers
-  uint64_t arg[3];     // op-specific (GEMV: w, batch, k)
+  uint64_t arg[11];    // op-specific (ops/*_device.hpp say which)
 };
-static_assert(sizeof(OpDesc) == 64, "OpDesc is a wire struct");
+static_assert(sizeof(OpDesc) == 128, "OpDesc is a wire struct");
 
 constexpr uint32_t kSlotHostWaits = 1u;  // the submitter frees the slot after reading status
 
@@ -78,7 +81,7 @@ struct alignas(64) QueueSlot {
   uint64_t pad;
   OpDesc desc;
 };
-static_assert(sizeof(QueueSlot) == 128, "QueueSlot is a wire struct");
+static_assert(sizeof(QueueSlot) == 192, "QueueSlot is a wire struct");
 
 // Where the first failing wait of a communicator was; written once, by the wait that set `error`.
 struct WaitRecord {

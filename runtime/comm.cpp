@@ -10,6 +10,7 @@
 #include "device/ops/allreduce_device.hpp"
 #include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/alltoall_device.hpp"
+#include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemv_allreduce_device.hpp"
 
 namespace weft {
@@ -38,9 +39,13 @@ Code codeOf(Status st, const dev::QueueHeader* q) {
       return Code::kTimeout;
     case Status::kAborted:
       return Code::kAborted;
+    case Status::kBadInput:
+      return Code::kInvalidArgument;
     default: {
       const auto first = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&q->error));
-      return first == Status::kAborted ? Code::kAborted : Code::kTimeout;
+      return first == Status::kAborted    ? Code::kAborted
+             : first == Status::kBadInput ? Code::kInvalidArgument
+                                          : Code::kTimeout;
     }
   }
 }
@@ -78,6 +83,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   std::unique_ptr<Comm> c(new Comm(rank, nranks, s));
   c->timeoutNs_ = static_cast<uint64_t>(s.getDouble("timeout_s") * 1e9);
   c->tileBytes_ = static_cast<uint64_t>(s.getInt("tile_bytes"));
+  c->checkIndices_ = s.getInt("check_indices") != 0;
   c->host_ = localHost();
   c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));
 
@@ -210,7 +216,8 @@ Code Comm::submit(const dev::OpDesc& d, void* stream, bool capturing) {
   if (st == Status::kOk) return Code::kSuccess;
   const Code c = codeOf(st, queue_->header());
   std::string why = queue_->failureText();
-  throw Error(c, (c == Code::kAborted ? "op aborted" : "op timed out") + (why.empty() ? "" : ": " + why));
+  const char* what = c == Code::kAborted ? "op aborted" : c == Code::kInvalidArgument ? "op failed" : "op timed out";
+  throw Error(c, std::string(what) + (why.empty() ? "" : ": " + why));
 }
 
 Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt, void* stream) {
@@ -295,6 +302,30 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   return allReduce(y, y, uint64_t{batch} * n, dt, stream);
 }
 
+Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType dt, void* stream) {
+  using Op = dev::EmbeddingAllToAllOp;
+  const bool capturing = Engine::checkStream(stream);
+  const uint64_t recvBytes = a.localBatch * a.totalTables * a.dim * dev::dtypeSize(dt);
+  dev::OpDesc d{};
+  d.kind = static_cast<uint32_t>(dev::OpKind::kEmbeddingAllToAll);
+  d.dtype = static_cast<uint32_t>(dt);
+  d.count = a.dim;
+  d.send = reinterpret_cast<uint64_t>(a.weights);
+  d.recv = recvBytes ? heapOffset(recv, recvBytes, "recv") : 0;
+  d.arg[0] = reinterpret_cast<uint64_t>(a.tableOffsets);
+  d.arg[1] = reinterpret_cast<uint64_t>(a.indices);
+  d.arg[2] = reinterpret_cast<uint64_t>(a.offsets);
+  d.arg[3] = reinterpret_cast<uint64_t>(a.perSampleWeights);
+  d.arg[4] = a.numTables;
+  d.arg[5] = a.localBatch;
+  d.arg[6] = a.totalTables;
+  d.arg[7] = a.tableBase;
+  d.arg[8] = (a.mean ? Op::kFlagMean : 0) | (checkIndices_ ? Op::kFlagCheck : 0);
+  d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_));
+  d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);
+  return submit(d, stream, capturing);
+}
+
 void Comm::abort() {
   gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->abort, 1u);
   engine_->raise(&dev::EngineControl::abort);
@@ -328,7 +359,7 @@ Code Comm::asyncError(std::string* message) const {
   if (st == Status::kOk && !gpu::atomicLoad<gpu::Order::kAcquire>(&h->abort)) return Code::kSuccess;
   if (message) *message = queue_->failureText();
   if (message && message->empty()) *message = "the communicator was aborted";
-  return st == Status::kTimeout ? Code::kTimeout : Code::kAborted;
+  return st == Status::kTimeout ? Code::kTimeout : st == Status::kBadInput ? Code::kInvalidArgument : Code::kAborted;
 }
 
 }  // namespace weft

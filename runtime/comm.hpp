@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "config.hpp"
 #include "device/dtype_device.hpp"
+#include "device/ops/embedding_alltoall_device.hpp"
 #include "heap.hpp"
 #include "topology.hpp"
 #include "work_queue.hpp"
@@ -42,6 +43,10 @@ class Comm {
   // y[batch, n] = sum over ranks of x[batch, k] . w[n, k]^T; y in the heap, batch 1..64.
   Code gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, uint64_t n, uint64_t k, dev::DType dt,
                      void* stream);
+  // Pools this rank's tables' bags of the global batch and stores each vector into its sample's
+  // owner rank's recv (weft.h has the layout). `a` holds device pointers and sizes, checked by the
+  // C boundary; recv must be in the heap.
+  Code embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType dt, void* stream);
 
   // From any thread: every wait gives up, the engine stops within a millisecond or so.
   void abort();
@@ -70,6 +75,7 @@ class Comm {
   std::unique_ptr<Engine> engine_;  // declared last: stops before the queue and heap go
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
+  bool checkIndices_ = true;
 
   // Ticket order is op order, the same on every rank because every rank issues the same ops in the
   // same order (the engine's protocol counters rely on it).

@@ -116,6 +116,8 @@ const char* waitWhatName(dev::WaitWhat w) {
       return "a free queue slot";
     case dev::WaitWhat::kOpDone:
       return "the engine to finish the op";
+    case dev::WaitWhat::kIndex:
+      return "an embedding index";
     default:
       return "nothing";
   }
@@ -124,6 +126,13 @@ const char* waitWhatName(dev::WaitWhat w) {
 std::string WorkQueue::failureText() const {
   if (!gpu::atomicLoad<gpu::Order::kAcquire>(&header_->recordValid)) return "";
   const dev::WaitRecord& r = header_->record;
+  if (r.status == static_cast<uint32_t>(Status::kBadInput)) {
+    const std::string op = "invalid input in op #" + std::to_string(r.ticket) + ": ";
+    if (r.peer >= 0)
+      return op + "rank " + std::to_string(r.peer) + " found an embedding index out of its table's range";
+    return op + "indices: " + std::to_string(static_cast<int64_t>(r.observed)) + " is not a row of table " +
+           std::to_string(r.item) + " (" + std::to_string(r.expected) + " rows)";
+  }
   const char* what = r.status == static_cast<uint32_t>(Status::kAborted) ? "aborted" : "timed out";
   std::string peer = r.peer >= 0 ? "rank " + std::to_string(r.peer) : "the local engine";
   return std::string(what) + " in op #" + std::to_string(r.ticket) + " (work item " + std::to_string(r.item) +

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "common/log.hpp"
+#include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemv_allreduce_device.hpp"
 #include "guard.hpp"
 #include "runtime/launch_env.hpp"
@@ -229,6 +230,53 @@ weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w
     if (rows > 0 && k > 0) api::requirePtr(w, "w");
     if (rows > 0) api::requirePtr(y, "y");
     return c->gemvAllReduce(x, w, y, static_cast<uint32_t>(batch), rows, k, dt, stream);
+  });
+}
+
+weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* weights, const int64_t* table_offsets,
+                                      int64_t num_tables, const int64_t* indices, const int64_t* offsets,
+                                      const void* per_sample_weights, int mode, void* recv, int64_t local_batch,
+                                      int64_t total_tables, int64_t table_base, int64_t dim, weft_dtype_t dtype,
+                                      void* stream) {
+  return api::guarded(__func__, [&] {
+    using weft::Code;
+    using weft::Error;
+    auto c = api::lookupComm(comm);
+    const auto dt = api::requireDtype(rawDtype(&dtype), "dtype");
+    if (dim < 4 || dim > 1024 || dim % 4 != 0)
+      throw Error(Code::kInvalidArgument, "dim: " + std::to_string(dim) + " is not a multiple of 4 in 4..1024");
+    if (mode != 0 && mode != 1)
+      throw Error(Code::kInvalidArgument, "mode: " + std::to_string(mode) + " is neither 0 (sum) nor 1 (mean)");
+    const uint64_t row = static_cast<uint64_t>(dim) * weft::dev::dtypeSize(dt);
+    const uint64_t tables = api::requireCount(total_tables, "total_tables", row, 1);
+    const uint64_t batch = api::requireCount(local_batch, "local_batch", row, tables ? tables : 1);
+    const uint64_t owned = api::requireCount(num_tables, "num_tables", 1, 1);
+    const uint64_t base = api::requireCount(table_base, "table_base", 1, 1);
+    if (base > tables || owned > tables - base)
+      throw Error(Code::kInvalidArgument, "table_base: columns " + std::to_string(base) + ".." +
+                                              std::to_string(base + owned) + " run past total_tables (" +
+                                              std::to_string(tables) + ")");
+    if (batch > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(c->nranks()) / (owned ? owned : 1))
+      throw Error(Code::kInvalidArgument, "local_batch: the bag count overflows");
+    if (owned > 0) {
+      api::requirePtr(weights, "weights");
+      api::requirePtr(table_offsets, "table_offsets");
+      if (batch > 0) api::requirePtr(offsets, "offsets");
+    }
+    if (batch > 0 && tables > 0) api::requirePtr(recv, "recv");
+    weft::dev::EmbeddingArgs a{static_cast<const uint8_t*>(weights),
+                               table_offsets,
+                               indices,
+                               offsets,
+                               static_cast<const float*>(per_sample_weights),
+                               owned,
+                               batch,
+                               tables,
+                               base,
+                               static_cast<uint64_t>(dim),
+                               mode == 1,
+                               true};
+    return c->embeddingAllToAll(a, recv, dt, stream);
   });
 }
 

@@ -1,0 +1,208 @@
+// Fused embedding-bag + All-to-All, the model-parallel forward of DLRM. This rank owns num_tables
+// tables (rows of `weights`, table t from row tableOffsets[t] to tableOffsets[t + 1]); the bags are
+// CSR over (table, sample) of the global batch (nranks * localBatch samples): bag (t, s) is
+// indices[offsets[t * globalBatch + s] .. offsets[t * globalBatch + s + 1]). The pooled vector of
+// bag (t, s) goes straight into the output of rank d = s / localBatch, at
+// [s % localBatch, tableBase + t, :] (zero copy).
+//
+// Work items: item 0 tells every peer that this rank's output is ready for this op's epoch (a
+// sender must not overwrite an output its owner's stream may still be reading). Then, per
+// destination (remote ones first, rotating so the ranks do not all hit the same one; this rank
+// last), groups of bags: each waits for its destination's ready epoch, pools its bags (a warp per
+// bag, float32 accumulation, optional per-sample weights, sum or mean; an empty bag gives zeros)
+// and stores them. The data item that finishes last on this rank (a local counter) tells every
+// rank, itself included, that all its vectors are stored: kEmbedDone = 2e, or 2e + 1 if it met a
+// bad index. The last item waits for every rank's done word, so no rank needs to know how many
+// tables, bags or items the others have.
+//
+// Indices are checked against their table (unless the check is off): a bad one is never read; its
+// bag is pooled without it, the first is noted in EngineControl, and since every rank's op waits
+// for this rank's done word, which carries the error, the op fails on every rank (kBadInput), after
+// all data has moved, so no rank is left waiting.
+#pragma once
+
+#include "../comm_device.hpp"
+#include "../dtype_device.hpp"
+#include "partition_device.hpp"
+
+namespace weft::dev {
+
+struct EmbeddingArgs {
+  const uint8_t* weights;
+  const int64_t* tableOffsets;  // [numTables + 1]
+  const int64_t* indices;
+  const int64_t* offsets;         // [numTables * globalBatch + 1]
+  const float* perSampleWeights;  // null: weight 1
+  uint64_t numTables, localBatch, totalTables, tableBase, dim;
+  bool mean, check;
+};
+
+struct EmbeddingAllToAllOp {
+  static constexpr uint64_t kFlagMean = 1, kFlagCheck = 2;
+  static constexpr uint32_t kTargetItems = 256;
+
+  // OpDesc fields: send = weights, count = dim, recv = the output's heap offset, tileElems = bags per
+  // item; arg[0] table offsets, [1] indices, [2] offsets, [3] per-sample weights, [4] numTables,
+  // [5] localBatch, [6] totalTables, [7] tableBase, [8] flags.
+  WEFT_HOST_DEVICE static EmbeddingArgs args(const OpDesc& d) {
+    return EmbeddingArgs{reinterpret_cast<const uint8_t*>(d.send),
+                         reinterpret_cast<const int64_t*>(d.arg[0]),
+                         reinterpret_cast<const int64_t*>(d.arg[1]),
+                         reinterpret_cast<const int64_t*>(d.arg[2]),
+                         reinterpret_cast<const float*>(d.arg[3]),
+                         d.arg[4],
+                         d.arg[5],
+                         d.arg[6],
+                         d.arg[7],
+                         d.count,
+                         (d.arg[8] & kFlagMean) != 0,
+                         (d.arg[8] & kFlagCheck) != 0};
+  }
+  // Bags per item: about kTargetItems items in all, at least a bag per warp of 8.
+  WEFT_HOST_DEVICE static uint32_t bagsPerItem(uint64_t numTables, uint64_t localBatch, uint32_t nranks) {
+    const uint64_t per = ceilDiv(numTables * localBatch * nranks, kTargetItems);
+    return static_cast<uint32_t>(per < 8 ? 8 : per);
+  }
+  WEFT_HOST_DEVICE static uint64_t itemsPerDest(uint64_t numTables, uint64_t localBatch, uint32_t bags) {
+    return ceilDiv(numTables * localBatch, bags);
+  }
+  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t numTables, uint64_t localBatch, uint32_t nranks, uint32_t bags) {
+    return static_cast<uint32_t>(2 + nranks * itemsPerDest(numTables, localBatch, bags));
+  }
+  // Data items of this rank's op (the advance of its local item counters).
+  WEFT_HOST_DEVICE static uint64_t dataItems(const OpDesc& d) { return d.nitems - 2; }
+
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                     uint32_t item) {
+    const HeapLayout& L = v.layout;
+    const int me = v.rank;
+    const EmbeddingArgs a = args(d);
+    const uint64_t ipd = itemsPerDest(a.numTables, a.localBatch, d.tileElems);
+    if (item == 0) {
+      c.sync();
+      if (c.leader()) {
+        for (int j = 0; j < v.nranks; ++j)
+          if (j != me) releaseStore(v.signal(j, L.peerSignalOffset(PeerSignal::kEmbedReadyFrom, me)), seq.epoch);
+        if (dataItems(d) == 0) announceDone(v, seq);  // nothing to send: done at once
+      }
+      return Status::kOk;
+    }
+    if (item == 1 + v.nranks * ipd) return finish(c, v, seq, item);
+
+    const uint64_t i = item - 1;
+    const int dest = static_cast<int>((me + 1 + i / ipd) % v.nranks);
+    if (dest != me) {
+      const Status st = wait(c, v, v.signal(me, L.peerSignalOffset(PeerSignal::kEmbedReadyFrom, dest)), seq.epoch,
+                             WaitSite{seq.op, item, dest, WaitWhat::kReady});
+      if (st != Status::kOk) return st;
+    }
+    const uint64_t perDest = a.numTables * a.localBatch;
+    const uint64_t lo = (i % ipd) * d.tileElems;
+    const uint64_t hi = minU64(perDest, lo + d.tileElems);
+    switch (static_cast<DType>(d.dtype)) {
+      case DType::kFloat32:
+        poolBags<Coop, DType::kFloat32>(c, v, a, seq, d.recv, dest, lo, hi);
+        break;
+      case DType::kFloat16:
+        poolBags<Coop, DType::kFloat16>(c, v, a, seq, d.recv, dest, lo, hi);
+        break;
+      default:
+        poolBags<Coop, DType::kBFloat16>(c, v, a, seq, d.recv, dest, lo, hi);
+    }
+    // The item that finishes last (by the local counter, which orders every item's stores before
+    // it) announces that this rank's vectors are all stored.
+    c.sync();
+    if (c.leader()) {
+      gpu::crossProcessRelease();
+      const uint64_t before = gpu::atomicFetchAdd<gpu::Order::kAcqRel>(&v.control->embedItemsDone, uint64_t{1});
+      if (before + 1 == seq.seqBase + dataItems(d)) announceDone(v, seq);
+    }
+    return Status::kOk;
+  }
+
+ private:
+  // Bags [lo, hi) of those bound for `dest` (bag b: sample b / numTables of dest's, table
+  // b % numTables, so consecutive bags fill consecutive columns), a warp per bag, four elements per
+  // lane at a time. An index out of range is skipped and noted.
+  template <class Coop, DType T>
+  WEFT_HOST_DEVICE static void poolBags(const Coop& c, const CommView& v, const EmbeddingArgs& a, const OpSeq& seq,
+                                        uint64_t recv, int dest, uint64_t lo, uint64_t hi) {
+    constexpr uint32_t es = T == DType::kFloat32 ? 4 : 2;
+    const uint64_t globalBatch = a.localBatch * static_cast<uint64_t>(v.nranks);
+    uint8_t* out = v.at(dest, recv);
+    bool noted = false;
+    for (uint64_t b = lo + c.warp(); b < hi; b += c.warps()) {
+      const uint64_t sLocal = b / a.numTables, t = b % a.numTables;
+      const uint64_t bag = t * globalBatch + static_cast<uint64_t>(dest) * a.localBatch + sLocal;
+      const int64_t first = a.offsets[bag], last = a.offsets[bag + 1];
+      const int64_t rowBase = a.tableOffsets[t], rows = a.tableOffsets[t + 1] - rowBase;
+      const float scale = a.mean && last > first ? 1.f / static_cast<float>(last - first) : 1.f;
+      uint8_t* dst = out + (sLocal * a.totalTables + a.tableBase + t) * a.dim * es;
+      for (uint64_t e0 = 4 * static_cast<uint64_t>(c.lane()); e0 < a.dim; e0 += 4 * uint64_t{gpu::kWarpSize}) {
+        float acc[4] = {};
+        for (int64_t j = first; j < last; ++j) {
+          const int64_t idx = a.indices[j];
+          if (a.check && (idx < 0 || idx >= rows)) {
+            if (!noted) noteBadIndex(v, seq, t, idx, rows);
+            noted = true;
+            continue;
+          }
+          const float w = a.perSampleWeights ? a.perSampleWeights[j] : 1.f;
+          const uint8_t* row = a.weights + (static_cast<uint64_t>(rowBase + idx) * a.dim + e0) * es;
+          for (int k = 0; k < 4; ++k) acc[k] += w * loadAsFloat(row, k, T);
+        }
+        for (int k = 0; k < 4; ++k) storeFromFloat(dst + e0 * es, k, T, acc[k] * scale);
+      }
+    }
+  }
+
+  // The first bad index of this rank, for its own failure record (the op's epoch marks it).
+  WEFT_HOST_DEVICE static void noteBadIndex(const CommView& v, const OpSeq& seq, uint64_t table, int64_t index,
+                                            int64_t rows) {
+    EngineControl* k = v.control;
+    uint32_t none = 0;
+    if (!gpu::atomicCas<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k->badTable, none,
+                                                                   static_cast<uint32_t>(table) + 1))
+      return;
+    gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k->badIndex, index);
+    gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k->badRows, rows);
+    gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&k->badEpoch, static_cast<uint32_t>(seq.epoch));
+  }
+
+  // Leader-only: this rank's vectors of this op are all stored; tells every rank, itself included,
+  // and whether it met a bad index.
+  WEFT_HOST_DEVICE static void announceDone(const CommView& v, const OpSeq& seq) {
+    const bool bad = gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->badEpoch) ==
+                     static_cast<uint32_t>(seq.epoch);
+    for (int j = 0; j < v.nranks; ++j)
+      releaseStore(v.signal(j, v.layout.peerSignalOffset(PeerSignal::kEmbedDone, v.rank)), 2 * seq.epoch + bad);
+  }
+
+  // The last item: every rank's vectors of this op are in this rank's output; then the op fails if
+  // any rank met a bad index (this rank's own record names it; otherwise the rank that did).
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status finish(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item) {
+    Status st =
+        waitEveryPeer(c, v, PeerSignal::kEmbedDone, 2 * seq.epoch, seq.op, item, WaitWhat::kArrival, /*andSelf=*/true);
+    if (st != Status::kOk) return st;
+    if (c.leader()) {
+      EngineControl* k = v.control;
+      if (gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&k->badEpoch) ==
+          static_cast<uint32_t>(seq.epoch)) {
+        recordFailure(v, WaitSite{seq.op, k->badTable - 1, -1, WaitWhat::kIndex}, Status::kBadInput,
+                      static_cast<uint64_t>(k->badRows), static_cast<uint64_t>(k->badIndex));
+        st = Status::kBadInput;
+      }
+      for (int p = 0; p < v.nranks && st == Status::kOk; ++p)
+        if (gpu::atomicLoad<gpu::Order::kAcquire>(
+                v.signal(v.rank, v.layout.peerSignalOffset(PeerSignal::kEmbedDone, p))) == 2 * seq.epoch + 1) {
+          recordFailure(v, WaitSite{seq.op, item, p, WaitWhat::kIndex}, Status::kBadInput, 0, 0);
+          st = Status::kBadInput;
+        }
+    }
+    return c.broadcast(st);
+  }
+};
+
+}  // namespace weft::dev
