@@ -13,7 +13,7 @@
 namespace weft::bench {
 
 struct Options {
-  std::string op = "allreduce";  // allreduce | alltoall | empty | gemv_allreduce
+  std::string op = "allreduce";  // allreduce | alltoall | empty | gemv_allreduce | embedding_alltoall
   uint64_t minBytes = 16 << 10;
   uint64_t maxBytes = 256 << 20;
   double factor = 2;
@@ -46,6 +46,14 @@ struct GemvRow {
   int64_t diff = -1;                                            // elements off the baseline; -1: unchecked
 };
 
+struct EmbedRow {
+  int64_t tables = 0, rows = 0, dim = 0, batch = 0, pooling = 0;  // per rank; global batch
+  double fusedUs = 0, baseUs = 0, poolUs = 0, allToAllUs = 0;     // medians per op
+  double hostUs = 0;                                              // host time per fused submission
+  double poolGBs = 0, copyGBs = 0;  // rows gathered by pooling alone; device-to-device copy (read + write)
+  int64_t diff = -1;                // elements off the baseline; -1: unchecked
+};
+
 // Everything one rank needs: the two communicators, a stream, buffers for the largest size.
 struct Context {
   int rank = 0, nranks = 0;
@@ -65,5 +73,7 @@ Row runEmpty(Context& c, const Options& o);
 void report(const Context& c, const Options& o, const std::vector<Row>& rows);
 std::vector<GemvRow> runGemv(Context& c, const Options& o);
 void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& rows);
+std::vector<EmbedRow> runEmbedding(Context& c, const Options& o);
+void reportEmbedding(const Context& c, const Options& o, const std::vector<EmbedRow>& rows);
 
 }  // namespace weft::bench

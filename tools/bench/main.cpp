@@ -30,8 +30,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"weft-bench: weft against NCCL, same run"};
   std::string minText = "16K", maxText = "256M";
-  app.add_option("op", o.op, "allreduce, alltoall, empty or gemv_allreduce")
-      ->check(CLI::IsMember({"allreduce", "alltoall", "empty", "gemv_allreduce"}));
+  app.add_option("op", o.op, "allreduce, alltoall, empty, gemv_allreduce or embedding_alltoall")
+      ->check(CLI::IsMember({"allreduce", "alltoall", "empty", "gemv_allreduce", "embedding_alltoall"}));
   app.add_option("-b,--minbytes", minText, "Smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", maxText, "Largest size");
   app.add_option("-f,--stepfactor", o.factor, "Size multiplier")->check(CLI::Range(1.01, 1024.0));
@@ -50,9 +50,12 @@ int main(int argc, char** argv) {
   o.maxBytes = parseBytes(maxText, "-e");
   if (o.minBytes > o.maxBytes) die("-b must not exceed -e");
   if (o.op == "gemv_allreduce") o.maxBytes = std::max<uint64_t>(o.maxBytes, uint64_t{64} * o.gemvN * 4);
+  if (o.op == "embedding_alltoall") o.maxBytes = std::max<uint64_t>(o.maxBytes, uint64_t{256} << 20);
   Context c = setUp(o);
   if (o.op == "gemv_allreduce") {
     reportGemv(c, o, runGemv(c, o));
+  } else if (o.op == "embedding_alltoall") {
+    reportEmbedding(c, o, runEmbedding(c, o));
   } else {
     std::vector<Row> rows = o.op == "empty" ? std::vector<Row>{runEmpty(c, o)} : runSizes(c, o);
     report(c, o, rows);

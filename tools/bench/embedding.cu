@@ -1,0 +1,165 @@
+// weft-bench embedding_alltoall: the fused op against an unfused pooling kernel + NCCL all-to-all
+// in the same run, on the same stream, plus pooling alone, the all-to-all alone and a
+// device-to-device copy (the bandwidth pooling should approach). Every rank owns the same number
+// of tables; bags have exactly `pooling` indices, drawn uniformly from their table.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "common.cuh"
+
+namespace weft::bench {
+
+namespace {
+
+struct EmbedShape {
+  int64_t tables, rows, dim, globalBatch, pooling;
+};
+constexpr EmbedShape kShapes[] = {{8, 1 << 20, 128, 4096, 32}, {16, 500000, 256, 16384, 64}};
+
+__global__ void fillIndices(int64_t* idx, uint64_t n, int64_t rows, uint64_t seed) {
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    idx[i] = static_cast<int64_t>(x % static_cast<uint64_t>(rows));
+  }
+}
+__global__ void fillRamp(int64_t* v, uint64_t n, int64_t step) {
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+    v[i] = static_cast<int64_t>(i) * step;
+}
+
+// The unfused baseline's first half: bag (t, s) pooled (sum) into send[s / lb][s % lb][t][:], the
+// layout an all-to-all of equal blocks wants. A warp per bag, four elements per lane at a time.
+__global__ void poolKernel(const uint8_t* w, dev::DType dt, const int64_t* idx, int64_t tables, int64_t rows,
+                           int64_t dim, int64_t globalBatch, int64_t pooling, uint8_t* send) {
+  const uint64_t es = dev::dtypeSize(dt);
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (int64_t bag = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32; bag < tables * globalBatch; bag += warps) {
+    const int64_t t = bag / globalBatch, s = bag % globalBatch;
+    uint8_t* out = send + (s * tables + t) * dim * es;
+    for (int64_t e0 = 4 * lane; e0 < dim; e0 += 128) {
+      float acc[4] = {};
+      for (int64_t j = bag * pooling; j < (bag + 1) * pooling; ++j) {
+        const uint8_t* row = w + ((t * rows + idx[j]) * dim + e0) * es;
+        for (int k = 0; k < 4; ++k) acc[k] += dev::loadAsFloat(row, k, dt);
+      }
+      for (int k = 0; k < 4; ++k) dev::storeFromFloat(out + e0 * es, k, dt, acc[k]);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
+  const Type t = typeOf(o.dtype);
+  std::vector<EmbedRow> rows;
+  for (const EmbedShape& s : kShapes) {
+    EmbedRow r{s.tables, s.rows, s.dim, s.globalBatch, s.pooling};
+    const int64_t lb = s.globalBatch / c.nranks, total = s.tables * c.nranks;
+    const uint64_t nIdx = s.tables * s.globalBatch * s.pooling;
+    void *w, *send, *baseRecv, *big;
+    int64_t *tableOffsets, *offsets, *indices;
+    cuda(cudaMalloc(&w, s.tables * s.rows * s.dim * t.bytes), "cudaMalloc tables");
+    cuda(cudaMalloc(&indices, nIdx * 8), "cudaMalloc indices");
+    cuda(cudaMalloc(&offsets, (s.tables * s.globalBatch + 1) * 8), "cudaMalloc offsets");
+    cuda(cudaMalloc(&tableOffsets, (s.tables + 1) * 8), "cudaMalloc table offsets");
+    const uint64_t recvBytes = lb * total * s.dim * t.bytes;
+    cuda(cudaMalloc(&send, recvBytes), "cudaMalloc send");
+    cuda(cudaMalloc(&baseRecv, recvBytes), "cudaMalloc recv");
+    const uint64_t copyBytes = uint64_t{1} << 30;
+    cuda(cudaMalloc(&big, 2 * copyBytes), "cudaMalloc copy buffers");
+    fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, 0xe3b0 + rows.size(), c.rank, s.tables * s.rows * s.dim);
+    fillIndices<<<1024, 256, 0, c.stream>>>(indices, nIdx, s.rows, 0x5eed + c.rank);
+    fillRamp<<<64, 256, 0, c.stream>>>(offsets, s.tables * s.globalBatch + 1, s.pooling);
+    fillRamp<<<1, 64, 0, c.stream>>>(tableOffsets, s.tables + 1, s.rows);
+    auto fused = [&] {
+      if (weft_embedding_alltoall(c.weft, w, tableOffsets, s.tables, indices, offsets, nullptr, 0, c.weftRecv, lb,
+                                  total, s.tables * c.rank, s.dim, t.weft, c.stream) != WEFT_SUCCESS)
+        die(std::string("weft: ") + weft_get_last_error(nullptr));
+    };
+    auto pool = [&] {
+      poolKernel<<<1024, 256, 0, c.stream>>>(static_cast<const uint8_t*>(w), t.dev, indices, s.tables, s.rows, s.dim,
+                                             s.globalBatch, s.pooling, static_cast<uint8_t*>(send));
+    };
+    const uint64_t block = lb * s.tables * s.dim;  // elements to each rank
+    auto allToAll = [&] {
+      ncclGroupStart();
+      for (int p = 0; p < c.nranks; ++p) {
+        ncclSend(static_cast<char*>(send) + p * block * t.bytes, block, t.nccl, p, c.nccl, c.stream);
+        ncclRecv(static_cast<char*>(baseRecv) + p * block * t.bytes, block, t.nccl, p, c.nccl, c.stream);
+      }
+      if (ncclGroupEnd() != ncclSuccess) die("NCCL all-to-all failed");
+    };
+    auto baseline = [&] {
+      pool();
+      allToAll();
+    };
+    auto copy = [&] {
+      cuda(cudaMemcpyAsync(static_cast<char*>(big) + copyBytes, big, copyBytes, cudaMemcpyDeviceToDevice, c.stream),
+           "copy");
+    };
+    if (o.check) {
+      fused();
+      baseline();
+      cuda(cudaStreamSynchronize(c.stream), "sync");
+      std::vector<uint8_t> a(recvBytes), b(recvBytes);
+      cuda(cudaMemcpy(a.data(), c.weftRecv, recvBytes, cudaMemcpyDeviceToHost), "copy weft's recv");
+      cuda(cudaMemcpy(b.data(), baseRecv, recvBytes, cudaMemcpyDeviceToHost), "copy the baseline's recv");
+      r.diff = 0;
+      // weft: [sample][src * tables + t][:]; baseline: [src][sample][t][:].
+      for (int64_t src = 0; src < c.nranks; ++src)
+        for (int64_t sl = 0; sl < lb; ++sl)
+          for (int64_t tt = 0; tt < s.tables; ++tt)
+            for (int64_t e = 0; e < s.dim; ++e) {
+              const double x = dev::loadAsFloat(a.data(), (sl * total + src * s.tables + tt) * s.dim + e, t.dev);
+              const double y = dev::loadAsFloat(b.data(), ((src * lb + sl) * s.tables + tt) * s.dim + e, t.dev);
+              r.diff += !(std::fabs(x - y) <= 1e-2 * (std::fabs(y) + 1.0));
+            }
+    }
+    r.fusedUs = medianUs(c, o, fused, &r.hostUs);
+    r.baseUs = medianUs(c, o, baseline);
+    r.poolUs = medianUs(c, o, pool);
+    r.allToAllUs = medianUs(c, o, allToAll);
+    const double copyUs = medianUs(c, o, copy);
+    r.copyGBs = 2.0 * copyBytes / (copyUs * 1e3);
+    r.poolGBs = static_cast<double>(nIdx) * s.dim * t.bytes / (r.poolUs * 1e3);
+    rows.push_back(r);
+    for (void* p : {w, send, baseRecv, big, static_cast<void*>(indices), static_cast<void*>(offsets),
+                    static_cast<void*>(tableOffsets)})
+      cudaFree(p);
+  }
+  return rows;
+}
+
+void reportEmbedding(const Context& c, const Options& o, const std::vector<EmbedRow>& rows) {
+  if (c.rank != 0) return;
+  std::printf("# weft-bench embedding_alltoall, %d ranks, dtype %s, %s; baseline: pooling kernel + NCCL all-to-all\n",
+              c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager");
+  std::printf("%6s %8s %5s %6s %4s %10s %10s %8s %9s %9s %9s %9s %7s\n", "tables", "rows", "dim", "batch", "pool",
+              "fused_us", "base_us", "speedup", "pool_us", "a2a_us", "pool_GBs", "copy_GBs", "#diff");
+  std::ofstream json;
+  if (!o.json.empty()) json.open(o.json);
+  if (json) json << "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const EmbedRow& r = rows[i];
+    std::printf("%6lld %8lld %5lld %6lld %4lld %10.2f %10.2f %8.2f %9.2f %9.2f %9.0f %9.0f %7lld\n",
+                (long long)r.tables, (long long)r.rows, (long long)r.dim, (long long)r.batch, (long long)r.pooling,
+                r.fusedUs, r.baseUs, r.baseUs / r.fusedUs, r.poolUs, r.allToAllUs, r.poolGBs, r.copyGBs,
+                (long long)r.diff);
+    if (json)
+      json << "  {\"op\": \"embedding_alltoall\", \"graph\": " << (o.graph ? "true" : "false")
+           << ", \"ranks\": " << c.nranks << ", \"tables\": " << r.tables << ", \"dim\": " << r.dim
+           << ", \"batch\": " << r.batch << ", \"pooling\": " << r.pooling << ", \"fused_us\": " << r.fusedUs
+           << ", \"baseline_us\": " << r.baseUs << ", \"pool_us\": " << r.poolUs
+           << ", \"alltoall_us\": " << r.allToAllUs << ", \"copy_GBs\": " << r.copyGBs << ", \"differing\": " << r.diff
+           << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  if (json) json << "]\n";
+  std::fflush(stdout);
+}
+
+}  // namespace weft::bench
