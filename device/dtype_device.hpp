@@ -14,6 +14,24 @@ constexpr uint32_t kNumDTypes = 3;
 
 WEFT_HOST_DEVICE constexpr uint32_t dtypeSize(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
+// The dtype as a type, for code compiled once per dtype: withDType(t, f) calls f(DTypeTag<T>{})
+// for the runtime dtype t, so f reads it as decltype(tag)::value.
+template <DType T>
+struct DTypeTag {
+  static constexpr DType value = T;
+};
+template <class F>
+WEFT_HOST_DEVICE decltype(auto) withDType(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32:
+      return f(DTypeTag<DType::kFloat32>{});
+    case DType::kFloat16:
+      return f(DTypeTag<DType::kFloat16>{});
+    default:
+      return f(DTypeTag<DType::kBFloat16>{});
+  }
+}
+
 WEFT_HOST_DEVICE uint32_t floatBits(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);

@@ -122,14 +122,7 @@ WEFT_HOST_DEVICE void sumTileAs(const Coop& c, uint8_t* out, const uint8_t* cons
 template <class Coop>
 WEFT_HOST_DEVICE void sumTile(const Coop& c, DType t, uint8_t* out, const uint8_t* const* src, int nsrc,
                               uint64_t count) {
-  switch (t) {
-    case DType::kFloat32:
-      return sumTileAs<Coop, DType::kFloat32>(c, out, src, nsrc, count);
-    case DType::kFloat16:
-      return sumTileAs<Coop, DType::kFloat16>(c, out, src, nsrc, count);
-    default:
-      return sumTileAs<Coop, DType::kBFloat16>(c, out, src, nsrc, count);
-  }
+  withDType(t, [&](auto tag) { sumTileAs<Coop, decltype(tag)::value>(c, out, src, nsrc, count); });
 }
 
 }  // namespace weft::dev

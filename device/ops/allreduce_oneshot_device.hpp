@@ -28,14 +28,8 @@ struct AllReduceOneShotOp {
   template <class Coop>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
-    switch (static_cast<DType>(d.dtype)) {
-      case DType::kFloat32:
-        return runAs<Coop, DType::kFloat32>(c, v, d, seq, item);
-      case DType::kFloat16:
-        return runAs<Coop, DType::kFloat16>(c, v, d, seq, item);
-      default:
-        return runAs<Coop, DType::kBFloat16>(c, v, d, seq, item);
-    }
+    return withDType(static_cast<DType>(d.dtype),
+                     [&](auto tag) { return runAs<Coop, decltype(tag)::value>(c, v, d, seq, item); });
   }
 
  private:

@@ -100,16 +100,8 @@ struct EmbeddingAllToAllOp {
     const uint64_t perDest = a.numTables * a.localBatch;
     const uint64_t lo = (i % ipd) * d.tileElems;
     const uint64_t hi = minU64(perDest, lo + d.tileElems);
-    switch (static_cast<DType>(d.dtype)) {
-      case DType::kFloat32:
-        poolBags<Coop, DType::kFloat32>(c, v, a, seq, d.recv, dest, lo, hi);
-        break;
-      case DType::kFloat16:
-        poolBags<Coop, DType::kFloat16>(c, v, a, seq, d.recv, dest, lo, hi);
-        break;
-      default:
-        poolBags<Coop, DType::kBFloat16>(c, v, a, seq, d.recv, dest, lo, hi);
-    }
+    withDType(static_cast<DType>(d.dtype),
+              [&](auto tag) { poolBags<Coop, decltype(tag)::value>(c, v, a, seq, d.recv, dest, lo, hi); });
     // The item that finishes last (by the local counter, which orders every item's stores before
     // it) announces that this rank's vectors are all stored.
     c.sync();

@@ -109,14 +109,7 @@ struct GemvAllReduceOp {
   // part[(j - rows.lo) * batch + b] = sum_k x[b, k] * w[j, k] for j in rows, in float32.
   template <class Coop>
   WEFT_HOST_DEVICE static void partials(const Coop& c, DType dt, const GemvShape& s, Range rows, float* part) {
-    switch (dt) {
-      case DType::kFloat32:
-        return partialsAs<Coop, DType::kFloat32>(c, s, rows, part);
-      case DType::kFloat16:
-        return partialsAs<Coop, DType::kFloat16>(c, s, rows, part);
-      default:
-        return partialsAs<Coop, DType::kBFloat16>(c, s, rows, part);
-    }
+    withDType(dt, [&](auto tag) { partialsAs<Coop, decltype(tag)::value>(c, s, rows, part); });
   }
 
  private:
