@@ -126,27 +126,29 @@ WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nran
   return k;
 }
 
-// Leader-only. The worker that finishes the last item moves the counters on and publishes the
-// op's completion.
-WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticket, Status st) {
+// Leader-only. The worker that finishes the last item stores `next` (the counters after this op)
+// and publishes the op's completion.
+WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticket, Status st, const OpCounters& next) {
   if (st != Status::kOk) {
     uint32_t none = 0;
     gpu::atomicCas<gpu::Order::kRelaxed>(&s.status, none, static_cast<uint32_t>(st));
   }
   // Read while this worker still holds an item: once `finished` (or `done`) moves, the slot may
   // be reused.
-  const OpDesc desc = s.desc;
+  const uint64_t nitems = s.desc.nitems;
   const bool hostWaits = (s.flags & kSlotHostWaits) != 0;
   const uint64_t prev = gpu::atomicFetchAdd<gpu::Order::kAcqRel>(&s.finished, uint64_t{1});
-  if (prev + 1 != desc.nitems) return;
-  storeCounters(v.control, advance(loadCounters(v.control), desc, static_cast<uint32_t>(v.nranks)));
+  if (prev + 1 != nitems) return;
+  storeCounters(v.control, next);
   gpu::atomicStore<gpu::Order::kRelease>(&s.done, ticket + 1);
   if (!hostWaits) gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
   gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
 }
 
+// The plain collectives: all a launched collective's kernel needs to carry (gpu/op_kernel.cu).
 template <class Coop>
-WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq, uint32_t item) {
+WEFT_HOST_DEVICE Status runCollectiveItem(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                          uint32_t item) {
   switch (static_cast<OpKind>(d.kind)) {
     case OpKind::kAllReduce:
       return AllReduceOp::run(c, v, d, seq, item);
@@ -154,6 +156,15 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
       return AllToAllOp::run(c, v, d, seq, item);
     case OpKind::kAllReduceOneShot:
       return AllReduceOneShotOp::run(c, v, d, seq, item);
+    default:
+      return Status::kOk;
+  }
+}
+
+// Every op: the persistent and CPU engines' workers serve them all.
+template <class Coop>
+WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq, uint32_t item) {
+  switch (static_cast<OpKind>(d.kind)) {
     case OpKind::kGemvAllReduce:
       return GemvAllReduceOp::run(c, v, d, seq, item);
     case OpKind::kGemv:
@@ -161,7 +172,7 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
     case OpKind::kEmbeddingAllToAll:
       return EmbeddingAllToAllOp::run(c, v, d, seq, item);
     default:
-      return Status::kOk;
+      return runCollectiveItem(c, v, d, seq, item);
   }
 }
 
@@ -172,15 +183,23 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
     const Poll p = c.broadcast(c.leader() ? pollReady(v, s, ticket, worker) : Poll::kReady);
     if (p == Poll::kStop) return;
     if (p == Poll::kGone) continue;
-    for (;;) {
+    OpSeq seq{};
+    OpCounters next{};
+    for (bool first = true;; first = false) {
       const uint32_t item = c.broadcast(c.leader() ? claimItem(s, ticket) : kNoItem);
       if (item == kNoItem) break;
       // Holding an item keeps the op from completing, so the slot's descriptor and the counters
-      // are stable here (this worker saw the previous op complete, after its counters moved).
+      // are stable here (this worker saw the previous op complete, after its counters moved):
+      // read them once per op.
+      if (first) {
+        const OpCounters now = loadCounters(v.control);
+        seq = opSeq(now, s.desc);
+        next = advance(now, s.desc, static_cast<uint32_t>(v.nranks));
+      }
       Status st = stopReason(v);
-      if (st == Status::kOk) st = runItem(c, v, s.desc, opSeq(loadCounters(v.control), s.desc), item);
+      if (st == Status::kOk) st = runItem(c, v, s.desc, seq, item);
       c.sync();
-      if (c.leader()) finishItem(v, s, ticket, st);
+      if (c.leader()) finishItem(v, s, ticket, st, next);
     }
     // The op is complete once the workers holding its last items finish; their waits are bounded.
     if (c.leader())

@@ -52,7 +52,7 @@ Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value);
 Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream, uint64_t firstTicket);
 
 // Launches one op as a kernel of `blocks` x `threads` on `stream` (eagerly, or into the graph the
-// stream is capturing).
+// stream is capturing), the kernel of the op's family.
 Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);

@@ -195,7 +195,18 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
 }
 
 Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream) {
-  dev::opKernel<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, desc);
+  const auto s = static_cast<gpuStream_t>(stream);
+  switch (static_cast<dev::OpKind>(desc.kind)) {
+    case dev::OpKind::kGemv:
+    case dev::OpKind::kGemvAllReduce:
+      dev::gemvKernel<<<blocks, threads, 0, s>>>(view, desc);
+      break;
+    case dev::OpKind::kEmbeddingAllToAll:
+      dev::embeddingKernel<<<blocks, threads, 0, s>>>(view, desc);
+      break;
+    default:
+      dev::opKernel<<<blocks, threads, 0, s>>>(view, desc);
+  }
   return check(GPU(GetLastError)(), "launch of an op kernel");
 }
 

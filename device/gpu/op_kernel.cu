@@ -2,16 +2,22 @@
 // the same items as the persistent engine runs, assigned statically (block b takes items b,
 // b + grid, ...), in increasing order so that every wait depends only on items the peers' blocks
 // reach first. The grid must be co-resident (a few dozen blocks), as for any kernel whose blocks
-// wait on each other's peers.
+// wait on each other's peers. One kernel per op family: a kernel's registers are those of its
+// heaviest op, and the fused ops' code would otherwise cost the plain collectives theirs.
 #include "../engine_device.hpp"
 #include "persistent_kernel.hpp"
 
 namespace weft::dev {
 
-__global__ void opKernel(CommView view, OpDesc desc) {
+namespace {
+
+// What every launched op kernel does around its items: read the protocol counters, run the
+// block's items (run(coop, item, seq) -> Status), and let the last block move the counters on.
+template <class Run>
+__device__ void runLaunched(const CommView& view, const OpDesc& desc, Run&& run) {
   __shared__ unsigned long long scratch;
   __shared__ float tile[kCoopFloats];
-  BlockCoop coop{&scratch, tile};
+  const BlockCoop coop{&scratch, tile};
   // Stable for the whole kernel: only the last block below changes them, after every block read.
   const OpCounters counters = loadCounters(view.control);
   const OpSeq seq = opSeq(counters, desc);
@@ -19,7 +25,7 @@ __global__ void opKernel(CommView view, OpDesc desc) {
     // After any failure of the communicator the remaining items give up at once; the wait that
     // failed recorded why in the queue header.
     if (coop.broadcast(stopReason(view)) != Status::kOk) break;
-    if (runItem(coop, view, desc, seq, item) != Status::kOk) break;
+    if (run(coop, item, seq) != Status::kOk) break;
   }
   // The last block to leave moves the counters on for the communicator's next op, which starts
   // after this kernel (in stream or graph order). Every block counts, failed or not, so that the
@@ -33,6 +39,27 @@ __global__ void opKernel(CommView view, OpDesc desc) {
     gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&view.control->blocksDone, 0u);
   }
   storeCounters(view.control, advance(counters, desc, static_cast<uint32_t>(view.nranks)));
+}
+
+}  // namespace
+
+__global__ void opKernel(CommView view, OpDesc desc) {
+  runLaunched(view, desc, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    return runCollectiveItem(c, view, desc, seq, item);
+  });
+}
+
+__global__ void gemvKernel(CommView view, OpDesc desc) {
+  const bool fused = static_cast<OpKind>(desc.kind) == OpKind::kGemvAllReduce;
+  runLaunched(view, desc, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    return fused ? GemvAllReduceOp::run(c, view, desc, seq, item) : GemvOp::run(c, view, desc, seq, item);
+  });
+}
+
+__global__ void embeddingKernel(CommView view, OpDesc desc) {
+  runLaunched(view, desc, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    return EmbeddingAllToAllOp::run(c, view, desc, seq, item);
+  });
 }
 
 }  // namespace weft::dev

@@ -6,7 +6,10 @@ namespace weft::dev {
 
 // One launch per communicator (and again after an idle exit); grid = resident workers.
 __global__ void persistentKernel(CommView view, uint64_t firstTicket);
-// One launch per op, on the caller's stream (eager or captured into a graph).
+// One launch per op, on the caller's stream (eager or captured into a graph): the plain
+// collectives, the GEMV ops (OpKind::kGemv, kGemvAllReduce) and the embedding op.
 __global__ void opKernel(CommView view, OpDesc desc);
+__global__ void gemvKernel(CommView view, OpDesc desc);
+__global__ void embeddingKernel(CommView view, OpDesc desc);
 
 }  // namespace weft::dev
