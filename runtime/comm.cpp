@@ -231,7 +231,7 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   // An empty op still runs (every rank's signal counters must advance alike) but touches no memory.
   d.recv = bytes ? heapOffset(recv, bytes, "recvbuf") : 0;
   if (send != recv) {
-    if (heap_->overlaps(send, bytes)) heapOffset(send, bytes, "sendbuf");
+    checkInputInHeap(send, bytes, "sendbuf");
     if (spansOverlap(send, bytes, recv, bytes))
       throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf without being the same buffer (in place)");
   }
@@ -258,7 +258,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   d.dtype = static_cast<uint32_t>(dt);
   d.count = countPerRank;
   d.recv = bytes ? heapOffset(recv, bytes, "recvbuf") : 0;
-  if (heap_->overlaps(send, bytes)) heapOffset(send, bytes, "sendbuf");
+  checkInputInHeap(send, bytes, "sendbuf");
   if (spansOverlap(send, bytes, recv, bytes))
     throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf; All-to-All cannot run in place");
   d.send = reinterpret_cast<uint64_t>(send);
@@ -277,8 +277,8 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   d.dtype = static_cast<uint32_t>(dt);
   d.count = n;
   d.recv = yBytes ? heapOffset(y, yBytes, "y") : 0;
-  if (heap_->overlaps(x, uint64_t{batch} * k * es)) heapOffset(x, uint64_t{batch} * k * es, "x");
-  if (heap_->overlaps(w, n * k * es)) heapOffset(w, n * k * es, "w");
+  checkInputInHeap(x, uint64_t{batch} * k * es, "x");
+  checkInputInHeap(w, n * k * es, "w");
   // y is written while other work items still read x and w.
   if (spansOverlap(x, uint64_t{batch} * k * es, y, yBytes)) throw Error(Code::kInvalidArgument, "x: overlaps y");
   if (spansOverlap(w, n * k * es, y, yBytes)) throw Error(Code::kInvalidArgument, "w: overlaps y");

@@ -62,6 +62,10 @@ class Comm {
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
   uint64_t stallNs() const { return 2 * timeoutNs_ + 1000000000ull; }
   uint64_t heapOffset(const void* p, uint64_t bytes, const char* arg) const;
+  // An input may be anywhere, but one that touches the heap must lie in one live block.
+  void checkInputInHeap(const void* p, uint64_t bytes, const char* arg) const {
+    if (heap_->overlaps(p, bytes)) heapOffset(p, bytes, arg);
+  }
 
   const int rank_;
   const int nranks_;

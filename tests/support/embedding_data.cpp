@@ -58,9 +58,7 @@ EmbeddingInputs embeddingInputs(const EmbeddingCase& c, int rank) {
 
 ::testing::AssertionResult checkEmbedding(const void* recv, const EmbeddingCase& c, int rank) {
   const auto dt = static_cast<dev::DType>(c.dtype);
-  const double eps = c.dtype == WEFT_FLOAT32   ? std::ldexp(1.0, -24)
-                     : c.dtype == WEFT_FLOAT16 ? std::ldexp(1.0, -11)
-                                               : std::ldexp(1.0, -8);
+  const double eps = roundingOf(c.dtype);
   uint64_t bad = 0;
   std::string first;
   for (int q = 0; q < c.nranks; ++q) {

@@ -14,11 +14,11 @@ namespace {
 
 dev::DType devType(weft_dtype_t dt) { return static_cast<dev::DType>(dt); }
 
-double epsilon(weft_dtype_t dt) {
+}  // namespace
+
+double roundingOf(weft_dtype_t dt) {
   return dt == WEFT_FLOAT32 ? std::ldexp(1.0, -24) : dt == WEFT_FLOAT16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
 }
-
-}  // namespace
 
 size_t dtypeBytes(weft_dtype_t dt) { return dev::dtypeSize(devType(dt)); }
 
@@ -49,7 +49,7 @@ void poison(void* buf, size_t bytes) { memset(buf, 0xff, bytes); }
       mag += std::fabs(x);
     }
     const double got = dev::loadAsFloat(y, i, devType(dt));
-    const double bound = epsilon(dt) * std::fabs(want) + 1e-6 * mag + 1e-7;
+    const double bound = roundingOf(dt) * std::fabs(want) + 1e-6 * mag + 1e-7;
     if (!(std::fabs(got - want) <= bound)) {
       if (!bad++) firstBad = i, firstGot = got, firstWant = want;
     }
@@ -103,8 +103,8 @@ uint64_t gemvWeightSeed(uint64_t seed) { return seed + 1; }
         }
       const double got = dev::loadAsFloat(y, b * n + j, devType(dt));
       // float32 sums of k terms, then (unfused) one rounding to dt per rank, then the output's.
-      const double bound =
-          epsilon(dt) * std::fabs(want) + (std::ldexp(1.0, -23) * (k + nranks) + nranks * epsilon(dt)) * mag + 1e-7;
+      const double bound = roundingOf(dt) * std::fabs(want) +
+                           (std::ldexp(1.0, -23) * (k + nranks) + nranks * roundingOf(dt)) * mag + 1e-7;
       if (!(std::fabs(got - want) <= bound) && !bad++)
         first = "y[" + std::to_string(b) + ", " + std::to_string(j) + "] = " + std::to_string(got) + ", want " +
                 std::to_string(want);

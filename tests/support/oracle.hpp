@@ -13,6 +13,8 @@
 namespace weft::test {
 
 size_t dtypeBytes(weft_dtype_t dt);
+// Relative rounding error of one rounding to dt (unit roundoff).
+double roundingOf(weft_dtype_t dt);
 const char* dtypeName(weft_dtype_t dt);
 
 // Element i of rank r's input, rounded to dt, as the op sees it.

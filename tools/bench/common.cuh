@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ inline Type typeOf(const std::string& name) {
 static __global__ void fillKernel(void* out, dev::DType t, uint64_t seed, int rank, uint64_t n) {
   for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
     dev::storeFromFloat(out, i, t, dev::testValue(seed, rank, i));
+}
+
+// Relative error of one rounding to the type (unit roundoff).
+inline double rounding(const Type& t) {
+  return t.bytes == 4                    ? std::ldexp(1.0, -24)
+         : t.dev == dev::DType::kFloat16 ? std::ldexp(1.0, -11)
+                                         : std::ldexp(1.0, -8);
 }
 
 inline void cuda(cudaError_t e, const char* what) {

@@ -27,9 +27,7 @@ int64_t wrongElements(const Context& c, const Options& o, const Type& t, const v
                       uint64_t seed) {
   std::vector<uint8_t> host(count * t.bytes);
   cuda(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), "copy result");
-  const double eps = t.bytes == 4                    ? std::ldexp(1.0, -24)
-                     : t.dev == dev::DType::kFloat16 ? std::ldexp(1.0, -11)
-                                                     : std::ldexp(1.0, -8);
+  const double eps = rounding(t);
   int64_t wrong = 0;
   for (uint64_t i = 0; i < count; ++i) {
     const double got = dev::loadAsFloat(host.data(), i, t.dev);
