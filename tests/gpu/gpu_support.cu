@@ -45,6 +45,19 @@ void tearDown(Rank& r) {
   cudaStreamDestroy(r.stream);
 }
 
+cudaGraphExec_t captureGraph(cudaStream_t s, const std::function<void()>& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  enqueue();
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  if (graph) {
+    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+  }
+  return exec;
+}
+
 void toDevice(void* dst, const std::vector<uint8_t>& src) {
   if (!src.empty()) WEFT_CUDA_OK(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice));
 }

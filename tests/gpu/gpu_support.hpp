@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -63,6 +64,10 @@ class GpusAndEngine : public ::testing::TestWithParam<std::tuple<int, std::strin
       ::testing::Combine(::testing::Values(1, 2, 4),                                             \
                          ::testing::Values(std::string("launched"), std::string("persistent"))), \
       [](const auto& info) { return std::to_string(std::get<0>(info.param)) + "gpus_" + std::get<1>(info.param); })
+
+// The work `enqueue` puts on `s`, captured into an executable graph (null, with a test failure, if
+// capture or instantiation failed). The caller destroys it with cudaGraphExecDestroy.
+cudaGraphExec_t captureGraph(cudaStream_t s, const std::function<void()>& enqueue);
 
 // Kernels used to interleave the caller's own work with weft ops on one stream.
 void launchScale(float* out, const float* in, float factor, size_t n, cudaStream_t s);

@@ -129,15 +129,13 @@ TEST_P(GpuCollectives, GraphCaptureAndReplay) {
     WEFT_CUDA_OK(cudaMalloc(&scaled, kSmall * 4));
     // An eager op first, so that the graph does not run on the initial counters.
     allReduceCase(r, rank, n, WEFT_FLOAT32, kSmall, seed, false);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    WEFT_CUDA_OK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
-    WEFT_ASSERT_OK(weft_allreduce(r.comm, in + at[0], out + at[0], kSmall, WEFT_FLOAT32, r.stream));
-    launchScale(scaled, out + at[0], 0.5f, kSmall, r.stream);
-    WEFT_ASSERT_OK(weft_allreduce(r.comm, in + at[1], out + at[1], kLarge, WEFT_FLOAT32, r.stream));
-    WEFT_ASSERT_OK(weft_alltoall(r.comm, in + at[2], out + at[2], kBlock, WEFT_FLOAT32, r.stream));
-    WEFT_CUDA_OK(cudaStreamEndCapture(r.stream, &graph));
-    WEFT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    const cudaGraphExec_t exec = captureGraph(r.stream, [&] {
+      WEFT_ASSERT_OK(weft_allreduce(r.comm, in + at[0], out + at[0], kSmall, WEFT_FLOAT32, r.stream));
+      launchScale(scaled, out + at[0], 0.5f, kSmall, r.stream);
+      WEFT_ASSERT_OK(weft_allreduce(r.comm, in + at[1], out + at[1], kLarge, WEFT_FLOAT32, r.stream));
+      WEFT_ASSERT_OK(weft_alltoall(r.comm, in + at[2], out + at[2], kBlock, WEFT_FLOAT32, r.stream));
+    });
+    ASSERT_NE(exec, nullptr);
     for (int replay = 0; replay < 3; ++replay) {
       SCOPED_TRACE(::testing::Message() << "replay " << replay);
       const uint64_t s = seed + 10 * (replay + 1);
@@ -162,7 +160,6 @@ TEST_P(GpuCollectives, GraphCaptureAndReplay) {
       allReduceCase(r, rank, n, WEFT_FLOAT16, 100003, s + 4, true);
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
-    WEFT_CUDA_OK(cudaGraphDestroy(graph));
     cudaFree(scaled);
     tearDown(r);
   };

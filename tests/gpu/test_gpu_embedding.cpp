@@ -83,12 +83,8 @@ TEST_P(GpuEmbedding, GraphCaptureAndReplay) {
     ASSERT_NE(r.comm, nullptr);
     const EmbeddingCase c{seed, n, 3, 64, WEFT_BFLOAT16, 0, false};
     const DeviceInputs in(embeddingInputs(c, rank));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    WEFT_CUDA_OK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
-    WEFT_ASSERT_OK(runCase(r, c, rank, in));
-    WEFT_CUDA_OK(cudaStreamEndCapture(r.stream, &graph));
-    WEFT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    const cudaGraphExec_t exec = captureGraph(r.stream, [&] { WEFT_ASSERT_OK(runCase(r, c, rank, in)); });
+    ASSERT_NE(exec, nullptr);
     for (int replay = 0; replay < 3; ++replay) {
       WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, recvBytes(c)));
       WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
@@ -96,7 +92,6 @@ TEST_P(GpuEmbedding, GraphCaptureAndReplay) {
       EXPECT_TRUE(checkEmbedding(toHost(r.heap, recvBytes(c)).data(), c, rank)) << "replay " << replay;
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
-    WEFT_CUDA_OK(cudaGraphDestroy(graph));
     tearDown(r);
   };
   EXPECT_TRUE(runRanks(gpus(), body));

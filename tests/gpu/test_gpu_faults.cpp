@@ -40,12 +40,8 @@ void lonelyOp(bool abortIt, bool graph = false) {
     WEFT_CUDA_OK(cudaMalloc(&x, 1 << 20));
     cudaGraphExec_t exec = nullptr;
     if (graph) {
-      cudaGraph_t g;
-      WEFT_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      WEFT_ASSERT_OK(weft_allreduce(comm, x, y, 1 << 18, WEFT_FLOAT32, s));
-      WEFT_CUDA_OK(cudaStreamEndCapture(s, &g));
-      WEFT_CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
-      WEFT_CUDA_OK(cudaGraphDestroy(g));
+      exec = captureGraph(s, [&] { WEFT_ASSERT_OK(weft_allreduce(comm, x, y, 1 << 18, WEFT_FLOAT32, s)); });
+      ASSERT_NE(exec, nullptr);
       WEFT_CUDA_OK(cudaGraphLaunch(exec, s));
     } else {
       WEFT_ASSERT_OK(weft_allreduce(comm, x, y, 1 << 18, WEFT_FLOAT32, s));

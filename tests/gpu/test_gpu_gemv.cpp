@@ -63,13 +63,11 @@ TEST_P(GpuGemv, GraphCaptureAndReplay) {
     ASSERT_NE(r.comm, nullptr);
     void* w = nullptr;
     prepare(r, rank, WEFT_BFLOAT16, shape, seed, &w);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    WEFT_CUDA_OK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
-    WEFT_ASSERT_OK(
-        weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, WEFT_BFLOAT16, r.stream));
-    WEFT_CUDA_OK(cudaStreamEndCapture(r.stream, &graph));
-    WEFT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    const cudaGraphExec_t exec = captureGraph(r.stream, [&] {
+      WEFT_ASSERT_OK(
+          weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, WEFT_BFLOAT16, r.stream));
+    });
+    ASSERT_NE(exec, nullptr);
     for (int replay = 0; replay < 3; ++replay) {
       const uint64_t s = seed + 2 * (replay + 1);
       void* again = nullptr;
@@ -81,7 +79,6 @@ TEST_P(GpuGemv, GraphCaptureAndReplay) {
           << "replay " << replay;
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
-    WEFT_CUDA_OK(cudaGraphDestroy(graph));
     tearDown(r);
   };
   EXPECT_TRUE(runRanks(gpus(), body));
