@@ -237,7 +237,7 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   }
   d.send = reinterpret_cast<uint64_t>(send);
   // Small inputs: one-shot (one exchange, latency-bound); the rest: reduce-scatter + all-gather.
-  if (bytes > 0 && bytes <= layout_.oneShotBytes && nranks_ > 1 && nranks_ <= dev::kMaxSumSources) {
+  if (oneShotFits(bytes)) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
     d.nitems = dev::AllReduceOneShotOp::numItems(bytes);
     return submit(d, stream, capturing);
@@ -288,13 +288,9 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   d.arg[2] = k;
   d.tileElems = dev::GemvAllReduceOp::rowsPerSlice(n, batch);
   d.nitems = dev::GemvAllReduceOp::numItems(n, d.tileElems);
-  // Fused while every rank's float32 partials fit the one-shot scratch; otherwise (and on one
-  // rank, where there is nothing to exchange) the GEMV writes y and an AllReduce of y follows. An
-  // empty y exchanges nothing, so it must not take a one-shot epoch: its lines are what tell a
-  // sender that the receiver has finished with the scratch (ops/flagged_exchange_device.hpp).
-  if (yBytes > 0 && nranks_ > 1 && nranks_ <= dev::kMaxSumSources &&
-      uint64_t{batch} * n * sizeof(float) <= layout_.oneShotBytes)
-    return submit(d, stream, capturing);
+  // Fused while every rank's float32 partials go through the one-shot exchange; otherwise (and on
+  // one rank, or for an empty y) the GEMV writes y and an AllReduce of y follows.
+  if (oneShotFits(uint64_t{batch} * n * sizeof(float))) return submit(d, stream, capturing);
   d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
   d.nitems = dev::GemvAllReduceOp::numSlices(n, d.tileElems);
   const Code c = submit(d, stream, capturing);

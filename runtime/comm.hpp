@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "config.hpp"
 #include "device/dtype_device.hpp"
+#include "device/ops/allreduce_device.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
 #include "heap.hpp"
 #include "topology.hpp"
@@ -62,6 +63,12 @@ class Comm {
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
   uint64_t stallNs() const { return 2 * timeoutNs_ + 1000000000ull; }
   uint64_t heapOffset(const void* p, uint64_t bytes, const char* arg) const;
+  // Whether an op can move `payloadBytes` per rank through the one-shot flagged exchange: it must
+  // fit the scratch, have peers, and move something (an empty exchange would take an epoch
+  // without telling any sender that its receiver is done with the scratch).
+  bool oneShotFits(uint64_t payloadBytes) const {
+    return payloadBytes > 0 && payloadBytes <= layout_.oneShotBytes && nranks_ > 1 && nranks_ <= dev::kMaxSumSources;
+  }
   // An input may be anywhere, but one that touches the heap must lie in one live block.
   void checkInputInHeap(const void* p, uint64_t bytes, const char* arg) const {
     if (heap_->overlaps(p, bytes)) heapOffset(p, bytes, arg);
