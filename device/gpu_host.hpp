@@ -54,6 +54,8 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
 // Launches one op as a kernel of `blocks` x `threads` on `stream` (eagerly, or into the graph the
 // stream is capturing), the kernel of the op's family.
 Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream);
+// How many blocks of `threads` of the launched kernel of `kind` the current device runs at once.
+Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);

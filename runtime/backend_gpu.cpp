@@ -95,6 +95,7 @@ struct Engine::Impl {
   int device = 0;
   int workers = 0;
   int threads = 256;
+  int gatherBlocks = 0;  // launched: resident blocks of the embedding kernel
   std::mutex launchMutex;
 
   template <typename T>
@@ -145,8 +146,13 @@ struct Engine::Impl {
     return o;
   }
 
+  // `workers` blocks per op, but the embedding op, a gather whose speed is the row loads in flight,
+  // on every block the device holds at once (its only cross-block waits are on blocks that never
+  // wait: the peers' item 0 and this rank's data items, so a grid larger than resident is safe).
   gpu::Outcome launchOp(const dev::OpDesc& desc, void* stream) {
-    const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(workers)));
+    const bool gather = static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kEmbeddingAllToAll;
+    const int grid = gather ? std::max(workers, gatherBlocks) : workers;
+    const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, desc, blocks, threads, stream);
   }
 
@@ -189,6 +195,8 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     require(e.launch(), "starting the persistent kernel");
     destroyStream.armed = false;
   } else {
+    require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, &e.gatherBlocks),
+            "sizing the embedding kernel's grid");
     require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
   }
   unregister.armed = false;

@@ -194,20 +194,36 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
   return check(GPU(GetLastError)(), "launch of the persistent kernel");
 }
 
-Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream) {
-  const auto s = static_cast<gpuStream_t>(stream);
-  switch (static_cast<dev::OpKind>(desc.kind)) {
+namespace {
+using OpKernel = void (*)(dev::CommView, dev::OpDesc);
+OpKernel kernelOf(dev::OpKind kind) {
+  switch (kind) {
     case dev::OpKind::kGemv:
     case dev::OpKind::kGemvAllReduce:
-      dev::gemvKernel<<<blocks, threads, 0, s>>>(view, desc);
-      break;
+      return dev::gemvKernel;
     case dev::OpKind::kEmbeddingAllToAll:
-      dev::embeddingKernel<<<blocks, threads, 0, s>>>(view, desc);
-      break;
+      return dev::embeddingKernel;
     default:
-      dev::opKernel<<<blocks, threads, 0, s>>>(view, desc);
+      return dev::opKernel;
   }
+}
+}  // namespace
+
+Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream) {
+  kernelOf(static_cast<dev::OpKind>(desc.kind))<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, desc);
   return check(GPU(GetLastError)(), "launch of an op kernel");
+}
+
+Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks) {
+  int device = 0, perSm = 0;
+  gpuDeviceProp_t prop{};
+  Outcome o = check(GPU(GetDevice)(&device), "GetDevice");
+  if (o) o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
+  if (o)
+    o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&perSm, kernelOf(kind), threads, 0),
+              "OccupancyMaxActiveBlocksPerMultiprocessor");
+  if (o) *blocks = perSm * prop.multiProcessorCount;
+  return o;
 }
 
 Outcome eventCreate(void** event) {

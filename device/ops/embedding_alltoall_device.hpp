@@ -8,12 +8,10 @@
 // Work items: item 0 tells every peer that this rank's output is ready for this op's epoch (a
 // sender must not overwrite an output its owner's stream may still be reading). Then, per
 // destination (remote ones first, rotating so the ranks do not all hit the same one; this rank
-// last), groups of bags: each waits for its destination's ready epoch, pools its bags (a warp per
-// bag, float32 accumulation, optional per-sample weights, sum or mean; an empty bag gives zeros)
-// and stores them. The data item that finishes last on this rank (a local counter) tells every
-// rank, itself included, that all its vectors are stored: kEmbedDone = 2e, or 2e + 1 if it met a
-// bad index. The last item waits for every rank's done word, so no rank needs to know how many
-// tables, bags or items the others have.
+// last), groups of bags: each waits for its destination's ready epoch, pools its bags
+// (embedding_pool_device.hpp) and stores them. The data item that finishes last on this rank (a local counter) tells
+// every rank, itself included, that all its vectors are stored: kEmbedDone = 2e, or 2e + 1 if it met a bad index. The
+// last item waits for every rank's done word, so no rank needs to know how many tables, bags or items the others have.
 //
 // Indices are checked against their table (unless the check is off): a bad one is never read; its
 // bag is pooled without it, the first is noted in EngineControl, and since every rank's op waits
@@ -22,24 +20,14 @@
 #pragma once
 
 #include "../comm_device.hpp"
-#include "../dtype_device.hpp"
+#include "embedding_pool_device.hpp"
 #include "partition_device.hpp"
 
 namespace weft::dev {
 
-struct EmbeddingArgs {
-  const uint8_t* weights;
-  const int64_t* tableOffsets;  // [numTables + 1]
-  const int64_t* indices;
-  const int64_t* offsets;         // [numTables * globalBatch + 1]
-  const float* perSampleWeights;  // null: weight 1
-  uint64_t numTables, localBatch, totalTables, tableBase, dim;
-  bool mean, check;
-};
-
 struct EmbeddingAllToAllOp {
   static constexpr uint64_t kFlagMean = 1, kFlagCheck = 2;
-  static constexpr uint32_t kTargetItems = 256;
+  static constexpr uint32_t kTargetItems = 1024;
 
   // OpDesc fields: send = weights, count = dim, recv = the output's heap offset, tileElems = bags per
   // item; arg[0] table offsets, [1] indices, [2] offsets, [3] per-sample weights, [4] numTables,
@@ -58,7 +46,8 @@ struct EmbeddingAllToAllOp {
                          (d.arg[8] & kFlagMean) != 0,
                          (d.arg[8] & kFlagCheck) != 0};
   }
-  // Bags per item: about kTargetItems items in all, at least a bag per warp of 8.
+  // Bags per item: about kTargetItems items in all (a launched op runs on every resident block:
+  // enough items to balance them), at least 8.
   WEFT_HOST_DEVICE static uint32_t bagsPerItem(uint64_t numTables, uint64_t localBatch, uint32_t nranks) {
     const uint64_t per = ceilDiv(numTables * localBatch * nranks, kTargetItems);
     return static_cast<uint32_t>(per < 8 ? 8 : per);
@@ -100,55 +89,33 @@ struct EmbeddingAllToAllOp {
     const uint64_t perDest = a.numTables * a.localBatch;
     const uint64_t lo = (i % ipd) * d.tileElems;
     const uint64_t hi = minU64(perDest, lo + d.tileElems);
-    withDType(static_cast<DType>(d.dtype),
-              [&](auto tag) { poolBags<Coop, decltype(tag)::value>(c, v, a, seq, d.recv, dest, lo, hi); });
+    const uint64_t rowBytes = a.dim * dtypeSize(static_cast<DType>(d.dtype));
+    uint8_t* out = v.at(dest, d.recv);
+    bool noted = false;
+    poolBags(
+        c, static_cast<DType>(d.dtype), a, a.localBatch * static_cast<uint64_t>(v.nranks), dest, lo, hi,
+        [&](uint64_t b) {
+          return out + ((b / a.numTables) * a.totalTables + a.tableBase + b % a.numTables) * rowBytes;
+        },
+        [&](uint64_t table, int64_t index, int64_t rows) {
+          if (!noted) noteBadIndex(v, seq, table, index, rows);
+          noted = true;
+        });
     // The item that finishes last (by the local counter, which orders every item's stores before
-    // it) announces that this rank's vectors are all stored.
+    // it) announces that this rank's vectors are all stored. Device scope suffices for the
+    // counter (causality is transitive; the announcement is a system-scope release), and spares
+    // every item a system fence behind its remote stores.
     c.sync();
     if (c.leader()) {
       gpu::crossProcessRelease();
-      const uint64_t before = gpu::atomicFetchAdd<gpu::Order::kAcqRel>(&v.control->embedItemsDone, uint64_t{1});
+      const uint64_t before =
+          gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(&v.control->embedItemsDone, uint64_t{1});
       if (before + 1 == seq.seqBase + dataItems(d)) announceDone(v, seq);
     }
     return Status::kOk;
   }
 
  private:
-  // Bags [lo, hi) of those bound for `dest` (bag b: sample b / numTables of dest's, table
-  // b % numTables, so consecutive bags fill consecutive columns), a warp per bag, four elements per
-  // lane at a time. An index out of range is skipped and noted.
-  template <class Coop, DType T>
-  WEFT_HOST_DEVICE static void poolBags(const Coop& c, const CommView& v, const EmbeddingArgs& a, const OpSeq& seq,
-                                        uint64_t recv, int dest, uint64_t lo, uint64_t hi) {
-    constexpr uint32_t es = T == DType::kFloat32 ? 4 : 2;
-    const uint64_t globalBatch = a.localBatch * static_cast<uint64_t>(v.nranks);
-    uint8_t* out = v.at(dest, recv);
-    bool noted = false;
-    for (uint64_t b = lo + c.warp(); b < hi; b += c.warps()) {
-      const uint64_t sLocal = b / a.numTables, t = b % a.numTables;
-      const uint64_t bag = t * globalBatch + static_cast<uint64_t>(dest) * a.localBatch + sLocal;
-      const int64_t first = a.offsets[bag], last = a.offsets[bag + 1];
-      const int64_t rowBase = a.tableOffsets[t], rows = a.tableOffsets[t + 1] - rowBase;
-      const float scale = a.mean && last > first ? 1.f / static_cast<float>(last - first) : 1.f;
-      uint8_t* dst = out + (sLocal * a.totalTables + a.tableBase + t) * a.dim * es;
-      for (uint64_t e0 = 4 * static_cast<uint64_t>(c.lane()); e0 < a.dim; e0 += 4 * uint64_t{gpu::kWarpSize}) {
-        float acc[4] = {};
-        for (int64_t j = first; j < last; ++j) {
-          const int64_t idx = a.indices[j];
-          if (a.check && (idx < 0 || idx >= rows)) {
-            if (!noted) noteBadIndex(v, seq, t, idx, rows);
-            noted = true;
-            continue;
-          }
-          const float w = a.perSampleWeights ? a.perSampleWeights[j] : 1.f;
-          const uint8_t* row = a.weights + (static_cast<uint64_t>(rowBase + idx) * a.dim + e0) * es;
-          for (int k = 0; k < 4; ++k) acc[k] += w * loadAsFloat(row, k, T);
-        }
-        for (int k = 0; k < 4; ++k) storeFromFloat(dst + e0 * es, k, T, acc[k] * scale);
-      }
-    }
-  }
-
   // The first bad index of this rank, for its own failure record (the op's epoch marks it).
   WEFT_HOST_DEVICE static void noteBadIndex(const CommView& v, const OpSeq& seq, uint64_t table, int64_t index,
                                             int64_t rows) {
