@@ -69,6 +69,9 @@ class Engine {
   // Checks `stream` before anything is published (throws kInvalidArgument); returns whether it is
   // capturing a graph.
   static bool checkStream(void* stream);
+  // How many worker groups run a gather op's items at once (the embedding op cuts its bags into
+  // about this many items: one each, so no group waits on a barrier between items).
+  int gatherWorkers() const;
   // One line for logs: which device, how ops run.
   std::string describe() const;
 

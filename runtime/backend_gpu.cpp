@@ -151,7 +151,7 @@ struct Engine::Impl {
   // wait: the peers' item 0 and this rank's data items, so a grid larger than resident is safe).
   gpu::Outcome launchOp(const dev::OpDesc& desc, void* stream) {
     const bool gather = static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kEmbeddingAllToAll;
-    const int grid = gather ? std::max(workers, gatherBlocks) : workers;
+    const int grid = gather ? std::max(workers, gatherBlocks) : workers;  // as gatherWorkers()
     const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, desc, blocks, threads, stream);
   }
@@ -265,6 +265,10 @@ void Engine::raise(uint32_t dev::EngineControl::*word) {
   if (o) o = gpu::streamDrain(e.controlStream, 1.0);
   if (!o && o.fault != gpu::Fault::kShuttingDown)
     WEFT_LOG(kError, kEngine, "could not set a control word of the engine: {}", o.message);
+}
+
+int Engine::gatherWorkers() const {
+  return impl_->persistent ? impl_->workers : std::max(impl_->workers, impl_->gatherBlocks);
 }
 
 std::string Engine::describe() const {

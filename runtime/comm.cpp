@@ -317,7 +317,8 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   d.arg[6] = a.totalTables;
   d.arg[7] = a.tableBase;
   d.arg[8] = (a.mean ? Op::kFlagMean : 0) | (checkIndices_ ? Op::kFlagCheck : 0);
-  d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_));
+  d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
+                                static_cast<uint32_t>(engine_->gatherWorkers()));
   d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);
   return submit(d, stream, capturing);
 }

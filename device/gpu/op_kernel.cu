@@ -56,7 +56,10 @@ __global__ void gemvKernel(CommView view, OpDesc desc) {
   });
 }
 
-__global__ void embeddingKernel(CommView view, OpDesc desc) {
+// Two blocks of 256 threads per SM: with 8 rows in flight per lane the pooling loop wants 168
+// registers (one block per SM); capped at 128 (96 bytes of spills) it ran 3% faster than 6 rows in
+// flight without spills (docs/perf.md).
+__global__ void __launch_bounds__(256, 2) embeddingKernel(CommView view, OpDesc desc) {
   runLaunched(view, desc, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return EmbeddingAllToAllOp::run(c, view, desc, seq, item);
   });

@@ -52,6 +52,20 @@ struct RowChunk {
   }
 };
 
+// The indices (and weights) of kPoolUnroll consecutive entries of a bag from j on; entries at or
+// past `end` read as index 0, weight 1 (never used).
+struct IndexBatch {
+  int64_t index[kPoolUnroll];
+  float weight[kPoolUnroll];
+  WEFT_HOST_DEVICE void load(const EmbeddingArgs& a, int64_t j, int64_t end) {
+    WEFT_UNROLL
+    for (int u = 0; u < kPoolUnroll; ++u) {
+      index[u] = j + u < end ? a.indices[j + u] : 0;
+      weight[u] = j + u < end && a.perSampleWeights ? a.perSampleWeights[j + u] : 1.f;
+    }
+  }
+};
+
 // Pools bags [lo, hi) of those whose samples belong to rank `dest`: bag b is sample
 // dest * localBatch + b / numTables of table b % numTables (consecutive bags fill consecutive
 // tables of a sample). Its vector goes to out(b) (a byte pointer; out(b + 1) - out(b) must be a
@@ -81,23 +95,28 @@ WEFT_HOST_DEVICE void poolBagsAs(const Coop& c, const EmbeddingArgs& a, uint64_t
     for (uint64_t ch = sub; ch < chunks; ch += group) {
       const uint8_t* column = table + ch * Chunk::kBytes;
       float acc[Chunk::kElems] = {};
+      // Software-pipelined: the next batch's indices load while this batch's rows do, so a batch
+      // costs one memory latency, not two (index, then row).
+      IndexBatch next;
+      next.load(a, begin, end);
       for (int64_t j0 = begin; j0 < end; j0 += kPoolUnroll) {
+        const IndexBatch cur = next;
         // Rows not taken (past the bag's end, or a bad index) load nothing and weigh 0.
         Chunk x[kPoolUnroll];
         float w[kPoolUnroll];
         WEFT_UNROLL
         for (int u = 0; u < kPoolUnroll; ++u) {
-          const int64_t j = j0 + u;
-          const int64_t idx = j < end ? a.indices[j] : 0;
-          const bool bad = j < end && a.check && (idx < 0 || idx >= rows);
+          const int64_t idx = cur.index[u];
+          const bool bad = j0 + u < end && a.check && (idx < 0 || idx >= rows);
           if (bad) onBad(t, idx, rows);
-          const bool take = j < end && !bad;
-          w[u] = take ? (a.perSampleWeights ? a.perSampleWeights[j] : 1.f) : 0.f;
+          const bool take = j0 + u < end && !bad;
+          w[u] = take ? cur.weight[u] : 0.f;
           if (take)
             x[u].load(column + static_cast<uint64_t>(idx) * a.dim * es);
           else
             x[u].v = Vec16{};
         }
+        next.load(a, j0 + kPoolUnroll, end);
         WEFT_UNROLL
         for (int u = 0; u < kPoolUnroll; ++u)
           for (int e = 0; e < Chunk::kElems; ++e) acc[e] += w[u] * x[u].at(e);
