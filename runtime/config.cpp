@@ -40,7 +40,9 @@ const std::vector<SettingSpec>& settingSpecs() {
       {"engine", SettingType::kString, "launched",
        "GPU: launched (a kernel per op on the caller's stream) or persistent (a resident kernel)"},
       {"persistent_ctas", SettingType::kInt, kCpuBackend ? "2" : "128",
-       "Engine workers: CPU threads, GPU thread blocks (resident, or per launched op)", 1, 1024},
+       "Engine workers: CPU threads, GPU thread blocks (resident, or per launched op; a launched embedding op takes "
+       "every block the GPU holds, if more)",
+       1, 1024},
       {"queue_depth", SettingType::kInt, "64", "Slots of the work queue", 2, 65536},
       {"engine_idle_us", SettingType::kInt, "200",
        "GPU: the persistent kernel exits after this long without work (so device-wide syncs return)", 1, 60000000},
