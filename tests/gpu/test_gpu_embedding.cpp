@@ -1,8 +1,7 @@
 // Embedding-bag + All-to-All on 1, 2 and 4 GPUs under both engines, with 1-3 tables per rank:
-// every dtype, sum and mean, weighted and not, dims 4 to 1024 (12: a group with lanes that hold no
-// chunk of the row); an index out of range fails the op
-// on every rank; the op captured into a CUDA graph and replayed. Skipped (and reported so) without
-// GPUs.
+// every dtype, sum and mean, weighted and not, dims 4 to 1024 (12: a lane group with lanes that
+// hold no chunk of the row); an index out of range fails the op on every rank; the op captured
+// into a CUDA graph and replayed. Skipped (and reported so) without GPUs.
 #include <vector>
 
 #include "gpu_support.hpp"
