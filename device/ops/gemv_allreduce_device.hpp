@@ -118,7 +118,10 @@ struct GemvAllReduceOp {
     // Batch entries in chunks of a compile-time size, so that the accumulators stay in registers.
     for (uint32_t b0 = 0; b0 < s.batch;) {
       const uint32_t left = s.batch - b0;
-      if (left >= 4) {
+      if (left >= 8) {
+        chunk<Coop, T, 8>(c, s, rows, b0, part);
+        b0 += 8;
+      } else if (left >= 4) {
         chunk<Coop, T, 4>(c, s, rows, b0, part);
         b0 += 4;
       } else if (left >= 2) {
@@ -136,7 +139,7 @@ struct GemvAllReduceOp {
   // the bytes in flight, not the arithmetic, set its speed).
   template <class Coop, DType T, int B>
   WEFT_HOST_DEVICE static void chunk(const Coop& c, const GemvShape& s, Range rows, uint32_t b0, float* part) {
-    constexpr int kU = 8, kRows = 2;
+    constexpr int kU = B >= 8 ? 2 : 8, kRows = 2;  // fewer w vectors in flight for 8 accumulators
     constexpr uint32_t es = T == DType::kFloat32 ? 4 : 2;
     constexpr int per = kVecBytes / es;
     const uint64_t rowBytes = s.k * es;
