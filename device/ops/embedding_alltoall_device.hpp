@@ -9,9 +9,10 @@
 // sender must not overwrite an output its owner's stream may still be reading). Then, per
 // destination (remote ones first, rotating so the ranks do not all hit the same one; this rank
 // last), groups of bags: each waits for its destination's ready epoch, pools its bags
-// (embedding_pool_device.hpp) and stores them. The data item that finishes last on this rank (a local counter) tells
-// every rank, itself included, that all its vectors are stored: kEmbedDone = 2e, or 2e + 1 if it met a bad index. The
-// last item waits for every rank's done word, so no rank needs to know how many tables, bags or items the others have.
+// (embedding_pool_device.hpp) and stores them. The data item that finishes last on this rank (a
+// local counter) tells every rank, itself included, that all its vectors are stored: kEmbedDone =
+// 2e, or 2e + 1 if it met a bad index. The last item waits for every rank's done word, so no rank
+// needs to know how many tables, bags or items the others have.
 //
 // Indices are checked against their table (unless the check is off): a bad one is never read; its
 // bag is pooled without it, the first is noted in EngineControl, and since every rank's op waits
