@@ -9,8 +9,6 @@
 namespace weft::test {
 namespace {
 
-constexpr weft_dtype_t kDtypes[] = {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16};
-
 // One rank's buffers: the output in the symmetric heap, the input in ordinary memory.
 struct Buffers {
   void* heap = nullptr;

@@ -1,7 +1,7 @@
 // Embedding-bag + All-to-All on 1-4 ranks (separate processes) with a different number of tables
 // per rank: every dtype, sum and mean, with and without per-sample weights, dims 4 to 1024, empty
-// bags, against a float64 reference; an out-of-range index fails the op on every rank, naming it;
-// every bad argument is named.
+// bags, against a float64 reference; back-to-back ops on six workers; an out-of-range index fails
+// the op on every rank, naming it; every bad argument is named.
 #include <vector>
 
 #include "support/embedding_data.hpp"
@@ -48,6 +48,31 @@ TEST_P(Embedding, EveryDtypeModeAndDim) {
     EmbeddingCase none{++s, n, 0, 8, WEFT_FLOAT32, 0, false};
     const EmbeddingInputs noBags = embeddingInputs(none, rank);
     WEFT_ASSERT_OK(runCase(comm, none, rank, noBags, recv));
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(GetParam(), body));
+}
+
+// Six workers and batches large enough for many items per op, and back-to-back ops whose outputs
+// each rank checks before its next op: items race for the done counter, and a rank that runs ahead
+// must not store into a peer's output that the peer is still checking (the ready epoch).
+TEST_P(Embedding, ManyWorkersBackToBack) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.persistent_ctas = 6;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* recv = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 64 * 12 * 32 * 4, &recv));
+    for (int op = 0; op < 24; ++op) {
+      EmbeddingCase c{seed + op, n, 17 + (op * 7) % 48, 8 + 8 * (op % 4), kDtypes[op % 3], op % 2, op % 3 == 0};
+      SCOPED_TRACE(::testing::Message() << "op " << op << " seed " << c.seed);
+      const EmbeddingInputs in = embeddingInputs(c, rank);
+      poison(recv, c.localBatch * c.totalTables() * c.dim * dtypeBytes(c.dtype));
+      WEFT_ASSERT_OK(runCase(comm, c, rank, in, recv));
+      ASSERT_TRUE(checkEmbedding(recv, c, rank));
+    }
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
   };
   EXPECT_TRUE(runRanks(GetParam(), body));

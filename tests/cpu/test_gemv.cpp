@@ -10,8 +10,6 @@
 namespace weft::test {
 namespace {
 
-constexpr weft_dtype_t kDtypes[] = {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16};
-
 struct Shape {
   int64_t batch, n, k;
 };

@@ -12,8 +12,6 @@
 namespace weft::test {
 namespace {
 
-constexpr weft_dtype_t kDtypes[] = {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16};
-
 std::vector<uint8_t> hostInput(weft_dtype_t dt, uint64_t seed, int rank, uint64_t count) {
   std::vector<uint8_t> v(count * dtypeBytes(dt));
   fillInput(v.data(), dt, seed, rank, 0, count);

@@ -12,6 +12,9 @@
 
 namespace weft::test {
 
+// Every element type, for tests that loop over them.
+inline constexpr weft_dtype_t kDtypes[] = {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16};
+
 size_t dtypeBytes(weft_dtype_t dt);
 // Relative rounding error of one rounding to dt (unit roundoff).
 double roundingOf(weft_dtype_t dt);
