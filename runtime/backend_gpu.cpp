@@ -274,12 +274,12 @@ int Engine::gatherWorkers() const {
 std::string Engine::describe() const {
   std::string name = "?";
   gpu::deviceName(impl_->device, &name);
-  const std::string how = impl_->persistent
-                              ? "persistent kernel of " + std::to_string(impl_->workers) + " x " +
-                                    std::to_string(impl_->threads) + " threads, idle exit after " +
-                                    std::to_string(impl_->view.idleNs / 1000) + " us"
-                              : "a kernel of up to " + std::to_string(impl_->workers) + " x " +
-                                    std::to_string(impl_->threads) + " threads per op, on the caller's stream";
+  const std::string how =
+      impl_->persistent
+          ? "persistent kernel of " + std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) +
+                " threads, idle exit after " + std::to_string(impl_->view.idleNs / 1000) + " us"
+          : "a kernel of up to " + std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) +
+                " threads per op (" + std::to_string(gatherWorkers()) + " for an embedding op), on the caller's stream";
   return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how;
 }
 
