@@ -149,9 +149,11 @@ struct Engine::Impl {
   // `workers` blocks per op, but the embedding op, a gather whose speed is the row loads in flight,
   // on every block the device holds at once (its only cross-block waits are on blocks that never
   // wait: the peers' item 0 and this rank's data items, so a grid larger than resident is safe).
+  int gatherGroups() const { return persistent ? workers : std::max(workers, gatherBlocks); }
+
   gpu::Outcome launchOp(const dev::OpDesc& desc, void* stream) {
     const bool gather = static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kEmbeddingAllToAll;
-    const int grid = gather ? std::max(workers, gatherBlocks) : workers;  // as gatherWorkers()
+    const int grid = gather ? gatherGroups() : workers;
     const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, desc, blocks, threads, stream);
   }
@@ -267,9 +269,7 @@ void Engine::raise(uint32_t dev::EngineControl::*word) {
     WEFT_LOG(kError, kEngine, "could not set a control word of the engine: {}", o.message);
 }
 
-int Engine::gatherWorkers() const {
-  return impl_->persistent ? impl_->workers : std::max(impl_->workers, impl_->gatherBlocks);
-}
+int Engine::gatherWorkers() const { return impl_->gatherGroups(); }
 
 std::string Engine::describe() const {
   std::string name = "?";

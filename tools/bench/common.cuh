@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,36 @@ inline double rounding(const Type& t) {
          : t.dev == dev::DType::kFloat16 ? std::ldexp(1.0, -11)
                                          : std::ldexp(1.0, -8);
 }
+
+// A report's rows as a JSON array in o.json (nothing when it is empty). Every object starts with
+// what all reports share (op, graph, ranks, dtype); add(f) appends one, f(stream) writing the
+// rest of its fields as `, "key": value`.
+class JsonRows {
+ public:
+  JsonRows(const Context& c, const Options& o, const std::string& op) : c_(c), o_(o), op_(op) {
+    if (!o.json.empty()) out_.open(o.json);
+    if (out_) out_ << "[";
+  }
+  ~JsonRows() {
+    if (out_) out_ << "\n]\n";
+  }
+  template <typename F>
+  void add(F&& fields) {
+    if (!out_) return;
+    out_ << (first_ ? "\n" : ",\n") << "  {\"op\": \"" << op_ << "\", \"graph\": " << (o_.graph ? "true" : "false")
+         << ", \"ranks\": " << c_.nranks << ", \"dtype\": \"" << o_.dtype << "\"";
+    fields(out_);
+    out_ << "}";
+    first_ = false;
+  }
+
+ private:
+  const Context& c_;
+  const Options& o_;
+  std::string op_;
+  std::ofstream out_;
+  bool first_ = true;
+};
 
 inline void cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));

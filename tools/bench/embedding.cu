@@ -4,7 +4,6 @@
 // of tables; bags have exactly `pooling` indices, drawn uniformly from their table.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "common.cuh"
 #include "device/coop_device.hpp"
@@ -164,24 +163,19 @@ void reportEmbedding(const Context& c, const Options& o, const std::vector<Embed
               c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager");
   std::printf("%6s %8s %5s %6s %4s %10s %10s %8s %9s %9s %9s %9s %7s\n", "tables", "rows", "dim", "batch", "pool",
               "fused_us", "base_us", "speedup", "pool_us", "a2a_us", "pool_GBs", "copy_GBs", "#diff");
-  std::ofstream json;
-  if (!o.json.empty()) json.open(o.json);
-  if (json) json << "[\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const EmbedRow& r = rows[i];
+  JsonRows json(c, o, "embedding_alltoall");
+  for (const EmbedRow& r : rows) {
     std::printf("%6lld %8lld %5lld %6lld %4lld %10.2f %10.2f %8.2f %9.2f %9.2f %9.0f %9.0f %7lld\n",
                 (long long)r.tables, (long long)r.rows, (long long)r.dim, (long long)r.batch, (long long)r.pooling,
                 r.fusedUs, r.baseUs, r.baseUs / r.fusedUs, r.poolUs, r.allToAllUs, r.poolGBs, r.copyGBs,
                 (long long)r.diff);
-    if (json)
-      json << "  {\"op\": \"embedding_alltoall\", \"graph\": " << (o.graph ? "true" : "false")
-           << ", \"ranks\": " << c.nranks << ", \"tables\": " << r.tables << ", \"dim\": " << r.dim
-           << ", \"batch\": " << r.batch << ", \"pooling\": " << r.pooling << ", \"fused_us\": " << r.fusedUs
-           << ", \"baseline_us\": " << r.baseUs << ", \"pool_us\": " << r.poolUs
-           << ", \"alltoall_us\": " << r.allToAllUs << ", \"copy_GBs\": " << r.copyGBs << ", \"differing\": " << r.diff
-           << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+    json.add([&](std::ostream& j) {
+      j << ", \"tables\": " << r.tables << ", \"dim\": " << r.dim << ", \"batch\": " << r.batch
+        << ", \"pooling\": " << r.pooling << ", \"fused_us\": " << r.fusedUs << ", \"baseline_us\": " << r.baseUs
+        << ", \"pool_us\": " << r.poolUs << ", \"alltoall_us\": " << r.allToAllUs << ", \"copy_GBs\": " << r.copyGBs
+        << ", \"differing\": " << r.diff;
+    });
   }
-  if (json) json << "]\n";
   std::fflush(stdout);
 }
 

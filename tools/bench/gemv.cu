@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "common.cuh"
 
@@ -108,23 +107,17 @@ void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& 
               o.dtype.c_str(), o.graph ? "graph mode" : "eager");
   std::printf("%6s %6s %6s %10s %10s %8s %10s %10s %9s %8s %8s\n", "batch", "n", "k", "fused_us", "base_us", "speedup",
               "gemv_us", "allred_us", "w_TB/s", "#diff", "host_us");
-  std::ofstream json;
-  if (!o.json.empty()) json.open(o.json);
-  if (json) json << "[\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const GemvRow& r = rows[i];
+  JsonRows json(c, o, "gemv_allreduce");
+  for (const GemvRow& r : rows) {
     std::printf("%6lld %6lld %6lld %10.2f %10.2f %8.2f %10.2f %10.2f %9.2f %8lld %8.2f\n", (long long)r.batch,
                 (long long)r.n, (long long)r.k, r.fusedUs, r.baseUs, r.baseUs / r.fusedUs, r.gemvUs, r.allReduceUs,
                 r.wBytes / (r.fusedUs * 1e6), (long long)r.diff, r.hostUs);
-    if (json)
-      json << "  {\"op\": \"gemv_allreduce\", \"graph\": " << (o.graph ? "true" : "false")
-           << ", \"ranks\": " << c.nranks << ", \"dtype\": \"" << o.dtype << "\", \"batch\": " << r.batch
-           << ", \"n\": " << r.n << ", \"k\": " << r.k << ", \"fused_us\": " << r.fusedUs
-           << ", \"baseline_us\": " << r.baseUs << ", \"gemv_us\": " << r.gemvUs
-           << ", \"allreduce_us\": " << r.allReduceUs << ", \"differing\": " << r.diff << "}"
-           << (i + 1 < rows.size() ? "," : "") << "\n";
+    json.add([&](std::ostream& j) {
+      j << ", \"batch\": " << r.batch << ", \"n\": " << r.n << ", \"k\": " << r.k << ", \"fused_us\": " << r.fusedUs
+        << ", \"baseline_us\": " << r.baseUs << ", \"gemv_us\": " << r.gemvUs << ", \"allreduce_us\": " << r.allReduceUs
+        << ", \"differing\": " << r.diff;
+    });
   }
-  if (json) json << "]\n";
   std::fflush(stdout);
 }
 

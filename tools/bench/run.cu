@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "bench.hpp"
 #include "common.cuh"
@@ -122,23 +121,18 @@ void report(const Context& c, const Options& o, const std::vector<Row>& rows) {
               o.warmup, o.op == "empty" ? "empty kernel launch" : "NCCL");
   std::printf("%12s %12s %11s %9s %11s %9s %8s %7s %7s %8s\n", "bytes", "count", "weft_us", "weft_bw", "base_us",
               "base_bw", "speedup", "#wrong", "#b_wrg", "host_us");
-  std::ofstream json;
-  if (!o.json.empty()) json.open(o.json);
-  if (json) json << "[\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
+  JsonRows json(c, o, o.op);
+  for (const Row& r : rows) {
     std::printf("%12llu %12llu %11.2f %9.2f %11.2f %9.2f %8.2f %7lld %7lld %8.2f\n", (unsigned long long)r.bytes,
                 (unsigned long long)r.count, r.weftUs, r.weftBusBw, r.ncclUs, r.ncclBusBw, r.ncclUs / r.weftUs,
                 (long long)r.weftWrong, (long long)r.ncclWrong, r.weftHostUs);
-    if (json)
-      json << "  {\"op\": \"" << o.op << "\", \"graph\": " << (o.graph ? "true" : "false")
-           << ", \"ranks\": " << c.nranks << ", \"dtype\": \"" << o.dtype << "\", \"bytes\": " << r.bytes
-           << ", \"weft_us\": " << r.weftUs << ", \"baseline_us\": " << r.ncclUs << ", \"weft_busbw\": " << r.weftBusBw
-           << ", \"baseline_busbw\": " << r.ncclBusBw << ", \"weft_host_us\": " << r.weftHostUs
-           << ", \"weft_wrong\": " << r.weftWrong << ", \"baseline_wrong\": " << r.ncclWrong << "}"
-           << (i + 1 < rows.size() ? "," : "") << "\n";
+    json.add([&](std::ostream& j) {
+      j << ", \"bytes\": " << r.bytes << ", \"weft_us\": " << r.weftUs << ", \"baseline_us\": " << r.ncclUs
+        << ", \"weft_busbw\": " << r.weftBusBw << ", \"baseline_busbw\": " << r.ncclBusBw
+        << ", \"weft_host_us\": " << r.weftHostUs << ", \"weft_wrong\": " << r.weftWrong
+        << ", \"baseline_wrong\": " << r.ncclWrong;
+    });
   }
-  if (json) json << "]\n";
   std::fflush(stdout);
 }
 
