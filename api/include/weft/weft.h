@@ -160,7 +160,9 @@ WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, cons
  * Accumulation is float32. recv (symmetric heap): [local_batch, total_tables, dim]; this rank's
  * tables land in columns [table_base, table_base + num_tables), sample s on rank s / local_batch at
  * row s % local_batch. local_batch, total_tables and dim must be the same on every rank, and the
- * ranks' column ranges must tile [0, total_tables) (otherwise the op times out).
+ * ranks' column ranges must tile [0, total_tables) (otherwise the op times out). No input may
+ * overlap recv on any rank (peers store into it while inputs are read; not checked, since the
+ * table sizes are in device memory).
  * Indices are checked on the device against their table unless `check_indices` is 0: an index out
  * of range is never read, and the op then fails on every rank with WEFT_ERR_INVALID_ARGUMENT
  * (asynchronously: weft_comm_get_async_error, naming the table and index) after all data moved;
