@@ -9,6 +9,7 @@
 #include "ops/allreduce_oneshot_device.hpp"
 #include "ops/alltoall_device.hpp"
 #include "ops/embedding_alltoall_device.hpp"
+#include "ops/gemm_alltoall_device.hpp"
 #include "ops/gemv_allreduce_device.hpp"
 
 namespace weft::dev {
@@ -93,6 +94,7 @@ WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
       return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1};
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
+    case OpKind::kGemmAllToAll:  // its route goes through the one-shot exchange
       return OpSeq{k.ops, 0, k.oneShotEpoch + 1};
     case OpKind::kEmbeddingAllToAll:
       return OpSeq{k.ops, k.embedItems, k.embedEpoch + 1};
@@ -114,6 +116,7 @@ WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nran
       break;
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
+    case OpKind::kGemmAllToAll:
       ++k.oneShotEpoch;
       break;
     case OpKind::kEmbeddingAllToAll:
@@ -171,6 +174,12 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
       return GemvOp::run(c, v, d, seq, item);
     case OpKind::kEmbeddingAllToAll:
       return EmbeddingAllToAllOp::run(c, v, d, seq, item);
+#if defined(WEFT_BACKEND_CPU)
+    // A GPU runs it only as its own kernel (gpu/op_kernel.cu): its tiles need more shared memory
+    // than a persistent worker has.
+    case OpKind::kGemmAllToAll:
+      return GemmAllToAllOp::run(c, v, d, seq, item);
+#endif
     default:
       return runCollectiveItem(c, v, d, seq, item);
   }

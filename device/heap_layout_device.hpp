@@ -19,6 +19,9 @@ enum class PeerSignal : int {
   kEmbedReadyFrom = 3,  // embedding All-to-All: the peer's output is ready for epoch e
   kEmbedDone = 4,       // embedding All-to-All: 2e once the peer stored all its vectors of epoch e
                         // (everywhere), 2e + 1 if it also found an index out of range
+  kGemmSent = 5,        // GEMM + All-to-All, this rank's own: (epoch << 32) | rows x column tiles
+                        // it has stored into the peer (indexed by the destination)
+  kGemmDone = 6,        // GEMM + All-to-All: e once the peer stored all its rows of epoch e here
 };
 
 // Protocol counters that every rank's engine advances alike, op after op, so that the ranks agree
@@ -85,7 +88,7 @@ struct HeapLayout {
 
  private:
   static constexpr uint64_t kHeaderBytes = sizeof(EngineControl);
-  static constexpr int kPeerArrays = 5;
+  static constexpr int kPeerArrays = 7;
   static constexpr int kSlotArrays = 2;
 
   WEFT_HOST_DEVICE uint64_t signalOffset(int array, int peer) const {

@@ -28,6 +28,7 @@ enum class OpKind : uint32_t {
   kGemvAllReduce = 4,  // fused, one-shot exchange of float32 partials
   kGemv = 5,           // the unfused first half: this rank's partials into y
   kEmbeddingAllToAll = 6,
+  kGemmAllToAll = 7,  // fused; always a launched kernel on a GPU (it wants the SM's shared memory)
 };
 
 // Result of an op or of a wait. Values are stable: they cross the queue.
@@ -36,7 +37,7 @@ enum class Status : uint32_t {
   kTimeout = 1,     // a bounded wait expired
   kAborted = 2,     // weft_comm_abort or destroy
   kPeerFailed = 3,  // another wait of this communicator failed first; see QueueHeader::error
-  kBadInput = 4,    // the op found invalid input on the device (an embedding index out of range)
+  kBadInput = 4,    // the op found invalid input on the device (an embedding index, send counts)
 };
 
 // What a wait was waiting for, for the failure record.
@@ -50,6 +51,11 @@ enum class WaitWhat : uint32_t {
   kQueueSlot = 6,    // the engine to free a queue slot (submitter back-pressure)
   kOpDone = 7,       // the engine to finish an op (host wait)
   kIndex = 8,        // not a wait: an embedding index out of its table (record: table, bag, index)
+  kCounts = 9,       // a peer's row of the GEMM + All-to-All route (its send counts)
+  kSendCounts = 10,  // not a wait: rank `peer`'s send_counts are negative or do not sum to its tokens
+  kExpertOffsets = 11,  // not a wait: rank `peer`'s expert_offsets do not rise to its tokens
+  kCapacity = 12,    // not a wait: rank `peer` would receive `observed` rows, capacity `expected`
+  kRecvOffset = 13,  // not a wait: rank `peer`'s recv is at heap offset `observed`, rank 0's at `expected`
 };
 
 // Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed

@@ -96,6 +96,7 @@ struct Engine::Impl {
   int workers = 0;
   int threads = 256;
   int gatherBlocks = 0;  // launched: resident blocks of the embedding kernel
+  int gemmBlocks = 0;    // resident blocks of the GEMM kernel
   std::mutex launchMutex;
 
   template <typename T>
@@ -131,6 +132,10 @@ struct Engine::Impl {
   // then waits for `done`.
   gpu::Outcome enqueuePersistent(uint64_t ticket, const dev::OpDesc& desc, void* userStream, uint64_t timeoutNs,
                                  dev::Status* st) {
+    // An op the engine runs must not overlap a GEMM kernel launched before it on another stream.
+    gpu::Outcome ordered;
+    if (lastStream && lastStream != userStream) ordered = gpu::streamWaitEvent(userStream, lastOp);
+    if (!ordered) return ordered;
     *st = queue->publish(ticket, desc, /*hostWaits=*/false, timeoutNs);
     if (*st != dev::Status::kOk) return {};
     // The descriptor was written with plain stores; the stream's write of `ready` must follow them.
@@ -152,10 +157,30 @@ struct Engine::Impl {
   int gatherGroups() const { return persistent ? workers : std::max(workers, gatherBlocks); }
 
   gpu::Outcome launchOp(const dev::OpDesc& desc, void* stream) {
-    const bool gather = static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kEmbeddingAllToAll;
-    const int grid = gather ? gatherGroups() : workers;
+    const auto kind = static_cast<dev::OpKind>(desc.kind);
+    const int grid = kind == dev::OpKind::kEmbeddingAllToAll ? gatherGroups()
+                     : kind == dev::OpKind::kGemmAllToAll    ? gemmBlocks
+                                                             : workers;
     const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, desc, blocks, threads, stream);
+  }
+
+  // Persistent engine, GEMM op: it runs as its own kernel (its tiles need the SM's shared memory).
+  // A one-item marker op takes its ticket, so the stream starts the kernel once the engine has
+  // finished every op before it; the event after the kernel holds back the next op the engine
+  // would take from another stream.
+  gpu::Outcome enqueueAlone(uint64_t ticket, const dev::OpDesc& desc, void* userStream, uint64_t timeoutNs,
+                            dev::Status* st) {
+    dev::OpDesc marker{};
+    marker.kind = static_cast<uint32_t>(dev::OpKind::kNop);
+    marker.nitems = 1;
+    gpu::Outcome o = enqueuePersistent(ticket, marker, userStream, timeoutNs, st);
+    if (!o || *st != dev::Status::kOk) return o;
+    o = launchOp(desc, userStream);
+    if (o) o = gpu::eventRecord(lastOp, userStream);
+    if (o) lastStream = userStream;
+    if (!o) failed(ticket);
+    return o;
   }
 
   // Launched: one kernel per op. Ops of one communicator must not overlap (they share the signal
@@ -199,8 +224,9 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   } else {
     require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, &e.gatherBlocks),
             "sizing the embedding kernel's grid");
-    require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
   }
+  require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, &e.gemmBlocks), "sizing the GEMM kernel's grid");
+  require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
   unregister.armed = false;
 }
 
@@ -218,14 +244,13 @@ Engine::~Engine() {
     }
     e.queue->completeUnfinished();
     gpu::streamDestroy(e.stream);
-  } else if (e.lastOp) {
-    // Op kernels still running on the caller's streams read the queue's pinned memory.
-    if (!quiesce(10.0)) {
-      WEFT_LOG(kError, kEngine, "ops still running on the caller's streams at destroy; leaking the queue");
-      return;
-    }
-    gpu::eventDestroy(e.lastOp);
   }
+  // Op kernels still running on the caller's streams read the queue's pinned memory.
+  if (!quiesce(10.0)) {
+    WEFT_LOG(kError, kEngine, "ops still running on the caller's streams at destroy; leaking the queue");
+    return;
+  }
+  gpu::eventDestroy(e.lastOp);
   gpu::streamDestroy(e.controlStream);
   gpu::hostUnregister(e.queue->memory());
 }
@@ -244,8 +269,10 @@ void Engine::capture(const dev::OpDesc& desc, void* stream) {
 
 dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stream, uint64_t timeoutNs) {
   dev::Status st = dev::Status::kOk;
-  const gpu::Outcome o = impl_->persistent ? impl_->enqueuePersistent(ticket, desc, stream, timeoutNs, &st)
-                                           : impl_->enqueueLaunched(ticket, desc, stream);
+  const bool alone = static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kGemmAllToAll;
+  const gpu::Outcome o = !impl_->persistent ? impl_->enqueueLaunched(ticket, desc, stream)
+                         : alone            ? impl_->enqueueAlone(ticket, desc, stream, timeoutNs, &st)
+                                            : impl_->enqueuePersistent(ticket, desc, stream, timeoutNs, &st);
   require(o, "enqueueing the op on the stream");
   return st;
 }
@@ -254,7 +281,7 @@ dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
 
 bool Engine::quiesce(double seconds) {
   Impl& e = *impl_;
-  if (e.persistent || !e.lastStream) return true;  // the persistent engine's ops are tracked by the queue
+  if (!e.lastStream) return true;  // the persistent engine's own ops are tracked by the queue
   const gpu::Outcome o = gpu::eventDrain(e.lastOp, seconds);
   return o || o.fault == gpu::Fault::kShuttingDown;
 }

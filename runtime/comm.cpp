@@ -323,6 +323,53 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   return submit(d, stream, capturing);
 }
 
+Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void* stream) {
+  using Op = dev::GemmAllToAllOp;
+  const bool capturing = Engine::checkStream(stream);
+  if (nranks_ > dev::kRouteMaxRanks)
+    throw Error(Code::kNotSupported,
+                "comm: the GEMM + All-to-All supports at most " + std::to_string(dev::kRouteMaxRanks) + " ranks");
+  if ((static_cast<uint64_t>(nranks_) + dev::kRouteExtra) * dev::kLlPayloadBytes > layout_.oneShotBytes)
+    throw Error(Code::kNotSupported, "oneshot_max_bytes: too small to carry the send counts of every rank");
+  const uint64_t es = dev::dtypeSize(dt);
+  const uint64_t recvBytes = g.capacity * g.h * es;
+  const uint64_t countBytes = static_cast<uint64_t>(nranks_) * sizeof(int64_t);
+  dev::OpDesc d{};
+  d.kind = static_cast<uint32_t>(dev::OpKind::kGemmAllToAll);
+  d.dtype = static_cast<uint32_t>(dt);
+  d.count = g.h;
+  // Peers address this rank's recv by the offset they pass, so it is needed even where this rank
+  // receives nothing (the route checks that every rank passes the same).
+  d.recv = g.h ? heapOffset(recv, recvBytes, "recv") : 0;
+  // Peers store into recv while this rank's kernel still reads its inputs.
+  const struct {
+    const void* p;
+    uint64_t bytes;
+    const char* name;
+  } inputs[] = {{g.a, g.tokens * g.k * es, "a"},
+                {g.w, g.experts * g.k * g.h * es, "w"},
+                {g.sendCounts, countBytes, "send_counts"},
+                {g.recvCounts, g.recvCounts ? countBytes : 0, "recv_counts"},
+                {g.expertEnds, g.expertEnds ? g.experts * sizeof(int64_t) : 0, "expert_offsets"}};
+  for (const auto& in : inputs) {
+    checkInputInHeap(in.p, in.bytes, in.name);
+    if (spansOverlap(in.p, in.bytes, recv, recvBytes))
+      throw Error(Code::kInvalidArgument, std::string(in.name) + ": overlaps recv");
+  }
+  d.send = reinterpret_cast<uint64_t>(g.a);
+  d.arg[0] = reinterpret_cast<uint64_t>(g.w);
+  d.arg[1] = reinterpret_cast<uint64_t>(g.sendCounts);
+  d.arg[2] = reinterpret_cast<uint64_t>(g.recvCounts);
+  d.arg[3] = g.tokens;
+  d.arg[4] = g.k;
+  d.arg[5] = g.capacity;
+  d.arg[6] = g.experts;
+  d.arg[7] = reinterpret_cast<uint64_t>(g.expertEnds);
+  d.tileElems = static_cast<uint32_t>(Op::colTiles(g.h));
+  d.nitems = static_cast<uint32_t>(Op::numItems(g.tokens, g.h));
+  return submit(d, stream, capturing);
+}
+
 void Comm::abort() {
   gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->abort, 1u);
   engine_->raise(&dev::EngineControl::abort);

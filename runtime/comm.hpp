@@ -15,6 +15,7 @@
 #include "device/dtype_device.hpp"
 #include "device/ops/allreduce_device.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
+#include "device/ops/gemm_alltoall_device.hpp"
 #include "heap.hpp"
 #include "topology.hpp"
 #include "work_queue.hpp"
@@ -48,6 +49,9 @@ class Comm {
   // owner rank's recv (weft.h has the layout). `a` holds device pointers and sizes, checked by the
   // C boundary; recv must be in the heap.
   Code embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType dt, void* stream);
+  // out = a @ w (per expert), each row stored into its destination's recv (weft.h has the layout).
+  // `g` holds device pointers and sizes, checked by the C boundary; recv must be in the heap.
+  Code gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void* stream);
 
   // From any thread: every wait gives up, the engine stops within a millisecond or so.
   void abort();

@@ -118,6 +118,8 @@ const char* waitWhatName(dev::WaitWhat w) {
       return "the engine to finish the op";
     case dev::WaitWhat::kIndex:
       return "an embedding index";
+    case dev::WaitWhat::kCounts:
+      return "its send counts (GEMM + All-to-All route)";
     default:
       return "nothing";
   }
@@ -128,6 +130,21 @@ std::string WorkQueue::failureText() const {
   const dev::WaitRecord& r = header_->record;
   if (r.status == static_cast<uint32_t>(Status::kBadInput)) {
     const std::string op = "invalid input in op #" + std::to_string(r.ticket) + ": ";
+    const std::string rank = "rank " + std::to_string(r.peer);
+    switch (static_cast<dev::WaitWhat>(r.what)) {
+      case dev::WaitWhat::kSendCounts:
+        return op + rank + "'s send_counts are negative or do not sum to its tokens";
+      case dev::WaitWhat::kExpertOffsets:
+        return op + rank + "'s expert_offsets do not rise from 0 to its tokens";
+      case dev::WaitWhat::kCapacity:
+        return op + rank + " would receive " + std::to_string(r.observed) + " rows, more than its recv_capacity (" +
+               std::to_string(r.expected) + ")";
+      case dev::WaitWhat::kRecvOffset:
+        return op + rank + "'s recv is not the buffer rank 0 passed (heap offset " + std::to_string(r.observed) +
+               ", rank 0's " + std::to_string(r.expected) + "); every rank must pass the same weft_mem_alloc block";
+      default:
+        break;
+    }
     if (r.peer >= 0)
       return op + "rank " + std::to_string(r.peer) + " found an embedding index out of its table's range";
     return op + "indices: " + std::to_string(static_cast<int64_t>(r.observed)) + " is not a row of table " +

@@ -280,4 +280,55 @@ weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* weights, con
   });
 }
 
+weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
+                                         const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
+                                         int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k,
+                                         int64_t h, weft_dtype_t dtype, void* stream) {
+  return api::guarded(__func__, [&] {
+    using weft::Code;
+    using weft::Error;
+    auto c = api::lookupComm(comm);
+    const auto dt = api::requireDtype(rawDtype(&dtype), "dtype");
+    if (dt == weft::dev::DType::kFloat32)
+      throw Error(Code::kInvalidArgument, "dtype: the GEMM runs on tensor cores and takes bfloat16 or float16");
+    const uint64_t es = weft::dev::dtypeSize(dt);
+    if (k % 8 != 0) throw Error(Code::kInvalidArgument, "k: " + std::to_string(k) + " is not a multiple of 8");
+    if (h % 8 != 0) throw Error(Code::kInvalidArgument, "h: " + std::to_string(h) + " is not a multiple of 8");
+    const uint64_t cols = api::requireCount(h, "h", es, 1);
+    const uint64_t depth = api::requireCount(k, "k", es, cols ? cols : 1);
+    const uint64_t rows = api::requireCount(tokens, "tokens", es, depth ? depth : 1);
+    const uint64_t capacity = api::requireCount(recv_capacity, "recv_capacity", es, cols ? cols : 1);
+    if (num_experts < 1)
+      throw Error(Code::kInvalidArgument, "num_experts: " + std::to_string(num_experts) + " is not at least 1");
+    const uint64_t experts = api::requireCount(num_experts, "num_experts", es, std::max<uint64_t>(depth * cols, 1));
+    // The per-destination progress word counts rows x column tiles in 32 bits.
+    if (rows * weft::dev::GemmAllToAllOp::colTiles(cols) > 0xffffffffull)
+      throw Error(Code::kInvalidArgument, "tokens: " + std::to_string(tokens) + " rows of " + std::to_string(h) +
+                                              " columns are more than one op can count; split the call");
+    api::requirePtr(send_counts, "send_counts");
+    if (experts > 1) api::requirePtr(expert_offsets, "expert_offsets");
+    if (rows > 0 && depth > 0) api::requirePtr(a, "a");
+    if (depth > 0 && cols > 0) api::requirePtr(w, "w");
+    if (cols > 0) api::requirePtr(recv, "recv");
+    weft::dev::GemmArgs g{static_cast<const uint8_t*>(a),
+                          static_cast<const uint8_t*>(w),
+                          send_counts,
+                          recv_counts,
+                          experts > 1 ? expert_offsets : nullptr,
+                          rows,
+                          depth,
+                          cols,
+                          capacity,
+                          experts};
+    return c->gemmAllToAll(g, recv, dt, stream);
+  });
+}
+
+weft_result_t weft_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, const int64_t* send_counts, void* recv,
+                                 int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k, int64_t h,
+                                 weft_dtype_t dtype, void* stream) {
+  return weft_grouped_gemm_alltoall(comm, a, w, 1, nullptr, send_counts, recv, recv_capacity, recv_counts, tokens, k, h,
+                                    dtype, stream);
+}
+
 }  // extern "C"

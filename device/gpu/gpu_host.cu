@@ -203,24 +203,44 @@ OpKernel kernelOf(dev::OpKind kind) {
       return dev::gemvKernel;
     case dev::OpKind::kEmbeddingAllToAll:
       return dev::embeddingKernel;
+    case dev::OpKind::kGemmAllToAll:
+      return dev::gemmKernel;
     default:
       return dev::opKernel;
   }
 }
+
+// Dynamic shared memory of the kernel of `kind`; the first call for a kernel that needs more than
+// the default 48 KB raises its limit (once per process and device is enough: it is a property of
+// the function, and every device of one build has the same).
+Outcome sharedBytesOf(dev::OpKind kind, int* bytes) {
+  *bytes = kind == dev::OpKind::kGemmAllToAll ? dev::gemmSharedBytes() : 0;
+  if (*bytes <= 48 * 1024) return {};
+  static const Outcome raised =
+      check(GPU(FuncSetAttribute)(reinterpret_cast<const void*>(dev::gemmKernel),
+                                  GPU(FuncAttributeMaxDynamicSharedMemorySize), dev::gemmSharedBytes()),
+            "FuncSetAttribute(MaxDynamicSharedMemorySize) of the GEMM kernel");
+  return raised;
+}
 }  // namespace
 
 Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream) {
-  kernelOf(static_cast<dev::OpKind>(desc.kind))<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, desc);
+  const auto kind = static_cast<dev::OpKind>(desc.kind);
+  int shared = 0;
+  if (Outcome o = sharedBytesOf(kind, &shared); !o) return o;
+  kernelOf(kind)<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc);
   return check(GPU(GetLastError)(), "launch of an op kernel");
 }
 
 Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks) {
   int device = 0, perSm = 0;
   gpuDeviceProp_t prop{};
-  Outcome o = check(GPU(GetDevice)(&device), "GetDevice");
+  int shared = 0;
+  Outcome o = sharedBytesOf(kind, &shared);
+  if (o) o = check(GPU(GetDevice)(&device), "GetDevice");
   if (o) o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
   if (o)
-    o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&perSm, kernelOf(kind), threads, 0),
+    o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&perSm, kernelOf(kind), threads, shared),
               "OccupancyMaxActiveBlocksPerMultiprocessor");
   if (o) *blocks = perSm * prop.multiProcessorCount;
   return o;

@@ -13,10 +13,10 @@ namespace {
 
 // What every launched op kernel does around its items: read the protocol counters, run the
 // block's items (run(coop, item, seq) -> Status), and let the last block move the counters on.
+// `tile` is the group's shared memory (at least kCoopFloats).
 template <class Run>
-__device__ void runLaunched(const CommView& view, const OpDesc& desc, Run&& run) {
+__device__ void runLaunched(const CommView& view, const OpDesc& desc, float* tile, Run&& run) {
   __shared__ unsigned long long scratch;
-  __shared__ float tile[kCoopFloats];
   const BlockCoop coop{&scratch, tile};
   // Stable for the whole kernel: only the last block below changes them, after every block read.
   const OpCounters counters = loadCounters(view.control);
@@ -44,14 +44,16 @@ __device__ void runLaunched(const CommView& view, const OpDesc& desc, Run&& run)
 }  // namespace
 
 __global__ void opKernel(CommView view, OpDesc desc) {
-  runLaunched(view, desc, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+  __shared__ float tile[kCoopFloats];
+  runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return runCollectiveItem(c, view, desc, seq, item);
   });
 }
 
 __global__ void gemvKernel(CommView view, OpDesc desc) {
   const bool fused = static_cast<OpKind>(desc.kind) == OpKind::kGemvAllReduce;
-  runLaunched(view, desc, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+  __shared__ float tile[kCoopFloats];
+  runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return fused ? GemvAllReduceOp::run(c, view, desc, seq, item) : GemvOp::run(c, view, desc, seq, item);
   });
 }
@@ -60,9 +62,20 @@ __global__ void gemvKernel(CommView view, OpDesc desc) {
 // registers (one block per SM); capped at 128 (96 bytes of spills) it ran 3% faster than 6 rows in
 // flight without spills (docs/perf.md).
 __global__ void __launch_bounds__(256, 2) embeddingKernel(CommView view, OpDesc desc) {
-  runLaunched(view, desc, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+  __shared__ float tile[kCoopFloats];
+  runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return EmbeddingAllToAllOp::run(c, view, desc, seq, item);
   });
+}
+
+// The GEMM + All-to-All: the group's memory is dynamic (gemmSharedBytes), the coop's scratch
+// followed by the tile pipeline; two blocks per SM.
+__global__ void __launch_bounds__(tile::kThreads, 2) gemmKernel(CommView view, OpDesc desc) {
+  extern __shared__ float4 dynamicShared[];
+  runLaunched(view, desc, reinterpret_cast<float*>(dynamicShared),
+              [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+                return GemmAllToAllOp::run(c, view, desc, seq, item);
+              });
 }
 
 }  // namespace weft::dev

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "../comm_device.hpp"
+#include "../ops/gemm_tile_device.hpp"
 
 namespace weft::dev {
 
@@ -11,5 +12,14 @@ __global__ void persistentKernel(CommView view, uint64_t firstTicket);
 __global__ void opKernel(CommView view, OpDesc desc);
 __global__ void gemvKernel(CommView view, OpDesc desc);
 __global__ void embeddingKernel(CommView view, OpDesc desc);
+__global__ void gemmKernel(CommView view, OpDesc desc);
+// Dynamic shared memory of gemmKernel: the coop's scratch, then (CUDA) the tile pipeline.
+constexpr int gemmSharedBytes() {
+#if defined(WEFT_BACKEND_CUDA)
+  return kCoopFloats * 4 + tile::kPipeBytes;
+#else
+  return kCoopFloats * 4;
+#endif
+}
 
 }  // namespace weft::dev

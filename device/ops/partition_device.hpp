@@ -16,6 +16,7 @@ struct Range {
 
 WEFT_HOST_DEVICE constexpr uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 WEFT_HOST_DEVICE constexpr uint64_t minU64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+WEFT_HOST_DEVICE constexpr uint64_t maxU64(uint64_t a, uint64_t b) { return a < b ? b : a; }
 
 // Elements per shard: an equal split rounded up to `align` elements, so every shard but the last
 // starts 16-byte aligned.

@@ -34,6 +34,27 @@ int gpusPresent();
 void toDevice(void* dst, const std::vector<uint8_t>& src);
 std::vector<uint8_t> toHost(const void* src, size_t bytes);
 
+// Device copies of host vectors, freed together.
+struct DeviceCopies {
+  std::vector<void*> buffers;
+  DeviceCopies() = default;
+  DeviceCopies(const DeviceCopies&) = delete;
+  DeviceCopies& operator=(const DeviceCopies&) = delete;
+  ~DeviceCopies() {
+    for (void* p : buffers) cudaFree(p);
+  }
+  // Null for an empty vector.
+  template <typename T>
+  T* copy(const std::vector<T>& host) {
+    if (host.empty()) return nullptr;
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    buffers.push_back(p);
+    return static_cast<T*>(p);
+  }
+};
+
 // One rank of a GPU test: its communicator, a stream, an output in the symmetric heap and an
 // input in ordinary device memory (both `bytes`).
 struct Rank {

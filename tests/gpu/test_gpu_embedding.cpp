@@ -13,32 +13,19 @@ namespace weft::test {
 namespace {
 
 // One rank's inputs in device memory.
-struct DeviceInputs {
-  std::vector<void*> buffers;
+struct DeviceInputs : DeviceCopies {
   void* weights = nullptr;
   int64_t* tableOffsets = nullptr;
   int64_t* offsets = nullptr;
   int64_t* indices = nullptr;
   float* sampleWeights = nullptr;
 
-  template <typename T>
-  T* copy(const std::vector<T>& host) {
-    if (host.empty()) return nullptr;
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    buffers.push_back(p);
-    return static_cast<T*>(p);
-  }
   explicit DeviceInputs(const EmbeddingInputs& in) {
     weights = copy(in.weights);
     tableOffsets = copy(in.tableOffsets);
     offsets = copy(in.offsets);
     indices = copy(in.indices);
     sampleWeights = copy(in.sampleWeights);
-  }
-  ~DeviceInputs() {
-    for (void* p : buffers) cudaFree(p);
   }
 };
 

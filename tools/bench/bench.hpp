@@ -13,7 +13,7 @@
 namespace weft::bench {
 
 struct Options {
-  std::string op = "allreduce";  // allreduce | alltoall | empty | gemv_allreduce | embedding_alltoall
+  std::string op = "allreduce";  // allreduce | alltoall | empty | gemv_allreduce | embedding_alltoall | gemm_alltoall
   uint64_t minBytes = 16 << 10;
   uint64_t maxBytes = 256 << 20;
   double factor = 2;
@@ -27,6 +27,12 @@ struct Options {
   int64_t gemvN = 8192;
   std::vector<int64_t> gemvK{8192, 28672};
   std::vector<int64_t> gemvBatch{1, 8, 32};
+  // gemm_alltoall shapes: rows per rank, k, h.
+  std::vector<struct GemmShape> gemmShapes;
+};
+
+struct GemmShape {
+  int64_t tokens, k, h;
 };
 
 struct Row {
@@ -44,6 +50,14 @@ struct GemvRow {
   double hostUs = 0;                                            // host time per fused submission
   double wBytes = 0;                                            // bytes of w per rank
   int64_t diff = -1;                                            // elements off the baseline; -1: unchecked
+};
+
+struct GemmRow {
+  int64_t tokens = 0, k = 0, h = 0;
+  double fusedUs = 0, baseUs = 0, gemmUs = 0, weftGemmUs = 0, allToAllUs = 0;  // medians per op
+  double hostUs = 0;                                                           // host time per fused submission
+  double flops = 0;
+  int64_t diff = -1;  // elements off the baseline; -1: unchecked
 };
 
 struct EmbedRow {
@@ -75,5 +89,7 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o);
 void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& rows);
 std::vector<EmbedRow> runEmbedding(Context& c, const Options& o);
 void reportEmbedding(const Context& c, const Options& o, const std::vector<EmbedRow>& rows);
+std::vector<GemmRow> runGemm(Context& c, const Options& o);
+void reportGemm(const Context& c, const Options& o, const std::vector<GemmRow>& rows);
 
 }  // namespace weft::bench

@@ -2,6 +2,7 @@
 // median times, bus bandwidth and their ratio per size (nccl-tests conventions). Start it like
 // any weft job: `weftrun -n 4 weft-bench allreduce -b 16K -e 256M`.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "bench.hpp"
 
@@ -30,8 +31,9 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"weft-bench: weft against NCCL, same run"};
   std::string minText = "16K", maxText = "256M";
-  app.add_option("op", o.op, "allreduce, alltoall, empty, gemv_allreduce or embedding_alltoall")
-      ->check(CLI::IsMember({"allreduce", "alltoall", "empty", "gemv_allreduce", "embedding_alltoall"}));
+  app.add_option("op", o.op, "allreduce, alltoall, empty, gemv_allreduce, embedding_alltoall or gemm_alltoall")
+      ->check(
+          CLI::IsMember({"allreduce", "alltoall", "empty", "gemv_allreduce", "embedding_alltoall", "gemm_alltoall"}));
   app.add_option("-b,--minbytes", minText, "Smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", maxText, "Largest size");
   app.add_option("-f,--stepfactor", o.factor, "Size multiplier")->check(CLI::Range(1.01, 1024.0));
@@ -45,15 +47,26 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--k", o.gemvK, "gemv_allreduce: columns of w over all ranks (comma list)")->delimiter(',');
   app.add_option("--batch", o.gemvBatch, "gemv_allreduce: batch sizes, 1..64 (comma list)")->delimiter(',');
+  std::vector<std::string> gemmShapes{"4096x2048x7168", "16384x2048x7168", "8192x14336x4096"};
+  app.add_option("--shapes", gemmShapes, "gemm_alltoall: TOKENSxKxH per rank (comma list)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  for (const std::string& s : gemmShapes) {
+    GemmShape g{};
+    if (std::sscanf(s.c_str(), "%ldx%ldx%ld", &g.tokens, &g.k, &g.h) != 3 || g.tokens < 0 || g.k < 0 || g.h < 0)
+      die("--shapes: " + s + " is not TOKENSxKxH");
+    o.gemmShapes.push_back(g);
+  }
   o.minBytes = parseBytes(minText, "-b");
   o.maxBytes = parseBytes(maxText, "-e");
   if (o.minBytes > o.maxBytes) die("-b must not exceed -e");
   if (o.op == "gemv_allreduce") o.maxBytes = std::max<uint64_t>(o.maxBytes, uint64_t{64} * o.gemvN * 4);
   if (o.op == "embedding_alltoall") o.maxBytes = std::max<uint64_t>(o.maxBytes, uint64_t{256} << 20);
+  if (o.op == "gemm_alltoall") o.maxBytes = std::max<uint64_t>(o.maxBytes, uint64_t{320} << 20);
   Context c = setUp(o);
   if (o.op == "gemv_allreduce") {
     reportGemv(c, o, runGemv(c, o));
+  } else if (o.op == "gemm_alltoall") {
+    reportGemm(c, o, runGemm(c, o));
   } else if (o.op == "embedding_alltoall") {
     reportEmbedding(c, o, runEmbedding(c, o));
   } else {

@@ -173,6 +173,43 @@ WEFT_API weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* wei
                                                int64_t local_batch, int64_t total_tables, int64_t table_base,
                                                int64_t dim, weft_dtype_t dtype, void* stream);
 
+/* Fused GEMM + All-to-All (Mixture-of-Experts output back to the token owners): out = a @ w with
+ * a: [tokens, k] and w: [k, h] (row-major, device, bfloat16 or float16; float32 accumulation).
+ * The rows of `a` are grouped by destination: the first send_counts[0] rows go to rank 0, the
+ * next send_counts[1] to rank 1, and so on. send_counts (int64 [nranks], device memory, as a
+ * router leaves it) is exchanged on the device: no host synchronisation. recv (symmetric heap,
+ * recv_capacity rows of h) receives on rank j the blocks of every source in source order, as
+ * torch's all_to_all_single with output splits lays them out; rows past the received total are
+ * not touched. Every rank passes the same weft_mem_alloc block as recv (peers address it by its
+ * offset), also a rank that receives nothing; recv_capacity may differ between ranks. recv_counts (int64 [nranks], device) gets the rows from each source, or may be NULL.
+ * k and h are multiples of 8; any may be 0 (the call is still collective).
+ * Each output tile is stored by the kernel that computes it straight into its rows' owners
+ * (no staging copy, no separate communication kernel).
+ * Checked on the device, before anything is stored anywhere: send_counts are non-negative and sum
+ * to `tokens`, every rank's recv is the same block, and no rank receives more rows than its
+ * recv_capacity. If any rank's check fails,
+ * the op fails on every rank with WEFT_ERR_INVALID_ARGUMENT (asynchronously:
+ * weft_comm_get_async_error names the rank and what was wrong); no recv and no recv_counts is
+ * written, and the communicator must then be destroyed, as after any device-side failure.
+ * No input may overlap recv. On a GPU this op always runs as its own kernel on `stream`, also
+ * under the persistent engine (it is ordered after the ops submitted before it). */
+WEFT_API weft_result_t weft_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, const int64_t* send_counts,
+                                          void* recv, int64_t recv_capacity, int64_t* recv_counts, int64_t tokens,
+                                          int64_t k, int64_t h, weft_dtype_t dtype, void* stream);
+
+/* As weft_gemm_alltoall with several local experts in one call (a grouped GEMM): w is
+ * [num_experts, k, h], and rows [expert_offsets[e - 1], expert_offsets[e]) of `a` (from 0 for
+ * e = 0) use expert e's weights. expert_offsets (int64 [num_experts], device) is cumulative, as
+ * torch._grouped_mm's `offs`: non-decreasing, ending at `tokens` (checked on the device like
+ * send_counts). Expert groups and destination blocks are independent partitions of the rows.
+ * A sibling call rather than an argument of weft_gemm_alltoall, so that the plain call keeps the
+ * shape DESIGN.md gives it; num_experts 1 with expert_offsets NULL is that call. */
+WEFT_API weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
+                                                  const int64_t* expert_offsets, const int64_t* send_counts,
+                                                  void* recv, int64_t recv_capacity, int64_t* recv_counts,
+                                                  int64_t tokens, int64_t k, int64_t h, weft_dtype_t dtype,
+                                                  void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,253 @@
+// Fused GEMM + All-to-All, the output side of a Mixture-of-Experts layer: out = a[tokens, k] @
+// w[k, h] (with several experts, rows [offsets[e - 1], offsets[e]) use w[e]), where the rows of `a`
+// are grouped by destination rank (send_counts, in device memory) and every row goes straight
+// into its destination's recv at its final place: sources in rank order, as all_to_all_single
+// with output splits lays them out.
+//
+// Work items: item 0 publishes this rank's send_counts, capacity and input checks to every rank
+// (gemm_route_device.hpp), which also says that its output is free for this op. Items 1..T each
+// compute one 128 x 128 output tile (tensor cores on CUDA, gemm_tile_device.hpp) and only then
+// read the route, whose rows have long arrived by then: so no tile waits before its compute. The
+// tile's rows leave as 16-byte stores into the ranks that own them. Per destination, this rank
+// counts the rows x column tiles it has stored (an epoch-tagged word); the tile that completes a
+// destination tells it so (kGemmDone = epoch). The last item fails the op if the route is unsound
+// (the same verdict on every rank, and nothing was stored anywhere), or else fills recv_counts,
+// tells the destinations it sends nothing that it is done, and waits for every source's word.
+#pragma once
+
+#include "../comm_device.hpp"
+#include "../dtype_device.hpp"
+#include "gemm_route_device.hpp"
+#include "gemm_tile_device.hpp"
+
+namespace weft::dev {
+
+struct GemmArgs {
+  const uint8_t* a;
+  const uint8_t* w;           // [experts, k, h]
+  const int64_t* sendCounts;  // [nranks], device
+  int64_t* recvCounts;        // [nranks], device, or null
+  const int64_t* expertEnds;  // [experts]: rows of expert e end at expertEnds[e]; null for one expert
+  uint64_t tokens, k, h, capacity;
+  uint64_t experts;
+};
+
+struct GemmAllToAllOp {
+  static constexpr uint32_t kTileM = tile::kM, kTileN = tile::kN;
+
+  // OpDesc fields: send = a, count = h, recv = recv's heap offset, tileElems = column tiles;
+  // arg[0] w, [1] send counts, [2] recv counts (0: none), [3] tokens, [4] k, [5] recv capacity,
+  // [6] experts, [7] expert ends (0 with one expert).
+  WEFT_HOST_DEVICE static GemmArgs args(const OpDesc& d) {
+    return GemmArgs{reinterpret_cast<const uint8_t*>(d.send),
+                    reinterpret_cast<const uint8_t*>(d.arg[0]),
+                    reinterpret_cast<const int64_t*>(d.arg[1]),
+                    reinterpret_cast<int64_t*>(d.arg[2]),
+                    reinterpret_cast<const int64_t*>(d.arg[7]),
+                    d.arg[3],
+                    d.arg[4],
+                    d.count,
+                    d.arg[5],
+                    d.arg[6]};
+  }
+  WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h) { return ceilDiv(h, kTileN); }
+  WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h) {
+    return 2 + ceilDiv(tokens, kTileM) * colTiles(h);
+  }
+
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                     uint32_t item) {
+    if (item == 0) return publish(c, v, d, seq);
+    if (item + 1 == d.nitems) return finish(c, v, d, seq, item);
+    return dataTile(c, v, d, seq, item);
+  }
+
+ private:
+  // Item 0: this rank's row of the route, to every rank (itself included).
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status publish(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq) {
+    const GemmArgs g = args(d);
+    const int n = v.nranks;
+    auto* row = reinterpret_cast<int64_t*>(c.floats());
+    for (int j = c.rank(); j < n; j += c.size()) row[j] = g.sendCounts[j];
+    bool badExperts = false;
+    if (g.expertEnds)
+      for (uint64_t e = c.rank(); e < g.experts; e += c.size()) {
+        const int64_t lo = e ? g.expertEnds[e - 1] : 0, hi = g.expertEnds[e];
+        badExperts |= lo < 0 || hi < lo || (e + 1 == g.experts && hi != static_cast<int64_t>(g.tokens));
+      }
+    badExperts = c.any(badExperts);  // also publishes row[] to the leader
+    if (c.leader()) {
+      int64_t sum = 0;
+      bool bad = false;
+      for (int j = 0; j < n; ++j) {
+        bad |= row[j] < 0 || row[j] > static_cast<int64_t>(g.tokens);
+        sum += row[j] < 0 ? 0 : row[j];
+      }
+      bad |= sum != static_cast<int64_t>(g.tokens);
+      row[n + kRouteCapacity] = static_cast<int64_t>(g.capacity);
+      row[n + kRouteFlags] = (bad ? kRouteBadCounts : 0) | (badExperts ? kRouteBadExperts : 0);
+      row[n + kRouteRecv] = static_cast<int64_t>(d.recv);
+    }
+    c.sync();
+    pushFlagged(c, v, seq, Range{0, static_cast<uint64_t>(n) + kRouteExtra}, /*toSelf=*/true,
+                [&](uint64_t k) { return static_cast<uint64_t>(row[k]); });
+    return Status::kOk;
+  }
+
+  WEFT_HOST_DEVICE static uint64_t expertEnd(const GemmArgs& g, uint64_t e) {
+    return g.expertEnds ? static_cast<uint64_t>(g.expertEnds[e]) : g.tokens;
+  }
+
+  // The first expert whose rows reach past `row` (leader: a binary search; the offsets are
+  // checked by item 0, and until the verdict says they are sound any answer in range will do).
+  template <class Coop>
+  WEFT_HOST_DEVICE static uint64_t firstExpert(const Coop& c, const GemmArgs& g, uint64_t row) {
+    if (!g.expertEnds) return 0;
+    uint64_t e = 0;
+    if (c.leader()) {
+      uint64_t lo = 0, hi = g.experts - 1;
+      while (lo < hi) {
+        const uint64_t mid = (lo + hi) / 2;
+        if (static_cast<int64_t>(g.expertEnds[mid]) > static_cast<int64_t>(row))
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      e = lo;
+    }
+    return c.broadcast(e);
+  }
+
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status dataTile(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                          uint32_t item) {
+    const GemmArgs g = args(d);
+    const DType dt = static_cast<DType>(d.dtype);
+    const uint64_t es = dtypeSize(dt), cols = d.tileElems;
+    const uint64_t t = item - 1;
+    const uint64_t row0 = (t / cols) * kTileM, col0 = (t % cols) * kTileN;
+    const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + kTileN);
+    const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
+    auto* rowPtr = reinterpret_cast<uint8_t**>(r.words + routeWords(v.nranks));
+    RouteVerdict verdict;
+    bool routed = false;
+    for (uint64_t e = firstExpert(c, g, row0); e < g.experts; ++e) {
+      const uint64_t end = expertEnd(g, e);
+      const uint64_t lo = e ? static_cast<uint64_t>(expertEnd(g, e - 1)) : 0;
+      const uint64_t eLo = lo < row0 ? row0 : lo, eHi = minU64(row1, end);
+      if (eLo < eHi) {
+        const uint8_t* w = g.w + e * g.k * g.h * es;
+        computeTile(c, dt, g, w, row0, col0);
+        if (!routed) {
+          const Status st = readRoute(c, v, seq, item, r, &verdict);
+          if (st != Status::kOk) return st;
+          routed = true;
+        }
+        if (!verdict.ok()) return Status::kOk;  // nothing moves; the last item fails the op
+        for (uint64_t i = eLo - row0 + c.rank(); i < eHi - row0; i += c.size()) {
+          const auto row = static_cast<int64_t>(row0 + i);
+          const int dest = r.destOf(row);
+          rowPtr[i] = v.at(dest, d.recv) + static_cast<uint64_t>(r.base()[dest] + row - r.start()[dest]) * g.h * es;
+        }
+        c.sync();
+        storeTile(c, dt, g, w, rowPtr, row0, eLo, eHi, col0, col1);
+        account(c, v, seq, r, eLo, eHi, cols);
+      }
+      if (end >= row1) break;
+    }
+    return Status::kOk;
+  }
+
+  // Computes the tile (row0, col0) of a @ w where it can be staged (tensor cores); elsewhere
+  // storeTile computes each element as it stores it.
+  template <class Coop>
+  WEFT_HOST_DEVICE static void computeTile(const Coop& c, DType dt, const GemmArgs& g, const uint8_t* w, uint64_t row0,
+                                           uint64_t col0) {
+#if defined(WEFT_HAVE_MMA_TILE)
+    uint8_t* smem = reinterpret_cast<uint8_t*>(c.floats() + kCoopFloats);
+    if (dt == DType::kBFloat16)
+      tile::mmaTile<DType::kBFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
+    else
+      tile::mmaTile<DType::kFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
+#else
+    (void)c, (void)dt, (void)g, (void)w, (void)row0, (void)col0;
+#endif
+  }
+
+  // Rows [eLo, eHi) and columns [col0, col1) of the tile, each row to rowPtr[row - row0].
+  template <class Coop>
+  WEFT_HOST_DEVICE static void storeTile(const Coop& c, DType dt, const GemmArgs& g, const uint8_t* w,
+                                         uint8_t* const* rowPtr, uint64_t row0, uint64_t eLo, uint64_t eHi,
+                                         uint64_t col0, uint64_t col1) {
+#if defined(WEFT_HAVE_MMA_TILE)
+    (void)w, (void)dt;
+    const uint8_t* staged = reinterpret_cast<const uint8_t*>(c.floats() + kCoopFloats);
+    const uint64_t chunks = (col1 - col0) / 8;  // h is a multiple of 8 elements
+    for (uint64_t i = c.rank(); i < (eHi - eLo) * chunks; i += c.size()) {
+      const uint64_t r = eLo - row0 + i / chunks, ch = i % chunks;
+      store16(rowPtr[r] + (col0 + ch * 8) * 2,
+              *reinterpret_cast<const Vec16*>(staged + (r * tile::kStagedPitch + ch * 8) * 2));
+    }
+#else
+    const uint64_t width = col1 - col0;
+    for (uint64_t i = c.rank(); i < (eHi - eLo) * width; i += c.size()) {
+      const uint64_t row = eLo + i / width, col = col0 + i % width;
+      float acc = 0.f;
+      for (uint64_t kk = 0; kk < g.k; ++kk)
+        acc += loadAsFloat(g.a, row * g.k + kk, dt) * loadAsFloat(w, kk * g.h + col, dt);
+      storeFromFloat(rowPtr[row - row0], col, dt, acc);
+    }
+#endif
+  }
+
+  // After the rows [eLo, eHi) of one column tile are stored: counts them per destination; the
+  // tile that completes a destination (its rows times the column tiles) tells it so.
+  template <class Coop>
+  WEFT_HOST_DEVICE static void account(const Coop& c, const CommView& v, const OpSeq& seq, const RouteView& r,
+                                       uint64_t eLo, uint64_t eHi, uint64_t cols) {
+    c.sync();
+    if (!c.leader()) return;
+    gpu::crossProcessRelease();
+    const uint64_t tag = (seq.epoch & 0xffffffffu) << 32;
+    for (int dest = r.destOf(static_cast<int64_t>(eLo)); dest < v.nranks; ++dest) {
+      const uint64_t lo = maxU64(eLo, static_cast<uint64_t>(r.start()[dest]));
+      const uint64_t hi = minU64(eHi, static_cast<uint64_t>(r.start()[dest + 1]));
+      if (lo >= eHi) break;
+      if (lo >= hi) continue;
+      uint64_t* sent = v.signal(v.rank, v.layout.peerSignalOffset(PeerSignal::kGemmSent, dest));
+      uint64_t cur = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(sent), next;
+      do {
+        next = ((cur & ~0xffffffffull) == tag ? cur : tag) + (hi - lo);
+      } while (!gpu::atomicCas<gpu::Order::kAcqRel, gpu::Scope::kDevice>(sent, cur, next));
+      if ((next & 0xffffffffu) == static_cast<uint64_t>(r.mine()[dest]) * cols)
+        releaseStore(v.signal(dest, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank)), seq.epoch);
+    }
+  }
+
+  // The last item: the verdict; then every source's rows are in this rank's output.
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status finish(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                        uint32_t item) {
+    const GemmArgs g = args(d);
+    const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
+    RouteVerdict verdict;
+    Status st = readRoute(c, v, seq, item, r, &verdict);
+    if (st != Status::kOk) return st;
+    if (!verdict.ok()) {
+      if (c.leader())
+        recordFailure(v, WaitSite{seq.op, item, verdict.rank, verdict.what}, Status::kBadInput, verdict.expected,
+                      verdict.observed);
+      return Status::kBadInput;
+    }
+    for (int j = c.rank(); j < v.nranks; j += c.size()) {
+      if (g.recvCounts) g.recvCounts[j] = r.from()[j];
+      if (r.mine()[j] == 0 || d.tileElems == 0)
+        releaseStore(v.signal(j, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank)), seq.epoch);
+    }
+    return waitEveryPeer(c, v, PeerSignal::kGemmDone, seq.epoch, seq.op, item, WaitWhat::kArrival, /*andSelf=*/true);
+  }
+};
+
+}  // namespace weft::dev

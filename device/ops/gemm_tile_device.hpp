@@ -1,0 +1,149 @@
+// One 128 x 128 output tile of a[rows, k] @ w[k, h] on tensor cores (CUDA, sm_80 and later): a
+// block of 8 warps, each 64 x 32 of the tile, mma.sync m16n8k16 with float32 accumulation. The
+// k loop streams 32-wide slices of a and w through a 4-stage cp.async pipeline in shared memory
+// (16-byte chunks, XOR-swizzled so that every ldmatrix reads 8 different bank groups); rows past
+// `rows` and columns past `h` load as zeros. The tile ends converted to the element type in
+// shared memory (staged), so that it leaves as whole 16-byte row chunks: a tile's rows go to
+// whichever ranks own them, and peer memory wants full, contiguous stores.
+#pragma once
+
+#include "../dtype_device.hpp"
+
+namespace weft::dev::tile {
+
+constexpr int kM = 128, kN = 128, kK = 32, kStages = 4, kThreads = 256;
+constexpr int kStageBytes = (kM * kK + kK * kN) * 2;  // one slice of a and one of w
+constexpr int kPipeBytes = kStages * kStageBytes;     // 64 KB
+constexpr int kStagedPitch = kN + 8;                  // staged row in elements (pads off bank conflicts)
+static_assert(kM * kStagedPitch * 2 <= kPipeBytes, "the staged tile reuses the pipeline's memory");
+
+#if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA) && __CUDA_ARCH__ >= 800
+#define WEFT_HAVE_MMA_TILE 1
+
+__device__ inline uint32_t sharedAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes into shared memory, or zeros when !valid (src is then not read).
+__device__ inline void copyAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ inline void commitAsync() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void waitAsync() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// a slice: [kM rows][4 chunks]; w slice: [kK rows][16 chunks]. Chunk c of row r is stored at
+// chunk c ^ f(r), so that the 8 rows one ldmatrix phase reads fall on 8 different bank groups.
+__device__ inline uint32_t aChunk(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
+__device__ inline uint32_t wChunk(int r, int c) { return kM * kK * 2 + r * 256 + ((c ^ (r & 7)) << 4); }
+
+__device__ inline void loadMatrix4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ inline void loadMatrix4Trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <DType T>
+__device__ inline void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (T == DType::kBFloat16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as two elements of T (lo in the low half).
+template <DType T>
+__device__ inline uint32_t packPair(float lo, float hi) {
+  uint32_t out;
+  if constexpr (T == DType::kBFloat16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+
+// Issues the loads of k slice `kt` into stage `s`.
+__device__ inline void loadSlice(uint8_t* smem, int s, int kt, const uint8_t* a, const uint8_t* w, uint64_t rows,
+                                 uint64_t k, uint64_t h, uint64_t row0, uint64_t col0) {
+  const uint32_t base = sharedAddr(smem) + s * kStageBytes;
+  for (int i = threadIdx.x; i < kM * 4; i += kThreads) {
+    const int r = i >> 2, c = i & 3;
+    const uint64_t row = row0 + r, kk = static_cast<uint64_t>(kt) * kK + c * 8;
+    const bool ok = row < rows && kk < k;
+    copyAsync16(base + aChunk(r, c), ok ? a + (row * k + kk) * 2 : a, ok);
+  }
+  for (int i = threadIdx.x; i < kK * 16; i += kThreads) {
+    const int r = i >> 4, c = i & 15;
+    const uint64_t kk = static_cast<uint64_t>(kt) * kK + r, col = col0 + c * 8;
+    const bool ok = kk < k && col < h;
+    copyAsync16(base + wChunk(r, c), ok ? w + (kk * h + col) * 2 : w, ok);
+  }
+}
+
+// The tile at (row0, col0) of a[rows, k] @ w[k, h], staged in `smem` (kPipeBytes, 16-byte
+// aligned) as [kM][kStagedPitch] elements of T. Every thread of the block (kThreads) calls it.
+template <DType T>
+__device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint64_t rows, uint64_t k, uint64_t h,
+                        uint64_t row0, uint64_t col0) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 32 of the tile
+  float acc[4][4][4] = {};
+  const int slices = static_cast<int>((k + kK - 1) / kK);
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < slices) loadSlice(smem, s, s, a, w, rows, k, h, row0, col0);
+    commitAsync();
+  }
+  for (int kt = 0; kt < slices; ++kt) {
+    waitAsync<kStages - 2>();
+    __syncthreads();  // slice kt is in, and every warp is done with the stage the next load refills
+    if (kt + kStages - 1 < slices)
+      loadSlice(smem, (kt + kStages - 1) % kStages, kt + kStages - 1, a, w, rows, k, h, row0, col0);
+    commitAsync();
+    const uint32_t base = sharedAddr(smem) + (kt % kStages) * kStageBytes;
+#pragma unroll
+    for (int ks = 0; ks < kK / 16; ++ks) {
+      uint32_t af[4][4], bf[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+        loadMatrix4(base + aChunk(wm * 64 + mi * 16 + (lane & 15), ks * 2 + (lane >> 4)), af[mi]);
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj)
+        loadMatrix4Trans(base + wChunk(ks * 16 + (lane & 15), wn * 4 + nj * 2 + (lane >> 4)), bf[nj]);
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+          mma16816<T>(acc[mi][ni], af[mi], bf[ni >> 1][(ni & 1) * 2], bf[ni >> 1][(ni & 1) * 2 + 1]);
+    }
+  }
+  waitAsync<0>();
+  __syncthreads();  // the pipeline's memory becomes the staged tile
+  auto* staged = reinterpret_cast<uint32_t*>(smem);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      const int row = wm * 64 + mi * 16 + g, col = wn * 32 + ni * 8 + 2 * t;
+      staged[(row * kStagedPitch + col) / 2] = packPair<T>(acc[mi][ni][0], acc[mi][ni][1]);
+      staged[((row + 8) * kStagedPitch + col) / 2] = packPair<T>(acc[mi][ni][2], acc[mi][ni][3]);
+    }
+  __syncthreads();
+}
+
+#endif
+
+}  // namespace weft::dev::tile

@@ -1,0 +1,203 @@
+// GEMM + All-to-All on 1-4 ranks (separate processes): bfloat16 and float16, random splits with
+// zeros, ranks with different (and zero) token counts, odd sizes (tails of every tile), grouped
+// experts with empty groups, against a float64 reference, with recv poisoned so unwritten rows
+// and rows written past the received ones show; back-to-back ops on six workers; a capacity too
+// small and unsound send counts fail the op on every rank, naming the rank, with nothing stored;
+// every bad argument is named.
+#include <vector>
+
+#include "support/gemm_data.hpp"
+#include "support/multirank.hpp"
+#include "support/oracle.hpp"
+
+namespace weft::test {
+namespace {
+
+weft_result_t runGemm(weft_comm_t comm, const GemmCase& c, int rank, const GemmInputs& in, void* recv, int64_t capacity,
+                      int64_t* recvCounts) {
+  return weft_grouped_gemm_alltoall(comm, in.a.data(), in.w.data(), c.experts,
+                                    c.experts > 1 ? in.expertOffsets.data() : nullptr, in.sendCounts.data(), recv,
+                                    capacity, recvCounts, c.tokens(rank), c.k, c.h, c.dtype, nullptr);
+}
+
+// Runs case `c` and checks what `rank` received.
+void gemmCase(weft_comm_t comm, const GemmCase& c, int rank, void* recv, int64_t capacity) {
+  SCOPED_TRACE(::testing::Message() << dtypeName(c.dtype) << " max tokens " << c.maxTokens << " k " << c.k << " h "
+                                    << c.h << " experts " << c.experts << " seed " << c.seed);
+  const GemmInputs in = gemmInputs(c, rank);
+  std::vector<int64_t> counts(c.nranks, -7);
+  poison(recv, capacity * c.h * dtypeBytes(c.dtype));
+  WEFT_ASSERT_OK(runGemm(comm, c, rank, in, recv, capacity, counts.data()));
+  EXPECT_TRUE(checkGemm(recv, counts.data(), c, rank, capacity));
+}
+
+struct Shape {
+  int64_t tokens, k, h, experts;
+};
+constexpr Shape kShapes[] = {{300, 40, 264, 1}, {37, 8, 8, 1}, {1, 16, 136, 3}, {260, 136, 128, 4},
+                             {5, 0, 16, 1},     {0, 8, 24, 1}, {9, 24, 0, 2}};
+
+class GemmAllToAll : public ::testing::TestWithParam<int> {};
+
+TEST_P(GemmAllToAll, RandomSplitsOddShapesAndExperts) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    const int64_t capacity = 4 * 300;
+    void* recv = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, capacity * 264 * 2, &recv));
+    uint64_t s = seed;
+    for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
+      for (const Shape& sh : kShapes)
+        gemmCase(comm, GemmCase{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts}, rank, recv, capacity);
+    // recv_counts may be NULL; the capacity may be exactly what arrives.
+    const GemmCase exact{++s, n, 50, 16, 32, WEFT_BFLOAT16, 1};
+    const GemmInputs in = gemmInputs(exact, rank);
+    poison(recv, exact.received(rank) * exact.h * 2);
+    WEFT_ASSERT_OK(runGemm(comm, exact, rank, in, recv, exact.received(rank), nullptr));
+    EXPECT_TRUE(checkGemm(recv, nullptr, exact, rank, exact.received(rank)));
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(GetParam(), body));
+}
+
+// Many tiles per op on six workers, back to back, each rank checking its output before the next
+// op: tiles race for the per-destination counters, and a rank that runs ahead must not store into
+// a peer's recv that the peer is still checking.
+TEST_P(GemmAllToAll, ManyWorkersBackToBack) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.persistent_ctas = 6;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    const int64_t capacity = 4 * 400;
+    void* recv = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, capacity * 392 * 2, &recv));
+    for (int op = 0; op < 10; ++op) {
+      const GemmCase c{
+          seed + op, n, 100 + 30 * op, 8 + 8 * (op % 3), 136 + 128 * (op % 3), op % 2 ? WEFT_FLOAT16 : WEFT_BFLOAT16,
+          1 + op % 3};
+      SCOPED_TRACE(::testing::Message() << "op " << op);
+      gemmCase(comm, c, rank, recv, capacity);
+    }
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(GetParam(), body));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GemmAllToAll, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+// Rank 1's capacity is one row short: the op fails on every rank with the same message, and no
+// rank's recv or recv_counts is written.
+TEST(GemmFaults, ACapacityTooSmallFailsEveryRankAndStoresNothing) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* recv = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &recv));
+    GemmCase c{seed, n, 64, 16, 24, WEFT_BFLOAT16, 1};
+    while (c.received(1) == 0) ++c.seed;
+    const GemmInputs in = gemmInputs(c, rank);
+    const int64_t capacity = rank == 1 ? c.received(1) - 1 : c.received(rank);
+    std::vector<int64_t> counts(n, -7);
+    poison(recv, 1 << 20);
+    const weft_result_t r = runGemm(comm, c, rank, in, recv, capacity, counts.data());
+    EXPECT_TRUE(
+        failsWith(r, WEFT_ERR_INVALID_ARGUMENT,
+                  "rank 1 would receive " + std::to_string(c.received(1)) + " rows, more than its recv_capacity"));
+    for (int i = 0; i < n; ++i) EXPECT_EQ(counts[i], -7);
+    for (int i = 0; i < (1 << 20); ++i)
+      if (static_cast<uint8_t*>(recv)[i] != 0xff) {
+        ADD_FAILURE() << "byte " << i << " of recv was written";
+        break;
+      }
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(3, body));
+}
+
+TEST(GemmFaults, SendCountsThatDoNotSumToTokensFailEveryRank) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* recv = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 18, &recv));
+    const GemmCase c{seed, n, 40, 8, 16, WEFT_FLOAT16, 2};
+    GemmInputs in = gemmInputs(c, rank);
+    if (rank == 2) in.sendCounts[0] += 1;
+    const weft_result_t r = runGemm(comm, c, rank, in, recv, 1 << 12, nullptr);
+    EXPECT_TRUE(failsWith(r, WEFT_ERR_INVALID_ARGUMENT, "rank 2's send_counts are negative or do not sum"));
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(3, body));
+}
+
+// Rank 1 passes a recv at another heap offset than rank 0's: its peers would store into the
+// wrong place, so the op fails on every rank before anything is stored.
+TEST(GemmFaults, ADifferentRecvOnOneRankFailsEveryRank) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* recv = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 18, &recv));
+    const GemmCase c{seed, n, 40, 8, 16, WEFT_BFLOAT16, 1};
+    const GemmInputs in = gemmInputs(c, rank);
+    void* mine = static_cast<uint8_t*>(recv) + (rank == 1 ? 4096 : 0);
+    const weft_result_t r = runGemm(comm, c, rank, in, mine, 1 << 12, nullptr);
+    EXPECT_TRUE(failsWith(r, WEFT_ERR_INVALID_ARGUMENT, "rank 1's recv is not the buffer rank 0 passed"));
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(3, body));
+}
+
+TEST(GemmBadInput, EveryArgumentIsNamedAndNothingIsLost) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* recv = nullptr;
+    const int64_t capacity = 200;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, capacity * 16 * 2, &recv));
+    const GemmCase c{seed, n, 60, 8, 16, WEFT_BFLOAT16, 2};
+    const GemmInputs in = gemmInputs(c, rank);
+    const weft_result_t bad = WEFT_ERR_INVALID_ARGUMENT;
+    const int64_t t = c.tokens(rank);
+    auto call = [&](const void* a, const void* w, int64_t experts, const int64_t* offs, const int64_t* sc, void* out,
+                    int64_t cap, int64_t tokens, int64_t k, int64_t h, weft_dtype_t dt) {
+      return weft_grouped_gemm_alltoall(comm, a, w, experts, offs, sc, out, cap, nullptr, tokens, k, h, dt, nullptr);
+    };
+    const void* a = in.a.data();
+    const void* w = in.w.data();
+    const int64_t* o = in.expertOffsets.data();
+    const int64_t* sc = in.sendCounts.data();
+    const weft_dtype_t bf = WEFT_BFLOAT16;
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, capacity, t, 8, 16, WEFT_FLOAT32), bad, "dtype: the GEMM"));
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, capacity, t, 6, 16, bf), bad, "k: 6 is not a multiple of 8"));
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, capacity, t, 8, 12, bf), bad, "h: 12 is not a multiple of 8"));
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, capacity, -1, 8, 16, bf), bad, "tokens"));
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, -1, t, 8, 16, bf), bad, "recv_capacity"));
+    EXPECT_TRUE(failsWith(call(a, w, 0, o, sc, recv, capacity, t, 8, 16, bf), bad, "num_experts: 0"));
+    EXPECT_TRUE(failsWith(call(a, w, 2, nullptr, sc, recv, capacity, t, 8, 16, bf), bad, "expert_offsets"));
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, nullptr, recv, capacity, t, 8, 16, bf), bad, "send_counts"));
+    EXPECT_TRUE(failsWith(call(nullptr, w, 2, o, sc, recv, capacity, 5, 8, 16, bf), bad, "a: NULL"));
+    EXPECT_TRUE(failsWith(call(a, nullptr, 2, o, sc, recv, capacity, t, 8, 16, bf), bad, "w: NULL"));
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, nullptr, capacity, t, 8, 16, bf), bad, "recv: NULL"));
+    std::vector<uint8_t> notHeap(capacity * 16 * 2);
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, notHeap.data(), capacity, t, 8, 16, bf), bad, "recv: must be a buffer"));
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, capacity + 1, t, 8, 16, bf), bad, "recv:"));
+    EXPECT_TRUE(failsWith(call(recv, w, 2, o, sc, recv, capacity, 4, 8, 16, bf), bad, "a: overlaps recv"));
+    // Nothing ran, nothing is owed: the next op pairs up on every rank.
+    gemmCase(comm, c, rank, recv, capacity);
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(2, body));
+}
+
+}  // namespace
+}  // namespace weft::test

@@ -1,0 +1,169 @@
+// weft-bench gemm_alltoall: the fused op against cuBLAS GEMM + NCCL all-to-all with splits in the
+// same run, on the same stream, plus the GEMM alone (cuBLAS, and weft's own with every row kept on
+// its rank) and the all-to-all alone, so that max(compute, comm) can be read off. Every rank has
+// `tokens` rows, split unevenly (0.75x to 1.25x of an even share) over the destinations. The
+// baseline is given the splits on the host for free; weft reads them from device memory.
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "common.cuh"
+
+namespace weft::bench {
+
+namespace {
+
+void cublasOk(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) die(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+
+// Rows rank `src` sends to each rank: shares of 3..5 (out of 4 on average), cut to sum to `tokens`.
+std::vector<int64_t> splitOf(int src, int nranks, int64_t tokens) {
+  std::vector<int64_t> w(nranks), out(nranks);
+  int64_t sum = 0, given = 0;
+  for (int d = 0; d < nranks; ++d) sum += w[d] = 3 + (src * 7 + d * 3) % 3;
+  for (int d = 0; d < nranks; ++d) given += out[d] = tokens * w[d] / sum;
+  out[src] += tokens - given;
+  return out;
+}
+
+// Elements of weft's recv that differ from the baseline's by more than two roundings.
+int64_t differing(const Type& t, const void* weftRecv, const void* baseRecv, uint64_t count) {
+  std::vector<uint8_t> a(count * t.bytes), b(count * t.bytes);
+  cuda(cudaMemcpy(a.data(), weftRecv, a.size(), cudaMemcpyDeviceToHost), "copy weft's recv");
+  cuda(cudaMemcpy(b.data(), baseRecv, b.size(), cudaMemcpyDeviceToHost), "copy the baseline's recv");
+  double rms = 0;
+  for (uint64_t i = 0; i < count; ++i) rms += std::pow(dev::loadAsFloat(b.data(), i, t.dev), 2);
+  rms = std::sqrt(rms / std::max<uint64_t>(count, 1));
+  int64_t n = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const double x = dev::loadAsFloat(a.data(), i, t.dev), y = dev::loadAsFloat(b.data(), i, t.dev);
+    n += !(std::fabs(x - y) <= 2 * rounding(t) * (std::fabs(y) + rms));
+  }
+  return n;
+}
+
+}  // namespace
+
+std::vector<GemmRow> runGemm(Context& c, const Options& o) {
+  const Type t = typeOf(o.dtype);
+  if (t.bytes != 2) die("--dtype: the GEMM takes bf16 or half");
+  const cudaDataType_t ct = t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+  cublasHandle_t blas;
+  cublasOk(cublasCreate(&blas), "cublasCreate");
+  cublasOk(cublasSetStream(blas, c.stream), "cublasSetStream");
+  void* workspace = nullptr;
+  constexpr size_t kWorkspace = 32 << 20;
+  cuda(cudaMalloc(&workspace, kWorkspace), "cuBLAS workspace");
+  cublasOk(cublasSetWorkspace(blas, workspace, kWorkspace), "cublasSetWorkspace");
+  std::vector<GemmRow> rows;
+  for (const GemmShape& s : o.gemmShapes) {
+    GemmRow r{s.tokens, s.k, s.h};
+    const int n = c.nranks, me = c.rank;
+    const std::vector<int64_t> send = splitOf(me, n, s.tokens);
+    std::vector<int64_t> from(n), self(n, 0);
+    int64_t capacity = 0, received = 0;
+    for (int src = 0; src < n; ++src) {
+      int64_t total = 0;
+      for (int d = 0; d < n; ++d) total += splitOf(src, n, s.tokens)[d];  // == tokens
+      from[src] = splitOf(src, n, s.tokens)[me];
+      received += from[src];
+      int64_t into = 0;
+      for (int i = 0; i < n; ++i) into += splitOf(i, n, s.tokens)[src];
+      capacity = std::max({capacity, into, total});
+    }
+    self[me] = s.tokens;
+    if (static_cast<uint64_t>(capacity * s.h * t.bytes) > o.maxBytes) die("gemm_alltoall: -e is too small for recv");
+    void *a, *w, *out, *baseRecv;
+    int64_t *sendDev, *selfDev;
+    cuda(cudaMalloc(&a, s.tokens * s.k * t.bytes), "cudaMalloc a");
+    cuda(cudaMalloc(&w, s.k * s.h * t.bytes), "cudaMalloc w");
+    cuda(cudaMalloc(&out, s.tokens * s.h * t.bytes), "cudaMalloc out");
+    cuda(cudaMalloc(&baseRecv, capacity * s.h * t.bytes), "cudaMalloc baseline recv");
+    cuda(cudaMalloc(&sendDev, n * sizeof(int64_t)), "cudaMalloc send_counts");
+    cuda(cudaMalloc(&selfDev, n * sizeof(int64_t)), "cudaMalloc send_counts");
+    cuda(cudaMemcpy(sendDev, send.data(), n * sizeof(int64_t), cudaMemcpyHostToDevice), "copy send_counts");
+    cuda(cudaMemcpy(selfDev, self.data(), n * sizeof(int64_t), cudaMemcpyHostToDevice), "copy send_counts");
+    const uint64_t seed = 0x6e6d0000 + rows.size();
+    fillKernel<<<1024, 256, 0, c.stream>>>(a, t.dev, seed, me, s.tokens * s.k);
+    fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, seed + 1, me, s.k * s.h);
+    const float one = 1.f, zero = 0.f;
+    auto weftOp = [&](const int64_t* counts) {
+      if (weft_gemm_alltoall(c.weft, a, w, counts, c.weftRecv, capacity, nullptr, s.tokens, s.k, s.h, t.weft,
+                             c.stream) != WEFT_SUCCESS)
+        die(std::string("weft: ") + weft_get_last_error(nullptr));
+    };
+    // Row-major out[tokens, h] = a[tokens, k] . w[k, h] is, column-major, OUT(h x tokens) = W A.
+    auto gemm = [&] {
+      cublasOk(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, s.h, s.tokens, s.k, &one, w, ct, s.h, a, ct, s.k, &zero,
+                            out, ct, s.h, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+    };
+    auto allToAll = [&] {
+      const size_t row = s.h * t.bytes;
+      int64_t sendAt = 0, recvAt = 0;
+      if (ncclGroupStart() != ncclSuccess) die("ncclGroupStart");
+      for (int p = 0; p < n; ++p) {
+        if (send[p] && ncclSend(static_cast<uint8_t*>(out) + sendAt * row, send[p] * s.h, t.nccl, p, c.nccl,
+                                c.stream) != ncclSuccess)
+          die("ncclSend");
+        if (from[p] && ncclRecv(static_cast<uint8_t*>(baseRecv) + recvAt * row, from[p] * s.h, t.nccl, p, c.nccl,
+                                c.stream) != ncclSuccess)
+          die("ncclRecv");
+        sendAt += send[p];
+        recvAt += from[p];
+      }
+      if (ncclGroupEnd() != ncclSuccess) die("ncclGroupEnd");
+    };
+    auto baseline = [&] {
+      gemm();
+      allToAll();
+    };
+    if (o.check) {
+      weftOp(sendDev);
+      baseline();
+      cuda(cudaStreamSynchronize(c.stream), "sync");
+      r.diff = differing(t, c.weftRecv, baseRecv, received * s.h);
+    }
+    r.fusedUs = medianUs(
+        c, o, [&] { weftOp(sendDev); }, &r.hostUs);
+    r.baseUs = medianUs(c, o, baseline);
+    r.gemmUs = medianUs(c, o, gemm);
+    r.weftGemmUs = medianUs(c, o, [&] { weftOp(selfDev); });
+    r.allToAllUs = medianUs(c, o, allToAll);
+    r.flops = 2.0 * s.tokens * s.k * s.h;
+    rows.push_back(r);
+    for (void* p : {a, w, out, baseRecv, static_cast<void*>(sendDev), static_cast<void*>(selfDev)}) cudaFree(p);
+  }
+  cublasDestroy(blas);
+  cudaFree(workspace);
+  return rows;
+}
+
+void reportGemm(const Context& c, const Options& o, const std::vector<GemmRow>& rows) {
+  if (c.rank != 0) return;
+  std::printf(
+      "# weft-bench gemm_alltoall, %d ranks, dtype %s, %s; baseline: cuBLAS GEMM + NCCL all-to-all (splits)\n"
+      "# weft_gemm: weft's op with every row kept on its rank (its GEMM alone)\n",
+      c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager");
+  std::printf("%6s %6s %6s %10s %10s %8s %10s %10s %8s %10s %9s %9s %8s %8s\n", "tokens", "k", "h", "fused_us",
+              "base_us", "speedup", "gemm_us", "weftgemm", "w/cublas", "a2a_us", "fused/max", "TFLOP/s", "#diff",
+              "host_us");
+  JsonRows json(c, o, "gemm_alltoall");
+  for (const GemmRow& r : rows) {
+    std::printf("%6lld %6lld %6lld %10.2f %10.2f %8.2f %10.2f %10.2f %8.2f %10.2f %9.2f %9.1f %8lld %8.2f\n",
+                (long long)r.tokens, (long long)r.k, (long long)r.h, r.fusedUs, r.baseUs, r.baseUs / r.fusedUs,
+                r.gemmUs, r.weftGemmUs, r.gemmUs / r.weftGemmUs, r.allToAllUs,
+                r.fusedUs / std::max(r.gemmUs, r.allToAllUs), r.flops / (r.weftGemmUs * 1e6), (long long)r.diff,
+                r.hostUs);
+    json.add([&](std::ostream& j) {
+      j << ", \"tokens\": " << r.tokens << ", \"k\": " << r.k << ", \"h\": " << r.h << ", \"fused_us\": " << r.fusedUs
+        << ", \"baseline_us\": " << r.baseUs << ", \"gemm_us\": " << r.gemmUs << ", \"weft_gemm_us\": " << r.weftGemmUs
+        << ", \"alltoall_us\": " << r.allToAllUs << ", \"differing\": " << r.diff;
+    });
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace weft::bench
