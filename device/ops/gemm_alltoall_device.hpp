@@ -34,6 +34,8 @@ struct GemmArgs {
 
 struct GemmAllToAllOp {
   static constexpr uint32_t kTileM = tile::kM, kTileN = tile::kN;
+  // Group memory: the route, a tile's row pointers, the route's tag (int64 words).
+  static_assert(routeWords(kRouteMaxRanks) + kTileM + 1 <= kCoopFloats / 2, "the route fits the coop's scratch");
 
   // OpDesc fields: send = a, count = h, recv = recv's heap offset, tileElems = column tiles;
   // arg[0] w, [1] send counts, [2] recv counts (0: none), [3] tokens, [4] k, [5] recv capacity,
@@ -132,7 +134,7 @@ struct GemmAllToAllOp {
     const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
     auto* rowPtr = reinterpret_cast<uint8_t**>(r.words + routeWords(v.nranks));
     RouteVerdict verdict;
-    bool routed = false;
+    bool routed = *routeTag(r) == routeTagOf(seq);  // a sound route of this op, read by an earlier tile
     for (uint64_t e = firstExpert(c, g, row0); e < g.experts; ++e) {
       const uint64_t end = expertEnd(g, e);
       const uint64_t lo = e ? static_cast<uint64_t>(expertEnd(g, e - 1)) : 0;
@@ -144,6 +146,8 @@ struct GemmAllToAllOp {
           const Status st = readRoute(c, v, seq, item, r, &verdict);
           if (st != Status::kOk) return st;
           routed = true;
+          c.sync();
+          if (c.leader() && verdict.ok()) *routeTag(r) = routeTagOf(seq);
         }
         if (!verdict.ok()) return Status::kOk;  // nothing moves; the last item fails the op
         for (uint64_t i = eLo - row0 + c.rank(); i < eHi - row0; i += c.size()) {
@@ -160,6 +164,16 @@ struct GemmAllToAllOp {
     return Status::kOk;
   }
 
+  // The group's memory keeps the route between the items a group runs: the word after the row
+  // pointers says which op's route it holds (only sound ones are kept). The tag mixes in a
+  // constant so that what other ops leave in that memory does not pass for one.
+ public:
+  WEFT_HOST_DEVICE static int64_t* routeTag(const RouteView& r) { return r.words + routeWords(r.nranks) + kTileM; }
+  WEFT_HOST_DEVICE static int64_t routeTagOf(const OpSeq& seq) {
+    return static_cast<int64_t>(seq.epoch ^ 0x6a09e667f3bcc908ull);
+  }
+
+ private:
   // Computes the tile (row0, col0) of a @ w where it can be staged (tensor cores); elsewhere
   // storeTile computes each element as it stores it.
   template <class Coop>

@@ -1,5 +1,6 @@
-// One 128 x 128 output tile of a[rows, k] @ w[k, h] on tensor cores (CUDA, sm_80 and later): a
-// block of 8 warps, each 64 x 32 of the tile, mma.sync m16n8k16 with float32 accumulation. The
+// One 128 x 256 output tile of a[rows, k] @ w[k, h] on tensor cores (CUDA, sm_80 and later): a
+// block of 8 warps, each 64 x 64 of the tile, mma.sync m16n8k16 with float32 accumulation (one
+// block per SM: the accumulators take 128 registers per thread). The
 // k loop streams 32-wide slices of a and w through a 4-stage cp.async pipeline in shared memory
 // (16-byte chunks, XOR-swizzled so that every ldmatrix reads 8 different bank groups); rows past
 // `rows` and columns past `h` load as zeros. The tile ends converted to the element type in
@@ -11,9 +12,9 @@
 
 namespace weft::dev::tile {
 
-constexpr int kM = 128, kN = 128, kK = 32, kStages = 4, kThreads = 256;
+constexpr int kM = 128, kN = 256, kK = 32, kStages = 4, kThreads = 256;
 constexpr int kStageBytes = (kM * kK + kK * kN) * 2;  // one slice of a and one of w
-constexpr int kPipeBytes = kStages * kStageBytes;     // 64 KB
+constexpr int kPipeBytes = kStages * kStageBytes;     // 96 KB
 constexpr int kStagedPitch = kN + 8;                  // staged row in elements (pads off bank conflicts)
 static_assert(kM * kStagedPitch * 2 <= kPipeBytes, "the staged tile reuses the pipeline's memory");
 
@@ -32,10 +33,10 @@ __device__ inline void waitAsync() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// a slice: [kM rows][4 chunks]; w slice: [kK rows][16 chunks]. Chunk c of row r is stored at
+// a slice: [kM rows][4 chunks]; w slice: [kK rows][32 chunks]. Chunk c of row r is stored at
 // chunk c ^ f(r), so that the 8 rows one ldmatrix phase reads fall on 8 different bank groups.
 __device__ inline uint32_t aChunk(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
-__device__ inline uint32_t wChunk(int r, int c) { return kM * kK * 2 + r * 256 + ((c ^ (r & 7)) << 4); }
+__device__ inline uint32_t wChunk(int r, int c) { return kM * kK * 2 + r * kN * 2 + ((c ^ (r & 7)) << 4); }
 
 __device__ inline void loadMatrix4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -75,23 +76,46 @@ __device__ inline uint32_t packPair(float lo, float hi) {
   return out;
 }
 
-// Issues the loads of k slice `kt` into stage `s`.
-__device__ inline void loadSlice(uint8_t* smem, int s, int kt, const uint8_t* a, const uint8_t* w, uint64_t rows,
-                                 uint64_t k, uint64_t h, uint64_t row0, uint64_t col0) {
-  const uint32_t base = sharedAddr(smem) + s * kStageBytes;
-  for (int i = threadIdx.x; i < kM * 4; i += kThreads) {
-    const int r = i >> 2, c = i & 3;
-    const uint64_t row = row0 + r, kk = static_cast<uint64_t>(kt) * kK + c * 8;
-    const bool ok = row < rows && kk < k;
-    copyAsync16(base + aChunk(r, c), ok ? a + (row * k + kk) * 2 : a, ok);
+// Where one thread's 16-byte chunks of every k slice come from (2 of a's, 4 of w's) and go to,
+// worked out once per tile.
+struct SliceLoader {
+  static constexpr int kA = kM * 4 / kThreads, kW = kK * (kN / 8) / kThreads, kWRows = kThreads / (kN / 8);
+  const uint8_t* a[kA];
+  const uint8_t* w[kW];
+  bool aRow[kA], wCol[kW];
+  uint32_t aDst[kA], wDst[kW];
+  int aK, wK;  // this thread's first k of a slice: its a chunk's, its first w row's
+  uint64_t k, wStride;
+
+  __device__ SliceLoader(const uint8_t* aBase, const uint8_t* wBase, uint64_t rows, uint64_t kk, uint64_t h,
+                         uint64_t row0, uint64_t col0)
+      : k(kk), wStride(uint64_t{kK} * h * 2) {
+    const int t = threadIdx.x;
+    aK = (t & 3) * 8;
+    for (int u = 0; u < kA; ++u) {
+      const int r = (t >> 2) + u * (kThreads / 4);
+      aRow[u] = row0 + r < rows;
+      a[u] = aBase + ((aRow[u] ? row0 + r : 0) * k + aK) * 2;
+      aDst[u] = aChunk(r, t & 3);
+    }
+    wK = t / (kN / 8);
+    const int c = t % (kN / 8);
+    for (int u = 0; u < kW; ++u) {
+      const int r = wK + u * kWRows;
+      wCol[u] = col0 + c * 8 < h;
+      w[u] = wBase + (static_cast<uint64_t>(r) * h + (wCol[u] ? col0 + c * 8 : 0)) * 2;
+      wDst[u] = wChunk(r, c);
+    }
   }
-  for (int i = threadIdx.x; i < kK * 16; i += kThreads) {
-    const int r = i >> 4, c = i & 15;
-    const uint64_t kk = static_cast<uint64_t>(kt) * kK + r, col = col0 + c * 8;
-    const bool ok = kk < k && col < h;
-    copyAsync16(base + wChunk(r, c), ok ? w + (kk * h + col) * 2 : w, ok);
+  // Issues the loads of k slice `kt` into the stage at shared address `stage`.
+  __device__ void load(uint32_t stage, int kt) const {
+    const uint64_t kk = static_cast<uint64_t>(kt) * kK;
+#pragma unroll
+    for (int u = 0; u < kA; ++u) copyAsync16(stage + aDst[u], a[u] + kk * 2, aRow[u] && kk + aK < k);
+#pragma unroll
+    for (int u = 0; u < kW; ++u) copyAsync16(stage + wDst[u], w[u] + kt * wStride, wCol[u] && kk + wK + u * kWRows < k);
   }
-}
+};
 
 // The tile at (row0, col0) of a[rows, k] @ w[k, h], staged in `smem` (kPipeBytes, 16-byte
 // aligned) as [kM][kStagedPitch] elements of T. Every thread of the block (kThreads) calls it.
@@ -99,33 +123,34 @@ template <DType T>
 __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint64_t rows, uint64_t k, uint64_t h,
                         uint64_t row0, uint64_t col0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 32 of the tile
-  float acc[4][4][4] = {};
+  const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 64 of the tile
+  float acc[4][8][4] = {};
   const int slices = static_cast<int>((k + kK - 1) / kK);
+  const SliceLoader loader(a, w, rows, k, h, row0, col0);
+  const uint32_t pipe = sharedAddr(smem);
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < slices) loadSlice(smem, s, s, a, w, rows, k, h, row0, col0);
+    if (s < slices) loader.load(pipe + s * kStageBytes, s);
     commitAsync();
   }
   for (int kt = 0; kt < slices; ++kt) {
     waitAsync<kStages - 2>();
     __syncthreads();  // slice kt is in, and every warp is done with the stage the next load refills
-    if (kt + kStages - 1 < slices)
-      loadSlice(smem, (kt + kStages - 1) % kStages, kt + kStages - 1, a, w, rows, k, h, row0, col0);
+    if (kt + kStages - 1 < slices) loader.load(pipe + ((kt + kStages - 1) % kStages) * kStageBytes, kt + kStages - 1);
     commitAsync();
-    const uint32_t base = sharedAddr(smem) + (kt % kStages) * kStageBytes;
+    const uint32_t base = pipe + (kt % kStages) * kStageBytes;
 #pragma unroll
     for (int ks = 0; ks < kK / 16; ++ks) {
-      uint32_t af[4][4], bf[2][4];
+      uint32_t af[4][4], bf[4][4];
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi)
         loadMatrix4(base + aChunk(wm * 64 + mi * 16 + (lane & 15), ks * 2 + (lane >> 4)), af[mi]);
 #pragma unroll
-      for (int nj = 0; nj < 2; ++nj)
-        loadMatrix4Trans(base + wChunk(ks * 16 + (lane & 15), wn * 4 + nj * 2 + (lane >> 4)), bf[nj]);
+      for (int nj = 0; nj < 4; ++nj)
+        loadMatrix4Trans(base + wChunk(ks * 16 + (lane & 15), wn * 8 + nj * 2 + (lane >> 4)), bf[nj]);
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < 8; ++ni)
           mma16816<T>(acc[mi][ni], af[mi], bf[ni >> 1][(ni & 1) * 2], bf[ni >> 1][(ni & 1) * 2 + 1]);
     }
   }
@@ -136,8 +161,8 @@ __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint6
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      const int row = wm * 64 + mi * 16 + g, col = wn * 32 + ni * 8 + 2 * t;
+    for (int ni = 0; ni < 8; ++ni) {
+      const int row = wm * 64 + mi * 16 + g, col = wn * 64 + ni * 8 + 2 * t;
       staged[(row * kStagedPitch + col) / 2] = packPair<T>(acc[mi][ni][0], acc[mi][ni][1]);
       staged[((row + 8) * kStagedPitch + col) / 2] = packPair<T>(acc[mi][ni][2], acc[mi][ni][3]);
     }
