@@ -14,8 +14,10 @@ if(WEFT_SANITIZE)
 endif()
 
 if(WEFT_GPU STREQUAL "cuda")
+  # sm_90a: Hopper's arch-specific features (wgmma, the GEMM's tensor-core path). Other
+  # architectures build too (-DCMAKE_CUDA_ARCHITECTURES=80 ...), with mma.sync for the GEMM.
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 90)
+    set(CMAKE_CUDA_ARCHITECTURES 90a)
   endif()
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 17)

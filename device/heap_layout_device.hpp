@@ -19,8 +19,8 @@ enum class PeerSignal : int {
   kEmbedReadyFrom = 3,  // embedding All-to-All: the peer's output is ready for epoch e
   kEmbedDone = 4,       // embedding All-to-All: 2e once the peer stored all its vectors of epoch e
                         // (everywhere), 2e + 1 if it also found an index out of range
-  kGemmSent = 5,        // GEMM + All-to-All, this rank's own: (epoch << 32) | rows x column tiles
-                        // it has stored into the peer (indexed by the destination)
+  kGemmSent = 5,        // GEMM + All-to-All, this rank's own: rows x column tiles it has stored
+                        // into the peer in the running op (by destination; zero between ops)
   kGemmDone = 6,        // GEMM + All-to-All: e once the peer stored all its rows of epoch e here
 };
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs the packages, then
-#   1. builds everything for CUDA (sm_90, when nvcc is present; GPU tests report as skipped without
+#   1. builds everything for CUDA (sm_90a, when nvcc is present; GPU tests report as skipped without
 #      a GPU) and compiles everything for HIP (gfx90a, hipcc),
 #   2. builds the CPU backend under ThreadSanitizer and AddressSanitizer and runs the unit and CPU
 #      tests under each,
@@ -13,8 +13,8 @@ configure() { cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${@
 
 nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
 if [ -n "$nvcc" ]; then
-  echo "== CUDA build (sm_90) with $nvcc"
-  configure build-cuda -DWEFT_GPU=cuda -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90
+  echo "== CUDA build (sm_90a) with $nvcc"
+  configure build-cuda -DWEFT_GPU=cuda -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90a
   cmake --build build-cuda
   ctest --test-dir build-cuda -L 'unit|gpu' --output-on-failure -j "$jobs"   # GPU tests: skipped here
 else

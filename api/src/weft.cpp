@@ -301,8 +301,8 @@ weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const 
     if (num_experts < 1)
       throw Error(Code::kInvalidArgument, "num_experts: " + std::to_string(num_experts) + " is not at least 1");
     const uint64_t experts = api::requireCount(num_experts, "num_experts", es, std::max<uint64_t>(depth * cols, 1));
-    // The per-destination progress word counts rows x column tiles in 32 bits.
-    if (rows * weft::dev::GemmAllToAllOp::colTiles(cols) > 0xffffffffull)
+    // Work items are counted in 32 bits.
+    if (weft::dev::GemmAllToAllOp::numItems(rows, cols) > 0xffffffffull)
       throw Error(Code::kInvalidArgument, "tokens: " + std::to_string(tokens) + " rows of " + std::to_string(h) +
                                               " columns are more than one op can count; split the call");
     api::requirePtr(send_counts, "send_counts");

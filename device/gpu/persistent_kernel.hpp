@@ -16,7 +16,7 @@ __global__ void gemmKernel(CommView view, OpDesc desc);
 // Dynamic shared memory of gemmKernel: the coop's scratch, then (CUDA) the tile pipeline.
 constexpr int gemmSharedBytes() {
 #if defined(WEFT_BACKEND_CUDA)
-  return kCoopFloats * 4 + tile::kPipeBytes;
+  return kCoopFloats * 4 + tile::kPipeAlign + tile::kPipeBytes;
 #else
   return kCoopFloats * 4;
 #endif

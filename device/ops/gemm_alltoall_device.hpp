@@ -9,8 +9,8 @@
 // compute one 128 x 128 output tile (tensor cores on CUDA, gemm_tile_device.hpp) and only then
 // read the route, whose rows have long arrived by then: so no tile waits before its compute. The
 // tile's rows leave as 16-byte stores into the ranks that own them. Per destination, this rank
-// counts the rows x column tiles it has stored (an epoch-tagged word); the tile that completes a
-// destination tells it so (kGemmDone = epoch). The last item fails the op if the route is unsound
+// counts the rows x column tiles it has stored (a word the op's last item zeroes again); the tile
+// that completes a destination tells it so (kGemmDone = epoch). The last item fails the op if the route is unsound
 // (the same verdict on every rank, and nothing was stored anywhere), or else fills recv_counts,
 // tells the destinations it sends nothing that it is done, and waits for every source's word.
 #pragma once
@@ -180,7 +180,7 @@ struct GemmAllToAllOp {
   WEFT_HOST_DEVICE static void computeTile(const Coop& c, DType dt, const GemmArgs& g, const uint8_t* w, uint64_t row0,
                                            uint64_t col0) {
 #if defined(WEFT_HAVE_MMA_TILE)
-    uint8_t* smem = reinterpret_cast<uint8_t*>(c.floats() + kCoopFloats);
+    uint8_t* smem = tile::pipelineAt(c.floats() + kCoopFloats);
     if (dt == DType::kBFloat16)
       tile::mmaTile<DType::kBFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
     else
@@ -197,7 +197,7 @@ struct GemmAllToAllOp {
                                          uint64_t col0, uint64_t col1) {
 #if defined(WEFT_HAVE_MMA_TILE)
     (void)w, (void)dt;
-    const uint8_t* staged = reinterpret_cast<const uint8_t*>(c.floats() + kCoopFloats);
+    const uint8_t* staged = tile::pipelineAt(c.floats() + kCoopFloats);
     const uint64_t chunks = (col1 - col0) / 8;  // h is a multiple of 8 elements
     for (uint64_t i = c.rank(); i < (eHi - eLo) * chunks; i += c.size()) {
       const uint64_t r = eLo - row0 + i / chunks, ch = i % chunks;
@@ -224,18 +224,16 @@ struct GemmAllToAllOp {
     c.sync();
     if (!c.leader()) return;
     gpu::crossProcessRelease();
-    const uint64_t tag = (seq.epoch & 0xffffffffu) << 32;
     for (int dest = r.destOf(static_cast<int64_t>(eLo)); dest < v.nranks; ++dest) {
       const uint64_t lo = maxU64(eLo, static_cast<uint64_t>(r.start()[dest]));
       const uint64_t hi = minU64(eHi, static_cast<uint64_t>(r.start()[dest + 1]));
       if (lo >= eHi) break;
       if (lo >= hi) continue;
       uint64_t* sent = v.signal(v.rank, v.layout.peerSignalOffset(PeerSignal::kGemmSent, dest));
-      uint64_t cur = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(sent), next;
-      do {
-        next = ((cur & ~0xffffffffull) == tag ? cur : tag) + (hi - lo);
-      } while (!gpu::atomicCas<gpu::Order::kAcqRel, gpu::Scope::kDevice>(sent, cur, next));
-      if ((next & 0xffffffffu) == static_cast<uint64_t>(r.mine()[dest]) * cols)
+      // One add, never a compare-and-swap loop: every block finishes its tiles at about the same
+      // time, and a CAS loop over a shared word then serialises a whole wave of them.
+      const uint64_t before = gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(sent, hi - lo);
+      if (before + (hi - lo) == static_cast<uint64_t>(r.mine()[dest]) * cols)
         releaseStore(v.signal(dest, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank)), seq.epoch);
     }
   }
@@ -260,7 +258,17 @@ struct GemmAllToAllOp {
       if (r.mine()[j] == 0 || d.tileElems == 0)
         releaseStore(v.signal(j, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank)), seq.epoch);
     }
-    return waitEveryPeer(c, v, PeerSignal::kGemmDone, seq.epoch, seq.op, item, WaitWhat::kArrival, /*andSelf=*/true);
+    st = waitEveryPeer(c, v, PeerSignal::kGemmDone, seq.epoch, seq.op, item, WaitWhat::kArrival, /*andSelf=*/true);
+    // This rank's per-destination counts start every op at zero: once each is complete (its
+    // tiles are all stored, and none is left to add), clear it.
+    for (int j = c.rank(); j < v.nranks && st == Status::kOk; j += c.size()) {
+      uint64_t* sent = v.signal(v.rank, v.layout.peerSignalOffset(PeerSignal::kGemmSent, j));
+      const uint64_t want = static_cast<uint64_t>(r.mine()[j]) * d.tileElems;
+      if (want == 0) continue;
+      st = pollAtLeast(v, sent, want, WaitSite{seq.op, item, j, WaitWhat::kArrival});
+      gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(sent, uint64_t{0});
+    }
+    return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
   }
 };
 

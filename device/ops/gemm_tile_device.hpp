@@ -9,6 +9,7 @@
 #pragma once
 
 #include "../dtype_device.hpp"
+#include "gemm_wgmma_device.hpp"
 
 namespace weft::dev::tile {
 
@@ -17,6 +18,12 @@ constexpr int kStageBytes = (kM * kK + kK * kN) * 2;  // one slice of a and one 
 constexpr int kPipeBytes = kStages * kStageBytes;     // 96 KB
 constexpr int kStagedPitch = kN + 8;                  // staged row in elements (pads off bank conflicts)
 static_assert(kM * kStagedPitch * 2 <= kPipeBytes, "the staged tile reuses the pipeline's memory");
+constexpr int kPipeAlign = 1024;  // wgmma's 128-byte swizzle repeats every 1024 bytes
+
+// The pipeline's memory in a group memory area that starts at `p`: aligned for the swizzles.
+WEFT_HOST_DEVICE uint8_t* pipelineAt(void* p) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kPipeAlign - 1) & ~uintptr_t{kPipeAlign - 1});
+}
 
 #if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA) && __CUDA_ARCH__ >= 800
 #define WEFT_HAVE_MMA_TILE 1
@@ -33,10 +40,19 @@ __device__ inline void waitAsync() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// a slice: [kM rows][4 chunks]; w slice: [kK rows][32 chunks]. Chunk c of row r is stored at
-// chunk c ^ f(r), so that the 8 rows one ldmatrix phase reads fall on 8 different bank groups.
+// a slice: [kM rows][4 chunks], chunk c of row r at c ^ ((r >> 1) & 3): the 8 rows one ldmatrix
+// phase reads fall on 8 different bank groups, and it is wgmma's K-major 64-byte swizzle.
 __device__ inline uint32_t aChunk(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
+#if defined(WEFT_HAVE_WGMMA_TILE)
+// w slice for wgmma: N-major with the 128-byte swizzle, 64-column blocks of [kK rows][8 chunks].
+constexpr uint32_t kWBlockBytes = kK * 128;
+__device__ inline uint32_t wChunk(int r, int c) {
+  return kM * kK * 2 + (c >> 3) * kWBlockBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+}
+#else
+// w slice for ldmatrix: [kK rows][32 chunks], chunk c of row r at c ^ (r % 8).
 __device__ inline uint32_t wChunk(int r, int c) { return kM * kK * 2 + r * kN * 2 + ((c ^ (r & 7)) << 4); }
+#endif
 
 __device__ inline void loadMatrix4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -123,21 +139,47 @@ template <DType T>
 __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint64_t rows, uint64_t k, uint64_t h,
                         uint64_t row0, uint64_t col0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#if defined(WEFT_HAVE_WGMMA_TILE)
+  const int wg = warp >> 2;  // the warpgroup's 64 rows of the tile
+  float d[128] = {};
+#else
   const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 64 of the tile
   float acc[4][8][4] = {};
+#endif
   const int slices = static_cast<int>((k + kK - 1) / kK);
   const SliceLoader loader(a, w, rows, k, h, row0, col0);
   const uint32_t pipe = sharedAddr(smem);
-  for (int s = 0; s < kStages - 1; ++s) {
+  // Slices loaded ahead. wgmma keeps one slice's multiply in flight while the next is issued, so
+  // a stage is refilled only two slices after its multiply was issued.
+#if defined(WEFT_HAVE_WGMMA_TILE)
+  constexpr int kAhead = kStages - 2;
+#else
+  constexpr int kAhead = kStages - 1;
+#endif
+  for (int s = 0; s < kAhead; ++s) {
     if (s < slices) loader.load(pipe + s * kStageBytes, s);
     commitAsync();
   }
   for (int kt = 0; kt < slices; ++kt) {
-    waitAsync<kStages - 2>();
-    __syncthreads();  // slice kt is in, and every warp is done with the stage the next load refills
-    if (kt + kStages - 1 < slices) loader.load(pipe + ((kt + kStages - 1) % kStages) * kStageBytes, kt + kStages - 1);
+    waitAsync<kAhead - 1>();
+#if defined(WEFT_HAVE_WGMMA_TILE)
+    fenceAsyncShared();
+#endif
+    // Slice kt is in, and every warp is done with the stage the next load refills (ldmatrix:
+    // read in the previous slice; wgmma: waited for at the end of the previous slice).
+    __syncthreads();
+    if (kt + kAhead < slices) loader.load(pipe + ((kt + kAhead) % kStages) * kStageBytes, kt + kAhead);
     commitAsync();
     const uint32_t base = pipe + (kt % kStages) * kStageBytes;
+#if defined(WEFT_HAVE_WGMMA_TILE)
+    wgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < kK / 16; ++ks)
+      wgmma256<T>(d, matrixDesc(base + wg * 64 * 64 + ks * 32, 16, 8 * 64, 2),
+                  matrixDesc(base + kM * kK * 2 + ks * 16 * 128, kWBlockBytes, 8 * 128, 1));
+    wgmmaCommit();
+    wgmmaWait<1>();  // the previous slice's multiply is done; this one's runs on
+#else
 #pragma unroll
     for (int ks = 0; ks < kK / 16; ++ks) {
       uint32_t af[4][4], bf[4][4];
@@ -153,11 +195,23 @@ __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint6
         for (int ni = 0; ni < 8; ++ni)
           mma16816<T>(acc[mi][ni], af[mi], bf[ni >> 1][(ni & 1) * 2], bf[ni >> 1][(ni & 1) * 2 + 1]);
     }
+#endif
   }
   waitAsync<0>();
+#if defined(WEFT_HAVE_WGMMA_TILE)
+  wgmmaWait<0>();
+#endif
   __syncthreads();  // the pipeline's memory becomes the staged tile
   auto* staged = reinterpret_cast<uint32_t*>(smem);
   const int g = lane >> 2, t = lane & 3;
+#if defined(WEFT_HAVE_WGMMA_TILE)
+  const int row = wg * 64 + (warp & 3) * 16 + g;
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    staged[(row * kStagedPitch + j * 8 + 2 * t) / 2] = packPair<T>(d[4 * j], d[4 * j + 1]);
+    staged[((row + 8) * kStagedPitch + j * 8 + 2 * t) / 2] = packPair<T>(d[4 * j + 2], d[4 * j + 3]);
+  }
+#else
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
@@ -166,6 +220,7 @@ __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint6
       staged[(row * kStagedPitch + col) / 2] = packPair<T>(acc[mi][ni][0], acc[mi][ni][1]);
       staged[((row + 8) * kStagedPitch + col) / 2] = packPair<T>(acc[mi][ni][2], acc[mi][ni][3]);
     }
+#endif
   __syncthreads();
 }
 
