@@ -129,7 +129,12 @@ struct GemmAllToAllOp {
     const DType dt = static_cast<DType>(d.dtype);
     const uint64_t es = dtypeSize(dt), cols = d.tileElems;
     const uint64_t t = item - 1;
-    const uint64_t row0 = (t / cols) * kTileM, col0 = (t % cols) * kTileN;
+    // Rank r starts at the row tiles an even split would send to rank r + 1, and so on around:
+    // the ranks' tiles at any moment go to different ranks instead of all to rank 0 first (any
+    // order is correct; this one only spreads the traffic).
+    const uint64_t rowTiles = ceilDiv(g.tokens, kTileM);
+    const uint64_t shift = rowTiles * static_cast<uint64_t>(v.rank + 1) / static_cast<uint64_t>(v.nranks);
+    const uint64_t row0 = ((t / cols + shift) % rowTiles) * kTileM, col0 = (t % cols) * kTileN;
     const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + kTileN);
     const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
     auto* rowPtr = reinterpret_cast<uint8_t**>(r.words + routeWords(v.nranks));
