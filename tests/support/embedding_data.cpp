@@ -11,17 +11,6 @@ namespace weft::test {
 
 namespace {
 
-// A deterministic draw in [0, n) for (seed, rank, what, i).
-uint64_t draw(uint64_t seed, int rank, uint64_t what, uint64_t i, uint64_t n) {
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(rank) << 48) ^ (what << 40) ^ i;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return n ? x % n : 0;
-}
-
 double rounded(const EmbeddingCase& c, int rank, uint64_t i) { return roundedInput(c.dtype, c.seed, rank, i); }
 
 }  // namespace
@@ -36,7 +25,7 @@ EmbeddingInputs embeddingInputs(const EmbeddingCase& c, int rank) {
   EmbeddingInputs in;
   in.tableOffsets.push_back(0);
   for (int64_t t = 0; t < c.tables(rank); ++t)
-    in.tableOffsets.push_back(in.tableOffsets.back() + 1 + static_cast<int64_t>(draw(c.seed, rank, 1, t, 50)));
+    in.tableOffsets.push_back(in.tableOffsets.back() + 1 + static_cast<int64_t>(testDraw(c.seed, rank, 1, t, 50)));
   const int64_t rows = in.tableOffsets.back();
   in.weights.resize(rows * c.dim * dtypeBytes(c.dtype));
   fillInput(in.weights.data(), c.dtype, c.seed, rank, 0, rows * c.dim);
@@ -45,9 +34,9 @@ EmbeddingInputs embeddingInputs(const EmbeddingCase& c, int rank) {
     const int64_t tableRows = in.tableOffsets[t + 1] - in.tableOffsets[t];
     for (int64_t s = 0; s < c.globalBatch(); ++s) {
       const uint64_t bag = t * c.globalBatch() + s;
-      const uint64_t size = draw(c.seed, rank, 2, bag, 7);  // 0..6: empty bags included
+      const uint64_t size = testDraw(c.seed, rank, 2, bag, 7);  // 0..6: empty bags included
       for (uint64_t j = 0; j < size; ++j) {
-        in.indices.push_back(static_cast<int64_t>(draw(c.seed, rank, 3, in.indices.size(), tableRows)));
+        in.indices.push_back(static_cast<int64_t>(testDraw(c.seed, rank, 3, in.indices.size(), tableRows)));
         if (c.sampleWeights) in.sampleWeights.push_back(dev::testValue(c.seed + 7, rank, in.indices.size()));
       }
       in.offsets.push_back(static_cast<int64_t>(in.indices.size()));

@@ -11,22 +11,12 @@ namespace weft::test {
 
 namespace {
 
-uint64_t draw(uint64_t seed, int rank, uint64_t what, uint64_t i, uint64_t n) {
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(rank) << 48) ^ (what << 40) ^ i;
-  x ^= x >> 31;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 29;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 32;
-  return n ? x % n : 0;
-}
-
 // Cuts `total` into `parts` random pieces, about a third of them empty.
 std::vector<int64_t> split(uint64_t seed, int rank, uint64_t what, int64_t total, int64_t parts) {
   std::vector<uint64_t> weight(parts);
   uint64_t sum = 0;
   for (int64_t p = 0; p < parts; ++p)
-    sum += weight[p] = draw(seed, rank, what, p, 3) == 0 ? 0 : 1 + draw(seed, rank, what + 1, p, 9);
+    sum += weight[p] = testDraw(seed, rank, what, p, 3) == 0 ? 0 : 1 + testDraw(seed, rank, what + 1, p, 9);
   std::vector<int64_t> out(parts, 0);
   if (sum == 0) weight[parts - 1] = sum = 1;
   int64_t given = 0;
@@ -47,7 +37,7 @@ uint64_t weightSeed(uint64_t seed) { return seed + 0x5eed; }
 }  // namespace
 
 int64_t GemmCase::tokens(int rank) const {
-  return rank == 0 ? maxTokens : static_cast<int64_t>(draw(seed, rank, 1, 0, static_cast<uint64_t>(maxTokens) + 1));
+  return rank == 0 ? maxTokens : static_cast<int64_t>(testDraw(seed, rank, 1, 0, static_cast<uint64_t>(maxTokens) + 1));
 }
 
 std::vector<int64_t> GemmCase::sendCounts(int rank) const { return split(seed, rank, 2, tokens(rank), nranks); }

@@ -16,6 +16,16 @@ dev::DType devType(weft_dtype_t dt) { return static_cast<dev::DType>(dt); }
 
 }  // namespace
 
+uint64_t testDraw(uint64_t seed, int rank, uint64_t what, uint64_t i, uint64_t n) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(rank) << 48) ^ (what << 40) ^ i;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return n ? x % n : 0;
+}
+
 double roundingOf(weft_dtype_t dt) {
   return dt == WEFT_FLOAT32 ? std::ldexp(1.0, -24) : dt == WEFT_FLOAT16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
 }

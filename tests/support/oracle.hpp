@@ -20,6 +20,9 @@ size_t dtypeBytes(weft_dtype_t dt);
 double roundingOf(weft_dtype_t dt);
 const char* dtypeName(weft_dtype_t dt);
 
+// A deterministic draw in [0, n) for (seed, rank, what, i): sizes, splits and indices of test data.
+uint64_t testDraw(uint64_t seed, int rank, uint64_t what, uint64_t i, uint64_t n);
+
 // Element i of rank r's input, rounded to dt, as the op sees it.
 double roundedInput(weft_dtype_t dt, uint64_t seed, int rank, uint64_t i);
 // Writes count elements of rank r's input (starting at element `first`) into buf.

@@ -3,20 +3,14 @@
 // its rank) and the all-to-all alone, so that max(compute, comm) can be read off. Every rank has
 // `tokens` rows, split unevenly (0.75x to 1.25x of an even share) over the destinations. The
 // baseline is given the splits on the host for free; weft reads them from device memory.
-#include <cublas_v2.h>
-
 #include <cmath>
 #include <cstdio>
 
-#include "common.cuh"
+#include "blas.cuh"
 
 namespace weft::bench {
 
 namespace {
-
-void cublasOk(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) die(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
-}
 
 // Rows rank `src` sends to each rank: shares of 3..5 (out of 4 on average), cut to sum to `tokens`.
 std::vector<int64_t> splitOf(int src, int nranks, int64_t tokens) {
@@ -50,13 +44,7 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
   if (t.bytes != 2) die("--dtype: the GEMM takes bf16 or half");
   const cudaDataType_t ct = t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
-  cublasHandle_t blas;
-  cublasOk(cublasCreate(&blas), "cublasCreate");
-  cublasOk(cublasSetStream(blas, c.stream), "cublasSetStream");
-  void* workspace = nullptr;
-  constexpr size_t kWorkspace = 32 << 20;
-  cuda(cudaMalloc(&workspace, kWorkspace), "cuBLAS workspace");
-  cublasOk(cublasSetWorkspace(blas, workspace, kWorkspace), "cublasSetWorkspace");
+  const Blas blas(c.stream);
   std::vector<GemmRow> rows;
   for (const GemmShape& s : o.gemmShapes) {
     GemmRow r{s.tokens, s.k, s.h};
@@ -96,8 +84,8 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
     };
     // Row-major out[tokens, h] = a[tokens, k] . w[k, h] is, column-major, OUT(h x tokens) = W A.
     auto gemm = [&] {
-      cublasOk(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, s.h, s.tokens, s.k, &one, w, ct, s.h, a, ct, s.k, &zero,
-                            out, ct, s.h, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      cublasOk(cublasGemmEx(blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, s.h, s.tokens, s.k, &one, w, ct, s.h, a, ct, s.k,
+                            &zero, out, ct, s.h, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
     };
     auto allToAll = [&] {
@@ -136,8 +124,6 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
     rows.push_back(r);
     for (void* p : {a, w, out, baseRecv, static_cast<void*>(sendDev), static_cast<void*>(selfDev)}) cudaFree(p);
   }
-  cublasDestroy(blas);
-  cudaFree(workspace);
   return rows;
 }
 

@@ -1,20 +1,14 @@
 // weft-bench gemv_allreduce: the fused op against cuBLAS GEMV + NCCL AllReduce in the same run, on
 // the same stream, plus the GEMV alone and the AllReduce alone, so that max(compute, comm) can be
 // read off. Each shape is n rows of w with k columns split over the ranks (k_local = k / nranks).
-#include <cublas_v2.h>
-
 #include <cmath>
 #include <cstdio>
 
-#include "common.cuh"
+#include "blas.cuh"
 
 namespace weft::bench {
 
 namespace {
-
-void cublasOk(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) die(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
-}
 
 // Elements of weft's y that differ from the baseline's by more than the baseline's own rounding
 // allows (it rounds every rank's partial to the dtype, then sums in the dtype).
@@ -39,14 +33,7 @@ int64_t differing(const Type& t, int nranks, const void* weftY, const void* base
 std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
   const cudaDataType_t ct = t.bytes == 4 ? CUDA_R_32F : t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
-  cublasHandle_t blas;
-  cublasOk(cublasCreate(&blas), "cublasCreate");
-  cublasOk(cublasSetStream(blas, c.stream), "cublasSetStream");
-  // A workspace of its own, so that cuBLAS allocates nothing while a graph is being captured.
-  void* workspace = nullptr;
-  constexpr size_t kWorkspace = 32 << 20;
-  cuda(cudaMalloc(&workspace, kWorkspace), "cuBLAS workspace");
-  cublasOk(cublasSetWorkspace(blas, workspace, kWorkspace), "cublasSetWorkspace");
+  const Blas blas(c.stream);
   std::vector<GemvRow> rows;
   for (int64_t k : o.gemvK)
     for (int64_t batch : o.gemvBatch) {
@@ -68,8 +55,8 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       };
       // Row-major y[batch, n] = x[batch, kl] . w[n, kl]^T is, column-major, Y(n x batch) = W^T X.
       auto gemv = [&] {
-        cublasOk(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n, batch, kl, &one, w, ct, kl, x, ct, kl, &zero, baseY,
-                              ct, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        cublasOk(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, n, batch, kl, &one, w, ct, kl, x, ct, kl, &zero,
+                              baseY, ct, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
       };
       auto allReduce = [&] {
@@ -96,8 +83,6 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       cudaFree(w);
       cudaFree(baseY);
     }
-  cublasDestroy(blas);
-  cudaFree(workspace);
   return rows;
 }
 
