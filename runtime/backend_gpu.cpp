@@ -89,7 +89,8 @@ struct Engine::Impl {
   dev::CommView view;              // with device addresses
   bool persistent = false;
   void* stream = nullptr;  // persistent: the engine's own stream
-  void* lastOp = nullptr;  // launched: event after the latest op, to order ops across streams
+  void* lastOp = nullptr;  // event after the latest op kernel on a caller's stream (launched ops, or a
+                           // persistent engine's GEMM op), to order ops across streams
   void* lastStream = nullptr;
   void* controlStream = nullptr;  // for setting control words, behind nobody's work
   int device = 0;
@@ -216,6 +217,8 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.view.slots = e.onDevice(queue.slots());
   e.view.alive = e.onDevice(queue.alive());
   require(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
+  require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, &e.gemmBlocks), "sizing the GEMM kernel's grid");
+  require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
   if (e.persistent) {
     require(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
     Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
@@ -225,8 +228,6 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, &e.gatherBlocks),
             "sizing the embedding kernel's grid");
   }
-  require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, &e.gemmBlocks), "sizing the GEMM kernel's grid");
-  require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
   unregister.armed = false;
 }
 
@@ -307,7 +308,9 @@ std::string Engine::describe() const {
                 " threads, idle exit after " + std::to_string(impl_->view.idleNs / 1000) + " us"
           : "a kernel of up to " + std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) +
                 " threads per op (" + std::to_string(gatherWorkers()) + " for an embedding op), on the caller's stream";
-  return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how;
+  const std::string gemm =
+      ", a GEMM + All-to-All as its own kernel of " + std::to_string(impl_->gemmBlocks) + " blocks";
+  return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how + gemm;
 }
 
 std::string deviceSummary() {
