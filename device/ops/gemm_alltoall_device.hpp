@@ -65,6 +65,14 @@ struct GemmAllToAllOp {
     return dataTile(c, v, d, seq, item);
   }
 
+  // The group's memory keeps the route between the items a group runs: the word after the row
+  // pointers says which op's route it holds (only sound ones are kept). The tag mixes in a
+  // constant so that what other ops leave in that memory does not pass for one.
+  WEFT_HOST_DEVICE static int64_t* routeTag(const RouteView& r) { return r.words + routeWords(r.nranks) + kTileM; }
+  WEFT_HOST_DEVICE static int64_t routeTagOf(const OpSeq& seq) {
+    return static_cast<int64_t>(seq.epoch ^ 0x6a09e667f3bcc908ull);
+  }
+
  private:
   // Item 0: this rank's row of the route, to every rank (itself included).
   template <class Coop>
@@ -169,16 +177,6 @@ struct GemmAllToAllOp {
     return Status::kOk;
   }
 
-  // The group's memory keeps the route between the items a group runs: the word after the row
-  // pointers says which op's route it holds (only sound ones are kept). The tag mixes in a
-  // constant so that what other ops leave in that memory does not pass for one.
- public:
-  WEFT_HOST_DEVICE static int64_t* routeTag(const RouteView& r) { return r.words + routeWords(r.nranks) + kTileM; }
-  WEFT_HOST_DEVICE static int64_t routeTagOf(const OpSeq& seq) {
-    return static_cast<int64_t>(seq.epoch ^ 0x6a09e667f3bcc908ull);
-  }
-
- private:
   // Computes the tile (row0, col0) of a @ w where it can be staged (tensor cores); elsewhere
   // storeTile computes each element as it stores it.
   template <class Coop>
