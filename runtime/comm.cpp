@@ -305,18 +305,10 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   dev::OpDesc d{};
   d.kind = static_cast<uint32_t>(dev::OpKind::kEmbeddingAllToAll);
   d.dtype = static_cast<uint32_t>(dt);
-  d.count = a.dim;
-  d.send = reinterpret_cast<uint64_t>(a.weights);
   d.recv = recvBytes ? heapOffset(recv, recvBytes, "recv") : 0;
-  d.arg[0] = reinterpret_cast<uint64_t>(a.tableOffsets);
-  d.arg[1] = reinterpret_cast<uint64_t>(a.indices);
-  d.arg[2] = reinterpret_cast<uint64_t>(a.offsets);
-  d.arg[3] = reinterpret_cast<uint64_t>(a.perSampleWeights);
-  d.arg[4] = a.numTables;
-  d.arg[5] = a.localBatch;
-  d.arg[6] = a.totalTables;
-  d.arg[7] = a.tableBase;
-  d.arg[8] = (a.mean ? Op::kFlagMean : 0) | (checkIndices_ ? Op::kFlagCheck : 0);
+  dev::EmbeddingArgs checked = a;
+  checked.check = checkIndices_;  // the communicator's setting decides
+  Op::pack(checked, d);
   d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
                                 static_cast<uint32_t>(engine_->gatherWorkers()));
   d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);
@@ -324,7 +316,6 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
 }
 
 Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void* stream) {
-  using Op = dev::GemmAllToAllOp;
   const bool capturing = Engine::checkStream(stream);
   if (nranks_ > dev::kRouteMaxRanks)
     throw Error(Code::kNotSupported,
@@ -337,7 +328,6 @@ Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void*
   dev::OpDesc d{};
   d.kind = static_cast<uint32_t>(dev::OpKind::kGemmAllToAll);
   d.dtype = static_cast<uint32_t>(dt);
-  d.count = g.h;
   // Peers address this rank's recv by the offset they pass, so it is needed even where this rank
   // receives nothing (the route checks that every rank passes the same).
   d.recv = g.h ? heapOffset(recv, recvBytes, "recv") : 0;
@@ -356,17 +346,7 @@ Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void*
     if (spansOverlap(in.p, in.bytes, recv, recvBytes))
       throw Error(Code::kInvalidArgument, std::string(in.name) + ": overlaps recv");
   }
-  d.send = reinterpret_cast<uint64_t>(g.a);
-  d.arg[0] = reinterpret_cast<uint64_t>(g.w);
-  d.arg[1] = reinterpret_cast<uint64_t>(g.sendCounts);
-  d.arg[2] = reinterpret_cast<uint64_t>(g.recvCounts);
-  d.arg[3] = g.tokens;
-  d.arg[4] = g.k;
-  d.arg[5] = g.capacity;
-  d.arg[6] = g.experts;
-  d.arg[7] = reinterpret_cast<uint64_t>(g.expertEnds);
-  d.tileElems = static_cast<uint32_t>(Op::colTiles(g.h));
-  d.nitems = static_cast<uint32_t>(Op::numItems(g.tokens, g.h));
+  dev::GemmAllToAllOp::pack(g, d);
   return submit(d, stream, capturing);
 }
 

@@ -46,6 +46,20 @@ struct EmbeddingAllToAllOp {
                          (d.arg[8] & kFlagMean) != 0,
                          (d.arg[8] & kFlagCheck) != 0};
   }
+  // The inverse of args(): the input fields of the descriptor (not kind, dtype, recv or tiling).
+  WEFT_HOST_DEVICE static void pack(const EmbeddingArgs& a, OpDesc& d) {
+    d.send = reinterpret_cast<uint64_t>(a.weights);
+    d.count = a.dim;
+    d.arg[0] = reinterpret_cast<uint64_t>(a.tableOffsets);
+    d.arg[1] = reinterpret_cast<uint64_t>(a.indices);
+    d.arg[2] = reinterpret_cast<uint64_t>(a.offsets);
+    d.arg[3] = reinterpret_cast<uint64_t>(a.perSampleWeights);
+    d.arg[4] = a.numTables;
+    d.arg[5] = a.localBatch;
+    d.arg[6] = a.totalTables;
+    d.arg[7] = a.tableBase;
+    d.arg[8] = (a.mean ? kFlagMean : 0) | (a.check ? kFlagCheck : 0);
+  }
   // Bags per item: about one item per worker group (`groups`: Engine::gatherWorkers), at least 8
   // bags. The lanes of a group pool an item's bags without a barrier; a barrier ends the item, and
   // with several items per group each one holds every warp to the slowest bag's latency (4 H200,

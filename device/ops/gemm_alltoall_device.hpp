@@ -52,6 +52,21 @@ struct GemmAllToAllOp {
                     d.arg[5],
                     d.arg[6]};
   }
+  // The inverse of args(), with the tiling: every field but kind, dtype and recv.
+  WEFT_HOST_DEVICE static void pack(const GemmArgs& g, OpDesc& d) {
+    d.send = reinterpret_cast<uint64_t>(g.a);
+    d.count = g.h;
+    d.arg[0] = reinterpret_cast<uint64_t>(g.w);
+    d.arg[1] = reinterpret_cast<uint64_t>(g.sendCounts);
+    d.arg[2] = reinterpret_cast<uint64_t>(g.recvCounts);
+    d.arg[3] = g.tokens;
+    d.arg[4] = g.k;
+    d.arg[5] = g.capacity;
+    d.arg[6] = g.experts;
+    d.arg[7] = reinterpret_cast<uint64_t>(g.expertEnds);
+    d.tileElems = static_cast<uint32_t>(colTiles(g.h));
+    d.nitems = static_cast<uint32_t>(numItems(g.tokens, g.h));
+  }
   WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h) { return ceilDiv(h, kTileN); }
   WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h) {
     return 2 + ceilDiv(tokens, kTileM) * colTiles(h);

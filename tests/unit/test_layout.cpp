@@ -10,6 +10,8 @@
 #include "device/ops/allreduce_device.hpp"
 #include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/alltoall_device.hpp"
+#include "device/ops/embedding_alltoall_device.hpp"
+#include "device/ops/gemm_alltoall_device.hpp"
 #include "device/ops/partition_device.hpp"
 
 namespace weft::dev {
@@ -105,4 +107,45 @@ TEST(OneShot, ItemsCoverEveryLinePairOnce) {
 }
 
 }  // namespace
+// What the host packs into a descriptor is what the device reads back.
+TEST(OpDesc, GemmAndEmbeddingArgsRoundTrip) {
+  const int64_t counts[3] = {}, ends[2] = {};
+  int64_t recvCounts[3] = {};
+  const uint8_t a[16] = {}, w[16] = {};
+  const GemmArgs g{a, w, counts, recvCounts, ends, 300, 64, 264, 900, 2};
+  OpDesc d{};
+  GemmAllToAllOp::pack(g, d);
+  const GemmArgs back = GemmAllToAllOp::args(d);
+  EXPECT_EQ(back.a, g.a);
+  EXPECT_EQ(back.w, g.w);
+  EXPECT_EQ(back.sendCounts, g.sendCounts);
+  EXPECT_EQ(back.recvCounts, g.recvCounts);
+  EXPECT_EQ(back.expertEnds, g.expertEnds);
+  EXPECT_EQ(back.tokens, 300u);
+  EXPECT_EQ(back.k, 64u);
+  EXPECT_EQ(back.h, 264u);
+  EXPECT_EQ(back.capacity, 900u);
+  EXPECT_EQ(back.experts, 2u);
+  EXPECT_EQ(d.tileElems, GemmAllToAllOp::colTiles(264));
+  EXPECT_EQ(d.nitems, GemmAllToAllOp::numItems(300, 264));
+
+  const int64_t offsets[3] = {}, indices[2] = {};
+  const float weights[2] = {};
+  const EmbeddingArgs e{a, counts, indices, offsets, weights, 3, 17, 9, 4, 128, true, false};
+  EmbeddingAllToAllOp::pack(e, d);
+  const EmbeddingArgs eb = EmbeddingAllToAllOp::args(d);
+  EXPECT_EQ(eb.weights, e.weights);
+  EXPECT_EQ(eb.tableOffsets, e.tableOffsets);
+  EXPECT_EQ(eb.indices, e.indices);
+  EXPECT_EQ(eb.offsets, e.offsets);
+  EXPECT_EQ(eb.perSampleWeights, e.perSampleWeights);
+  EXPECT_EQ(eb.numTables, 3u);
+  EXPECT_EQ(eb.localBatch, 17u);
+  EXPECT_EQ(eb.totalTables, 9u);
+  EXPECT_EQ(eb.tableBase, 4u);
+  EXPECT_EQ(eb.dim, 128u);
+  EXPECT_TRUE(eb.mean);
+  EXPECT_FALSE(eb.check);
+}
+
 }  // namespace weft::dev

@@ -56,7 +56,7 @@ struct GemmRow {
   int64_t tokens = 0, k = 0, h = 0;
   double fusedUs = 0, baseUs = 0, gemmUs = 0, weftGemmUs = 0, allToAllUs = 0;  // medians per op
   double hostUs = 0;                                                           // host time per fused submission
-  double flops = 0;
+  double flops() const { return 2.0 * tokens * k * h; }
   int64_t diff = -1;  // elements off the baseline; -1: unchecked
 };
 

@@ -73,6 +73,23 @@ inline void cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// Elements of weft's output (`count` of t, device) that differ from the baseline's by more than
+// tolerance x (|baseline element| + the baseline's rms).
+inline int64_t differing(const Type& t, const void* weftOut, const void* baseOut, uint64_t count, double tolerance) {
+  std::vector<uint8_t> a(count * t.bytes), b(count * t.bytes);
+  cuda(cudaMemcpy(a.data(), weftOut, a.size(), cudaMemcpyDeviceToHost), "copy weft's output");
+  cuda(cudaMemcpy(b.data(), baseOut, b.size(), cudaMemcpyDeviceToHost), "copy the baseline's output");
+  double rms = 0;
+  for (uint64_t i = 0; i < count; ++i) rms += std::pow(dev::loadAsFloat(b.data(), i, t.dev), 2);
+  rms = std::sqrt(rms / std::max<uint64_t>(count, 1));
+  int64_t n = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const double x = dev::loadAsFloat(a.data(), i, t.dev), y = dev::loadAsFloat(b.data(), i, t.dev);
+    n += !(std::fabs(x - y) <= tolerance * (std::fabs(y) + rms));
+  }
+  return n;
+}
+
 // Median of `us`, which it reorders.
 inline double median(std::vector<double>& us) {
   std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());

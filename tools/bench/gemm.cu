@@ -22,22 +22,6 @@ std::vector<int64_t> splitOf(int src, int nranks, int64_t tokens) {
   return out;
 }
 
-// Elements of weft's recv that differ from the baseline's by more than two roundings.
-int64_t differing(const Type& t, const void* weftRecv, const void* baseRecv, uint64_t count) {
-  std::vector<uint8_t> a(count * t.bytes), b(count * t.bytes);
-  cuda(cudaMemcpy(a.data(), weftRecv, a.size(), cudaMemcpyDeviceToHost), "copy weft's recv");
-  cuda(cudaMemcpy(b.data(), baseRecv, b.size(), cudaMemcpyDeviceToHost), "copy the baseline's recv");
-  double rms = 0;
-  for (uint64_t i = 0; i < count; ++i) rms += std::pow(dev::loadAsFloat(b.data(), i, t.dev), 2);
-  rms = std::sqrt(rms / std::max<uint64_t>(count, 1));
-  int64_t n = 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    const double x = dev::loadAsFloat(a.data(), i, t.dev), y = dev::loadAsFloat(b.data(), i, t.dev);
-    n += !(std::fabs(x - y) <= 2 * rounding(t) * (std::fabs(y) + rms));
-  }
-  return n;
-}
-
 }  // namespace
 
 std::vector<GemmRow> runGemm(Context& c, const Options& o) {
@@ -112,7 +96,7 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
       weftOp(sendDev);
       baseline();
       cuda(cudaStreamSynchronize(c.stream), "sync");
-      r.diff = differing(t, c.weftRecv, baseRecv, received * s.h);
+      r.diff = differing(t, c.weftRecv, baseRecv, received * s.h, 2 * rounding(t));  // two roundings
     }
     r.fusedUs = medianUs(
         c, o, [&] { weftOp(sendDev); }, &r.hostUs);
@@ -120,7 +104,6 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
     r.gemmUs = medianUs(c, o, gemm);
     r.weftGemmUs = medianUs(c, o, [&] { weftOp(selfDev); });
     r.allToAllUs = medianUs(c, o, allToAll);
-    r.flops = 2.0 * s.tokens * s.k * s.h;
     rows.push_back(r);
     for (void* p : {a, w, out, baseRecv, static_cast<void*>(sendDev), static_cast<void*>(selfDev)}) cudaFree(p);
   }
@@ -141,7 +124,7 @@ void reportGemm(const Context& c, const Options& o, const std::vector<GemmRow>& 
     std::printf("%6lld %6lld %6lld %10.2f %10.2f %8.2f %10.2f %10.2f %8.2f %10.2f %9.2f %9.1f %8lld %8.2f\n",
                 (long long)r.tokens, (long long)r.k, (long long)r.h, r.fusedUs, r.baseUs, r.baseUs / r.fusedUs,
                 r.gemmUs, r.weftGemmUs, r.gemmUs / r.weftGemmUs, r.allToAllUs,
-                r.fusedUs / std::max(r.gemmUs, r.allToAllUs), r.flops / (r.weftGemmUs * 1e6), (long long)r.diff,
+                r.fusedUs / std::max(r.gemmUs, r.allToAllUs), r.flops() / (r.weftGemmUs * 1e6), (long long)r.diff,
                 r.hostUs);
     json.add([&](std::ostream& j) {
       j << ", \"tokens\": " << r.tokens << ", \"k\": " << r.k << ", \"h\": " << r.h << ", \"fused_us\": " << r.fusedUs
