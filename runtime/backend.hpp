@@ -69,9 +69,10 @@ class Engine {
   // Checks `stream` before anything is published (throws kInvalidArgument); returns whether it is
   // capturing a graph.
   static bool checkStream(void* stream);
-  // How many worker groups run a gather op's items at once (the embedding op cuts its bags into
-  // about this many items: one each, so no group waits on a barrier between items).
-  int gatherWorkers() const;
+  // How many worker groups run an op of `kind` at once. The ops whose items are streams (the
+  // embedding op's bags, the GEMV's slices) cut their work into about this many items, one per
+  // group, so that no group waits on a barrier between items.
+  int groupsFor(dev::OpKind kind) const;
   // One line for logs: which device, how ops run.
   std::string describe() const;
 

@@ -104,7 +104,7 @@ void Engine::raise(uint32_t dev::EngineControl::*word) {
   gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
 }
 
-int Engine::gatherWorkers() const { return impl_->threads.workers(); }
+int Engine::groupsFor(dev::OpKind) const { return impl_->threads.workers(); }
 
 std::string Engine::describe() const { return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)"; }
 

@@ -97,6 +97,7 @@ struct Engine::Impl {
   int workers = 0;
   int threads = 256;
   int gatherBlocks = 0;  // launched: resident blocks of the embedding kernel
+  int gemvBlocks = 0;    // launched: resident blocks of the GEMV kernel
   int gemmBlocks = 0;    // resident blocks of the GEMM kernel
   std::mutex launchMutex;
 
@@ -152,16 +153,31 @@ struct Engine::Impl {
     return o;
   }
 
-  // `workers` blocks per op, but the embedding op, a gather whose speed is the row loads in flight,
-  // on every block the device holds at once (its only cross-block waits are on blocks that never
-  // wait: the peers' item 0 and this rank's data items, so a grid larger than resident is safe).
-  int gatherGroups() const { return persistent ? workers : std::max(workers, gatherBlocks); }
+  // `workers` blocks per op, but the ops whose speed is the loads in flight on every block the
+  // device holds at once: the embedding op (its only cross-block waits are on blocks that never
+  // wait: the peers' item 0 and this rank's data items, so a grid larger than resident is safe)
+  // and the GEMV (see launchOp).
+  // The GEMM op is always a kernel of its own.
+  int groupsFor(dev::OpKind kind) const {
+    if (kind == dev::OpKind::kGemmAllToAll) return gemmBlocks;
+    if (persistent) return workers;
+    switch (kind) {
+      case dev::OpKind::kEmbeddingAllToAll:
+        return std::max(workers, gatherBlocks);
+      case dev::OpKind::kGemv:
+      case dev::OpKind::kGemvAllReduce:
+        return std::max(workers, gemvBlocks);
+      default:
+        return workers;
+    }
+  }
 
   gpu::Outcome launchOp(const dev::OpDesc& desc, void* stream) {
     const auto kind = static_cast<dev::OpKind>(desc.kind);
-    const int grid = kind == dev::OpKind::kEmbeddingAllToAll ? gatherGroups()
-                     : kind == dev::OpKind::kGemmAllToAll    ? gemmBlocks
-                                                             : workers;
+    // The GEMV: a block per compute item, which then reduces the same slices, so that no block
+    // waits on another block of this rank, resident or not.
+    const bool gemv = kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce;
+    const int grid = gemv ? static_cast<int>(desc.tileElems) : groupsFor(kind);
     const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, desc, blocks, threads, stream);
   }
@@ -227,6 +243,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   } else {
     require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, &e.gatherBlocks),
             "sizing the embedding kernel's grid");
+    require(gpu::residentOpBlocks(dev::OpKind::kGemv, e.threads, &e.gemvBlocks), "sizing the GEMV kernel's grid");
   }
   unregister.armed = false;
 }
@@ -297,7 +314,7 @@ void Engine::raise(uint32_t dev::EngineControl::*word) {
     WEFT_LOG(kError, kEngine, "could not set a control word of the engine: {}", o.message);
 }
 
-int Engine::gatherWorkers() const { return impl_->gatherGroups(); }
+int Engine::groupsFor(dev::OpKind kind) const { return impl_->groupsFor(kind); }
 
 std::string Engine::describe() const {
   std::string name = "?";
@@ -307,7 +324,9 @@ std::string Engine::describe() const {
           ? "persistent kernel of " + std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) +
                 " threads, idle exit after " + std::to_string(impl_->view.idleNs / 1000) + " us"
           : "a kernel of up to " + std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) +
-                " threads per op (" + std::to_string(gatherWorkers()) + " for an embedding op), on the caller's stream";
+                " threads per op (" + std::to_string(groupsFor(dev::OpKind::kEmbeddingAllToAll)) +
+                " for an embedding op, " + std::to_string(groupsFor(dev::OpKind::kGemvAllReduce)) +
+                " for a GEMV), on the caller's stream";
   const std::string gemm =
       ", a GEMM + All-to-All as its own kernel of " + std::to_string(impl_->gemmBlocks) + " blocks";
   return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how + gemm;

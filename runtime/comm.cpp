@@ -286,13 +286,13 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   d.arg[0] = reinterpret_cast<uint64_t>(w);
   d.arg[1] = batch;
   d.arg[2] = k;
-  d.tileElems = dev::GemvAllReduceOp::rowsPerSlice(n, batch);
-  d.nitems = dev::GemvAllReduceOp::numItems(n, d.tileElems);
+  d.tileElems = dev::GemvAllReduceOp::computeItems(n, static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kGemv)));
+  d.nitems = dev::GemvAllReduceOp::numItems(d.tileElems);
   // Fused while every rank's float32 partials go through the one-shot exchange; otherwise (and on
   // one rank, or for an empty y) the GEMV writes y and an AllReduce of y follows.
   if (oneShotFits(uint64_t{batch} * n * sizeof(float))) return submit(d, stream, capturing);
   d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
-  d.nitems = dev::GemvAllReduceOp::numSlices(n, d.tileElems);
+  d.nitems = d.tileElems;
   const Code c = submit(d, stream, capturing);
   if (nranks_ == 1 || yBytes == 0 || c != Code::kSuccess) return c;
   return allReduce(y, y, uint64_t{batch} * n, dt, stream);
@@ -310,7 +310,7 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   checked.check = checkIndices_;  // the communicator's setting decides
   Op::pack(checked, d);
   d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
-                                static_cast<uint32_t>(engine_->gatherWorkers()));
+                                static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingAllToAll)));
   d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);
   return submit(d, stream, capturing);
 }

@@ -2,15 +2,17 @@
 //   y[b, j] = sum over ranks r of sum_k x_r[b, k] * w_r[j, k]
 // (x: [batch, k_local], w: [n, k_local] as torch.nn.Linear stores it, y: [batch, n] in the heap).
 //
-// The rows are cut into slices of an even number of rows (so that a slice's partials, laid out
-// row by row as float j * batch + b, start on a line pair). Work item i < S computes slice i: its
-// warps compute this rank's float32 partial sums for the slice's rows and every batch entry (a row
-// per warp at a time, 16-byte loads of w, float32 accumulation, a shuffle reduction) into
-// group-shared memory, and push them, flagged, to every peer and to this rank's own scratch
-// (flagged_exchange_device.hpp); the items after the S compute items each sum a few slices'
-// partials of every rank, in rank order, into y. Workers take items in increasing order, so every slice is computed and
-// on its way while later slices are still being computed: the exchange overlaps the compute, and no separate
-// communication kernel or intermediate copy is needed. Partials cross ranks in float32.
+// The rows are cut into slices of 16 (a slice's partials, laid out row by row as float
+// j * batch + b, start on a line pair). The op has G compute items, about one per worker group
+// that runs it (OpDesc::tileElems = G), and G reduce items after them. Compute item i streams a
+// run of consecutive slices: for each, the block computes this rank's float32 partial sums of the
+// slice's rows for every batch entry (on tensor cores where gemv_mma_device.hpp applies, else a
+// row per warp with 16-byte loads and a shuffle reduction) and pushes them, flagged, to every
+// peer and to this rank's own scratch (flagged_exchange_device.hpp) while its loads of the next
+// slice are in flight. Reduce item G + i sums the same run's partials of every rank, in rank
+// order, into y: the slices it reads first were computed first, so by the time a group reaches
+// its reduce item most of what it needs has landed. No separate communication kernel, no
+// intermediate copy; partials cross ranks in float32.
 //
 // GemvOp is the same compute writing y directly: the unfused first half, used where the partials
 // would not fit the one-shot scratch (an AllReduce of y follows) and on one rank.
@@ -20,80 +22,56 @@
 #include "../dtype_device.hpp"
 #include "../vector_device.hpp"
 #include "flagged_exchange_device.hpp"
+#include "gemv_mma_device.hpp"
 
 namespace weft::dev {
 
-struct GemvShape {
-  const uint8_t* x;
-  const uint8_t* w;
-  uint32_t batch;
-  uint64_t n;
-  uint64_t k;
-};
-
 struct GemvAllReduceOp {
   static constexpr uint32_t kMaxBatch = 64;
-  static constexpr uint32_t kTargetSlices = 512;
 
-  // OpDesc fields: send = x, count = n, recv = y's heap offset, tileElems = rows per slice,
+  // OpDesc fields: send = x, count = n, recv = y's heap offset, tileElems = compute items,
   // arg[0] = w, arg[1] = batch, arg[2] = k.
   WEFT_HOST_DEVICE static GemvShape shape(const OpDesc& d) {
     return GemvShape{reinterpret_cast<const uint8_t*>(d.send), reinterpret_cast<const uint8_t*>(d.arg[0]),
                      static_cast<uint32_t>(d.arg[1]), d.count, d.arg[2]};
   }
-  // Even, at most what group-shared memory holds for `batch`, and about kTargetSlices slices.
-  WEFT_HOST_DEVICE static uint32_t rowsPerSlice(uint64_t n, uint32_t batch) {
-    const uint64_t cap = (kCoopFloats / batch) & ~uint64_t{1};
-    const uint64_t want = (ceilDiv(n, kTargetSlices) + 1) & ~uint64_t{1};
-    return static_cast<uint32_t>(want < 2 ? 2 : want > cap ? cap : want);
+  WEFT_HOST_DEVICE static uint64_t numSlices(uint64_t n) { return n == 0 ? 1 : ceilDiv(n, kGemvSliceRows); }
+  // One compute item per worker group that runs the op at once (`groups`), or per slice if fewer.
+  WEFT_HOST_DEVICE static uint32_t computeItems(uint64_t n, uint32_t groups) {
+    return static_cast<uint32_t>(minU64(numSlices(n), groups == 0 ? 1 : groups));
   }
-  WEFT_HOST_DEVICE static uint32_t numSlices(uint64_t n, uint32_t rows) {
-    return n == 0 ? 1u : static_cast<uint32_t>(ceilDiv(n, rows));
-  }
-  // Compute items, one per slice, then reduce items of kSlicesPerReduce slices each: a reduction
-  // waits a memory latency per source and pair, so fewer, larger ones keep the tail short.
-  static constexpr uint32_t kSlicesPerReduce = 4;
-  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t n, uint32_t rows) {
-    const uint32_t slices = numSlices(n, rows);
-    return slices + static_cast<uint32_t>(ceilDiv(slices, kSlicesPerReduce));
-  }
-
-  WEFT_HOST_DEVICE static Range sliceRows(const OpDesc& d, uint32_t slice) {
-    return Range{minU64(d.count, uint64_t{d.tileElems} * slice), minU64(d.count, uint64_t{d.tileElems} * (slice + 1))};
+  // The fused op's items: the compute items, then as many reduce items.
+  WEFT_HOST_DEVICE static uint32_t numItems(uint32_t computeItems) { return 2 * computeItems; }
+  // The slices of compute item i of `items` (and of reduce item items + i).
+  WEFT_HOST_DEVICE static Range itemSlices(uint64_t n, uint32_t items, uint32_t i) {
+    const uint64_t slices = numSlices(n);
+    return Range{slices * i / items, slices * (i + 1) / items};
   }
 
   template <class Coop>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
     const GemvShape s = shape(d);
-    const uint32_t slices = numSlices(d.count, d.tileElems);
-    Range rows;
-    if (item < slices) {
-      rows = sliceRows(d, item);
-    } else {
-      const uint32_t first = (item - slices) * kSlicesPerReduce;
-      rows = Range{sliceRows(d, first).lo, sliceRows(d, first + kSlicesPerReduce - 1).hi};
-    }
+    const uint32_t items = d.tileElems;
     const auto dt = static_cast<DType>(d.dtype);
-    const uint64_t base = rows.lo * s.batch;  // first float of the run (even)
-    const uint64_t end = rows.hi * s.batch;
-    const Range pairs{base / 2, ceilDiv(end, 2)};
-    if (item < slices) {
-      float* part = c.floats();
-      partials(c, dt, s, rows, part);
-      c.sync();
-      auto partAt = [&](uint64_t f) { return f < end ? floatBits(part[f - base]) : 0u; };
-      pushFlagged(c, v, seq, pairs, /*toSelf=*/true,
-                  [&](uint64_t k) { return partAt(2 * k) | (uint64_t{partAt(2 * k + 1)} << 32); });
-      c.sync();  // the next item's partials overwrite `part`
+    if (item < items) {
+      streamSlices(c, dt, s, itemSlices(s.n, items, item), [&](Range rows, auto&& part) {
+        const uint64_t base = rows.lo * s.batch, end = rows.hi * s.batch;  // base is even
+        auto at = [&](uint64_t f) { return f < end ? floatBits(part(f - base)) : 0u; };
+        pushFlagged(c, v, seq, Range{base / 2, ceilDiv(end, 2)}, /*toSelf=*/true,
+                    [&](uint64_t k) { return at(2 * k) | (uint64_t{at(2 * k + 1)} << 32); });
+      });
       return Status::kOk;
     }
+    const Range rows = gemvRows(s.n, itemSlices(s.n, items, item - items));
+    const uint64_t end = rows.hi * s.batch;
     struct Acc {
       float v[2];
     };
     uint8_t* y = v.at(v.rank, d.recv);
     return reduceFlagged<Acc>(
-        c, v, seq, item, pairs, /*selfInScratch=*/true, [](uint64_t) { return uint64_t{0}; },
+        c, v, seq, item, Range{rows.lo * s.batch / 2, ceilDiv(end, 2)}, /*selfInScratch=*/true,
+        [](uint64_t) { return uint64_t{0}; },
         [](Acc& acc, uint64_t x) {
           acc.v[0] += bitsFloat(static_cast<uint32_t>(x));
           acc.v[1] += bitsFloat(static_cast<uint32_t>(x >> 32));
@@ -104,6 +82,29 @@ struct GemvAllReduceOp {
             if (f < end) storeFromFloat(y, (f % s.batch) * s.n + f / s.batch, dt, acc.v[h]);
           }
         });
+  }
+
+  // This rank's float32 partial sums of slices `slices`: after each slice, every thread of the
+  // group calls sink(rows, part), part(f) being the sum of float f = (j - rows.lo) * batch + b.
+  template <class Coop, class Sink>
+  WEFT_HOST_DEVICE static void streamSlices(const Coop& c, DType dt, const GemvShape& s, Range slices, Sink&& sink) {
+#if defined(WEFT_HAVE_MMA)
+    if (gemv::fits(c, dt, s)) {
+      if (dt == DType::kBFloat16)
+        gemv::streamAnyBatch<DType::kBFloat16>(c, s, slices, sink);
+      else
+        gemv::streamAnyBatch<DType::kFloat16>(c, s, slices, sink);
+      return;
+    }
+#endif
+    float* part = c.floats();
+    for (uint64_t i = slices.lo; i < slices.hi; ++i) {
+      const Range rows = gemvRows(s.n, Range{i, i + 1});
+      partials(c, dt, s, rows, part);
+      c.sync();
+      sink(rows, [&](uint64_t f) { return part[f]; });
+      c.sync();  // the next slice's partials overwrite `part`
+    }
   }
 
   // part[(j - rows.lo) * batch + b] = sum_k x[b, k] * w[j, k] for j in rows, in float32.
@@ -196,16 +197,14 @@ struct GemvAllReduceOp {
 struct GemvOp {
   template <class Coop>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq&, uint32_t item) {
-    const GemvShape s = GemvAllReduceOp::shape(d);
-    const Range rows = GemvAllReduceOp::sliceRows(d, item);
+    using Op = GemvAllReduceOp;
+    const GemvShape s = Op::shape(d);
     const auto dt = static_cast<DType>(d.dtype);
-    float* part = c.floats();
-    GemvAllReduceOp::partials(c, dt, s, rows, part);
-    c.sync();
     uint8_t* y = v.at(v.rank, d.recv);
-    for (uint64_t f = c.rank(); f < rows.size() * s.batch; f += c.size())
-      storeFromFloat(y, (f % s.batch) * s.n + rows.lo + f / s.batch, dt, part[f]);
-    c.sync();  // the next item's partials overwrite `part`
+    Op::streamSlices(c, dt, s, Op::itemSlices(s.n, d.tileElems, item), [&](Range rows, auto&& part) {
+      for (uint64_t f = c.rank(); f < rows.size() * s.batch; f += c.size())
+        storeFromFloat(y, (f % s.batch) * s.n + rows.lo + f / s.batch, dt, part(f));
+    });
     return Status::kOk;
   }
 };

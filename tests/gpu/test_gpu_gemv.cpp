@@ -39,7 +39,7 @@ TEST_P(GpuGemv, EveryDtypeAndShape) {
     uint64_t s = seed;
     for (weft_dtype_t dt : {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16})
       for (Shape shape : {Shape{1, 8192, 2048}, Shape{8, 8192, 512}, Shape{32, 8192, 256}, Shape{3, 301, 77},
-                          Shape{64, 130, 24}, Shape{5, 0, 9}, Shape{2, 17, 0}}) {
+                          Shape{12, 1000, 1096}, Shape{64, 130, 24}, Shape{5, 0, 9}, Shape{2, 17, 0}}) {
         SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " batch " << shape.batch << " n " << shape.n << " k "
                                           << shape.k << " seed " << s);
         void* w = nullptr;

@@ -46,10 +46,10 @@ struct Row {
 
 struct GemvRow {
   int64_t batch = 0, n = 0, k = 0;
-  double fusedUs = 0, baseUs = 0, gemvUs = 0, allReduceUs = 0;  // medians per op
-  double hostUs = 0;                                            // host time per fused submission
-  double wBytes = 0;                                            // bytes of w per rank
-  int64_t diff = -1;                                            // elements off the baseline; -1: unchecked
+  double fusedUs = 0, baseUs = 0, gemvUs = 0, weftGemvUs = 0, allReduceUs = 0;  // medians per op
+  double hostUs = 0;                                                            // host time per fused submission
+  double wBytes = 0;                                                            // bytes of w per rank
+  int64_t diff = -1;  // elements off the baseline; -1: unchecked
 };
 
 struct GemmRow {
@@ -81,6 +81,16 @@ struct Context {
 
 void die(const std::string& what);
 Context setUp(const Options& o);
+// A communicator of this rank alone (for timing weft's compute without the exchange) and a heap
+// block of `bytes` in it.
+struct Solo {
+  weft_comm_t comm = nullptr;
+  void* heap = nullptr;
+  explicit Solo(size_t bytes);
+  ~Solo();
+  Solo(const Solo&) = delete;
+  Solo& operator=(const Solo&) = delete;
+};
 void tearDown(Context& c);
 std::vector<Row> runSizes(Context& c, const Options& o);
 Row runEmpty(Context& c, const Options& o);

@@ -62,6 +62,20 @@ Context setUp(const Options& o) {
   return c;
 }
 
+Solo::Solo(size_t bytes) {
+  weft_unique_id_t id;
+  weftOk(weft_get_unique_id(&id), "weft_get_unique_id (one-rank communicator)");
+  weft_config_t config = WEFT_CONFIG_INITIALIZER;
+  config.heap_bytes = bytes + (16u << 20);
+  weftOk(weft_comm_init_rank(&comm, 1, id, 0, &config), "weft_comm_init_rank (one-rank communicator)");
+  weftOk(weft_mem_alloc(comm, bytes, &heap), "weft_mem_alloc (one-rank communicator)");
+}
+
+Solo::~Solo() {
+  weft_mem_free(comm, heap);
+  weft_comm_destroy(comm);
+}
+
 void tearDown(Context& c) {
   cudaStreamSynchronize(c.stream);
   ncclCommDestroy(c.nccl);

@@ -12,6 +12,10 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
   const cudaDataType_t ct = t.bytes == 4 ? CUDA_R_32F : t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
   const Blas blas(c.stream);
+  // weft's GEMV alone: the same op on a communicator of this rank only, so no exchange.
+  int64_t maxBatch = 0;
+  for (int64_t b : o.gemvBatch) maxBatch = std::max(maxBatch, b);
+  const Solo solo(maxBatch * o.gemvN * t.bytes);
   std::vector<GemvRow> rows;
   for (int64_t k : o.gemvK)
     for (int64_t batch : o.gemvBatch) {
@@ -27,10 +31,11 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       fillKernel<<<1024, 256, 0, c.stream>>>(x, t.dev, seed, c.rank, batch * kl);
       fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, seed + 1, c.rank, n * kl);
       const float one = 1.f, zero = 0.f;
-      auto fused = [&] {
-        if (weft_gemv_allreduce(c.weft, x, w, c.weftRecv, batch, n, kl, t.weft, c.stream) != WEFT_SUCCESS)
+      auto weftOp = [&](weft_comm_t comm, void* y) {
+        if (weft_gemv_allreduce(comm, x, w, y, batch, n, kl, t.weft, c.stream) != WEFT_SUCCESS)
           die(std::string("weft: ") + weft_get_last_error(nullptr));
       };
+      auto fused = [&] { weftOp(c.weft, c.weftRecv); };
       // Row-major y[batch, n] = x[batch, kl] . w[n, kl]^T is, column-major, Y(n x batch) = W^T X.
       auto gemv = [&] {
         cublasOk(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, n, batch, kl, &one, w, ct, kl, x, ct, kl, &zero,
@@ -56,6 +61,7 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       r.fusedUs = medianUs(c, o, fused, &r.hostUs);
       r.baseUs = medianUs(c, o, baseline);
       r.gemvUs = medianUs(c, o, gemv);
+      r.weftGemvUs = medianUs(c, o, [&] { weftOp(solo.comm, solo.heap); });
       r.allReduceUs = medianUs(c, o, allReduce);
       r.wBytes = static_cast<double>(n) * kl * t.bytes;
       rows.push_back(r);
@@ -70,17 +76,20 @@ void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& 
   if (c.rank != 0) return;
   std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s; baseline: cuBLAS GEMV + NCCL AllReduce\n", c.nranks,
               o.dtype.c_str(), o.graph ? "graph mode" : "eager");
-  std::printf("%6s %6s %6s %10s %10s %8s %10s %10s %9s %8s %8s\n", "batch", "n", "k", "fused_us", "base_us", "speedup",
-              "gemv_us", "allred_us", "w_TB/s", "#diff", "host_us");
+  // gemv_us: cuBLAS's GEMV alone; weft_gemv: weft's (the op on one rank); w_TB/s: weft's GEMV
+  // streaming w; fused/gemv: the fused op against cuBLAS's GEMV alone.
+  std::printf("%6s %6s %6s %10s %10s %8s %10s %10s %10s %8s %10s %8s %8s\n", "batch", "n", "k", "fused_us", "base_us",
+              "speedup", "gemv_us", "weft_gemv", "allred_us", "w_TB/s", "fused/gemv", "#diff", "host_us");
   JsonRows json(c, o, "gemv_allreduce");
   for (const GemvRow& r : rows) {
-    std::printf("%6lld %6lld %6lld %10.2f %10.2f %8.2f %10.2f %10.2f %9.2f %8lld %8.2f\n", (long long)r.batch,
-                (long long)r.n, (long long)r.k, r.fusedUs, r.baseUs, r.baseUs / r.fusedUs, r.gemvUs, r.allReduceUs,
-                r.wBytes / (r.fusedUs * 1e6), (long long)r.diff, r.hostUs);
+    std::printf("%6lld %6lld %6lld %10.2f %10.2f %8.2f %10.2f %10.2f %10.2f %8.2f %10.2f %8lld %8.2f\n",
+                (long long)r.batch, (long long)r.n, (long long)r.k, r.fusedUs, r.baseUs, r.baseUs / r.fusedUs, r.gemvUs,
+                r.weftGemvUs, r.allReduceUs, r.wBytes / (r.weftGemvUs * 1e6), r.fusedUs / r.gemvUs, (long long)r.diff,
+                r.hostUs);
     json.add([&](std::ostream& j) {
       j << ", \"batch\": " << r.batch << ", \"n\": " << r.n << ", \"k\": " << r.k << ", \"fused_us\": " << r.fusedUs
-        << ", \"baseline_us\": " << r.baseUs << ", \"gemv_us\": " << r.gemvUs << ", \"allreduce_us\": " << r.allReduceUs
-        << ", \"differing\": " << r.diff;
+        << ", \"baseline_us\": " << r.baseUs << ", \"gemv_us\": " << r.gemvUs << ", \"weft_gemv_us\": " << r.weftGemvUs
+        << ", \"allreduce_us\": " << r.allReduceUs << ", \"differing\": " << r.diff;
     });
   }
   std::fflush(stdout);
