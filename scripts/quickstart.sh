@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: install the packages, build the CPU backend, run the demo job (4 ranks, each a
-# separate process, doing an AllReduce and an All-to-All through weft, checked against values
-# every rank computes itself).
+# separate process, doing a fused GEMV + AllReduce, an AllReduce and an All-to-All through weft,
+# checked against values every rank computes itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
