@@ -31,22 +31,27 @@ __device__ inline void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 16 bytes of data that stays unchanged while the kernel runs (so the loads may move freely),
-// streamed once: not kept in L1.
-__device__ inline Vec16 loadStreaming16(const uint8_t* p) {
+// 16 bytes of data that stays unchanged while the kernel runs, or zeros where `on` is false: the
+// load is predicated inside the instruction, so an address past the end is never touched.
+// kStream: read once (not kept in L1); otherwise other warps read it too (kept in L1).
+#define WEFT_LOAD16_IF(op)                                                                                    \
+  "{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\nmov.b32 %0, 0;\nmov.b32 %1, 0;\nmov.b32 %2, 0;\nmov.b32 %3, 0;\n" \
+  "@q " op " {%0, %1, %2, %3}, [%4];\n}"
+template <bool kStream>
+__device__ inline Vec16 load16If(const uint8_t* p, bool on) {
   Vec16 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-      : "l"(p));
+  const auto q = static_cast<uint32_t>(on);
+  if constexpr (kStream)
+    asm(WEFT_LOAD16_IF("ld.global.nc.L1::no_allocate.v4.u32")
+        : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+        : "l"(p), "r"(q));
+  else
+    asm(WEFT_LOAD16_IF("ld.global.nc.v4.u32")
+        : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+        : "l"(p), "r"(q));
   return v;
 }
-
-// The same, for data that other warps read too: kept in L1.
-__device__ inline Vec16 loadShared16(const uint8_t* p) {
-  Vec16 v;
-  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3]) : "l"(p));
-  return v;
-}
+#undef WEFT_LOAD16_IF
 
 }  // namespace weft::dev
 

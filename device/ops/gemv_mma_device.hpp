@@ -1,21 +1,24 @@
 // The GEMV on tensor cores (CUDA sm_80 and later, bf16/fp16, rows of w and x 16-byte aligned):
-// a block streams a run of 16-row slices of w, and its warps keep the memory system busy across
-// slice boundaries, because a GEMV's speed is the bytes of w in flight and nothing else.
+// a block streams a run of 32-row slices of w, and its warps keep the memory system busy across
+// slice boundaries, because a GEMV's speed is the bytes of w in flight and little else.
 //
-// One warp step covers 16 rows x 32 k: lane (g = lane / 4, t = lane % 4) loads the 16 bytes at
-// k0 + 8t of rows g and g + 8, and of x rows g (+ 8, 16, ... for larger batches) — straight from
-// global memory into mma.sync m16n8k16 fragments, no shared memory. That works because the sum
-// over k does not care about the order of k: a fragment wants elements (2t, 2t + 1) and
-// (2t + 8, 2t + 9) of each row and column, and we hand it elements 8t..8t+3 of both w and x, then
-// 8t+4..8t+7 in a second mma, which pairs every w element with its own x element. The batch is
-// the mma's n dimension (8 per tile; batch 1 uses one column of eight: the tensor cores have the
-// throughput to spare, the memory system does not).
+// mma.sync m16n8k16 computes x . w^T with x as the A operand (the batch is its 16 rows) and w as B
+// (8 rows of w are its 8 columns). One warp step covers the slice's 32 rows x 32 k: lane
+// (g = lane / 4, t = lane % 4) loads the 16 bytes at k0 + 8t of rows g, g + 8, g + 16 and g + 24,
+// and of x rows g and g + 8 — straight from global memory into fragments, no shared memory. That
+// works because the sum over k does not care about the order of k: a fragment wants elements
+// (2t, 2t + 1) and (2t + 8, 2t + 9) of each row, and we hand it elements 8t..8t+3 of both w and
+// x, then 8t+4..8t+7 in a second mma. Each 16-byte load of w is then two B operands as loaded (no
+// register moves on the w path, which is all the bytes); x's fragments are assembled once per
+// step and serve the four row groups. Batch 1 uses one row of sixteen: the tensor cores have the
+// throughput to spare, the memory system does not.
 //
 // The 8 warps of the block split each slice's k steps (warp w takes steps w, w + 8, ...), and each
 // warp keeps kDepth steps of loads in flight in a ring of registers that runs on into the next
 // slice: the barriers that fold the warps' partial sums at a slice's end do not drain the memory
-// pipe. The fold is in a fixed order (warps w and w + 4, then slots 0-3 summed left to right), so
-// y is the same bit for bit from run to run.
+// pipe. Loads past k, past the warp's steps or past the batch are predicated off inside the load
+// instruction; rows past n read row n - 1, whose sums are never used. The fold is in a fixed order,
+// so y is the same bit for bit from run to run.
 #pragma once
 
 #include "../coop_device.hpp"
@@ -24,7 +27,7 @@
 
 namespace weft::dev {
 
-constexpr uint32_t kGemvSliceRows = 16;  // one tensor-core tile of rows
+constexpr uint32_t kGemvSliceRows = 32;  // four tensor-core tiles of w rows
 
 struct GemvShape {
   const uint8_t* x;
@@ -42,120 +45,159 @@ WEFT_HOST_DEVICE Range gemvRows(uint64_t n, Range slices) {
 #if defined(WEFT_HAVE_MMA)
 namespace gemv {
 
-constexpr int kWarps = 8;        // the block's warps split a slice's k steps
-constexpr uint32_t kStepK = 32;  // k per warp step
+constexpr int kWarps = 8;                    // the block's warps split a slice's k steps
+constexpr uint32_t kStepK = 32;              // k per warp step: 4 lanes x 8 elements
+constexpr int kGroups = kGemvSliceRows / 8;  // the slice's 8-row groups of w (the mma's n)
+
+// Slots the fold of the warps' sums uses: 4 where they fit the group's shared floats, else 2.
+__device__ inline int foldSlots(uint32_t batch) { return 4 * kGemvSliceRows * batch <= kCoopFloats ? 4 : 2; }
 
 // Whether the tensor-core path applies (otherwise the portable one runs).
 __device__ inline bool fits(const BlockCoop& c, DType dt, const GemvShape& s) {
   return dt != DType::kFloat32 && c.warps() == kWarps && s.k % 8 == 0 && aligned16(s.w) && aligned16(s.x) &&
-         uint64_t{4} * kGemvSliceRows * s.batch <= kCoopFloats;
+         uint64_t{2} * kGemvSliceRows * s.batch <= kCoopFloats;
 }
 
-// One lane's operands of one step: rows g and g + 8 of the slice's w, and x rows nb * 8 + g.
-template <int NB>
-struct Frag {
-  Vec16 w[2];
-  Vec16 x[NB];
+// One lane's operands of one step: w rows 8 r + g of the slice (in flight kDepth steps ahead),
+// and x rows 16 mb + g (+ 8 where kHigh: batches over 8), which L1 serves, loaded as used.
+struct WFrag {
+  Vec16 w[kGroups];
+};
+template <int MB, bool kHigh>
+struct XFrag {
+  Vec16 x[MB][kHigh ? 2 : 1];
 };
 
-template <DType T, int NB>
-__device__ inline void multiply(const Frag<NB>& f, float (&acc)[NB][4]) {
+template <DType T, int MB, bool kHigh>
+__device__ inline void multiply(const WFrag& wf, const XFrag<MB, kHigh>& f, float (&acc)[kGroups][MB][4]) {
   WEFT_UNROLL
-  for (int nb = 0; nb < NB; ++nb) {
+  for (int mb = 0; mb < MB; ++mb) {
     WEFT_UNROLL
-    for (int h = 0; h < 2; ++h) {  // elements 0-3 of each vector, then 4-7
-      const uint32_t a[4] = {f.w[0].w[2 * h], f.w[1].w[2 * h], f.w[0].w[2 * h + 1], f.w[1].w[2 * h + 1]};
-      mma16816<T>(acc[nb], a, f.x[nb].w[2 * h], f.x[nb].w[2 * h + 1]);
+    for (int h = 0; h < 2; ++h) {                                              // elements 0-3 of each vector, then 4-7
+      uint32_t a[4] = {f.x[mb][0].w[2 * h], 0u, f.x[mb][0].w[2 * h + 1], 0u};  // x rows g, then g + 8
+      if constexpr (kHigh) {
+        a[1] = f.x[mb][1].w[2 * h];
+        a[3] = f.x[mb][1].w[2 * h + 1];
+      }
+      WEFT_UNROLL
+      for (int r = 0; r < kGroups; ++r) mma16816<T>(acc[r][mb], a, wf.w[r].w[2 * h], wf.w[r].w[2 * h + 1]);
     }
   }
 }
 
-// Slices `slices` of y's partial sums, batch tiles of 8 (NB of them); after each slice,
-// sink(rows, part) with part(f) the float32 sum of float f = (row - rows.lo) * batch + b. Every
-// thread of the block calls it, between barriers. Not inlined: its registers are then allocated
-// for it alone (inlined into the op kernel beside the other paths, ptxas spilled 4.9 KB).
-template <DType T, int NB, class Sink>
+// Slices `slices` of y's partial sums, MB batch tiles of 16; after each slice, sink(rows, part)
+// with part(f) the float32 sum of float f = (row - rows.lo) * batch + b. Every thread of the block
+// calls it, between barriers. Not inlined: its registers are then allocated for it alone (inlined
+// into the op kernel beside the other paths, ptxas spilled kilobytes).
+template <DType T, int MB, bool kHigh, class Sink>
 __device__ __noinline__ void stream(const BlockCoop& c, const GemvShape s, const Range slices, Sink& sink) {
-  // Steps in flight per warp: about 64 registers of them (a lane's step is 8 + 4 * NB), which is
-  // what the loop has to spare around the slice's fold and push without spilling.
-  constexpr int kDepth = NB <= 1 ? 8 : NB <= 4 ? 4 : 2;
+  // Steps in flight per warp (2 KB of w each): 8 KB per warp, 64 KB per SM where the ring fits
+  // the registers beside the accumulators.
+  constexpr int kDepth = MB <= 2 ? 4 : 2;
+  constexpr uint32_t kAdvance = kWarps * kStepK * 2;  // bytes between a warp's steps in a row
   const int warp = c.warp(), g = c.lane() / 4, t = c.lane() % 4;
   const uint64_t rowBytes = s.k * 2;
   const auto kSteps = static_cast<uint32_t>(ceilDiv(s.k, kStepK));
   // Steps per warp and slice, a multiple of kDepth: a slice then ends where the unrolled loop
-  // does, so its fold and push are one copy of code, not kDepth (the copies overflowed the
-  // instruction cache). The padding steps load nothing; they cost a few instructions when k is
-  // not a multiple of kWarps * kStepK * kDepth.
-  const auto per = static_cast<uint32_t>(ceilDiv(ceilDiv(kSteps, kWarps), kDepth) * kDepth);
+  // does (one copy of the fold and push, and one cursor update per kDepth steps). The padding
+  // steps load nothing.
+  const auto per = static_cast<uint32_t>(maxU64(1, ceilDiv(ceilDiv(kSteps, kWarps), kDepth)) * kDepth);
   const auto nslices = static_cast<uint32_t>(slices.size());
-
-  // This lane's loads, kept incrementally (the loop is a few instructions per 16-byte load, or
-  // it stops being a stream): element `first` + j * kWarps * kStepK of rows g and g + 8 of the
-  // slice, for the warp's steps j < live (the rest of a slice's steps fall past k).
+  // This lane's loads: element `first` + j * kWarps * kStepK of its rows, for the warp's steps j < live.
   const uint64_t first = uint64_t{kStepK} * warp + 8 * t;
-  const uint32_t live = s.k > first ? static_cast<uint32_t>(ceilDiv(s.k - first, uint64_t{kWarps} * kStepK)) : 0;
-  uint32_t xLive = 0;  // batch tiles this lane has an x row in
+  const uint32_t live =
+      s.k > first && s.n > 0 ? static_cast<uint32_t>(ceilDiv(s.k - first, uint64_t{kWarps} * kStepK)) : 0;
+  bool xOn[MB][2];
+  const uint8_t* xp[MB][2];
   WEFT_UNROLL
-  for (int nb = 0; nb < NB; ++nb) xLive |= (nb * 8 + g < static_cast<int>(s.batch) ? 1u : 0u) << nb;
-  uint64_t row = slices.lo * kGemvSliceRows + g;
-  const uint8_t* wp = s.w + row * rowBytes + first * 2;
-  const uint8_t* xp = s.x + g * rowBytes + first * 2;
-  uint32_t loadSlice = 0, loadStep = 0;
-  auto load = [&](Frag<NB>& f) {
-    const bool on = (loadSlice < nslices) & (loadStep < live);
-    f.w[0] = on & (row < s.n) ? loadStreaming16(wp) : Vec16{};
-    f.w[1] = on & (row + 8 < s.n) ? loadStreaming16(wp + 8 * rowBytes) : Vec16{};
+  for (int mb = 0; mb < MB; ++mb) WEFT_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t b = 16 * mb + 8 * h + g;
+    xOn[mb][h] = b < s.batch;
+    xp[mb][h] = s.x + b * rowBytes + first * 2;
+  }
+  // The load cursor: step lj (a multiple of kDepth) of the run's slice lm, at wp[r] (row group r).
+  uint32_t lm = 0, lj = 0;
+  const uint8_t* wp[kGroups];
+  auto aim = [&] {
     WEFT_UNROLL
-    for (int nb = 0; nb < NB; ++nb) f.x[nb] = on & ((xLive >> nb) & 1) ? loadShared16(xp + nb * 8 * rowBytes) : Vec16{};
-    constexpr uint64_t kAdvance = uint64_t{kWarps} * kStepK * 2;  // bytes between a warp's steps
-    wp += kAdvance;
-    xp += kAdvance;
-    if (++loadStep == per) {
-      loadStep = 0;
-      ++loadSlice;
-      row += kGemvSliceRows;
-      wp += kGemvSliceRows * rowBytes - per * kAdvance;
-      xp -= per * kAdvance;
+    for (int r = 0; r < kGroups; ++r) {
+      const uint64_t row = minU64((slices.lo + lm) * kGemvSliceRows + 8 * r + g, s.n == 0 ? 0 : s.n - 1);
+      wp[r] = s.w + row * rowBytes + first * 2;
+    }
+  };
+  auto loadW = [&](WFrag& f, int u, int left) {
+    const uint32_t off = (lj + u) * kAdvance;
+    WEFT_UNROLL
+    for (int r = 0; r < kGroups; ++r) f.w[r] = load16If<true>(wp[r] + off, u < left);
+  };
+  auto loadX = [&](uint32_t j, bool on) {
+    XFrag<MB, kHigh> f;
+    WEFT_UNROLL
+    for (int mb = 0; mb < MB; ++mb) WEFT_UNROLL
+    for (int h = 0; h < (kHigh ? 2 : 1); ++h) f.x[mb][h] = load16If<false>(xp[mb][h] + j * kAdvance, on && xOn[mb][h]);
+    return f;
+  };
+  // Steps of the cursor's block that carry data, and the move to the next block.
+  auto left = [&] { return lm < nslices ? static_cast<int>(live) - static_cast<int>(lj) : 0; };
+  auto advance = [&] {
+    lj += kDepth;
+    if (lj == per) {
+      lj = 0;
+      ++lm;
+      aim();
     }
   };
 
-  // The warps' sums of a slice, folded: warps 4-7 store theirs in four slots, warps 0-3 add
-  // theirs, and the sink reads the four slots.
+  // The warps' sums of a slice, folded in rounds: warps [0, S) store theirs in S slots, then each
+  // further group of S warps adds its own, in warp order; the sink reads the S slots.
   float* slot = c.floats();
   const uint32_t pitch = kGemvSliceRows * s.batch;
-  float acc[NB][4] = {};
+  const int nslots = foldSlots(s.batch);
+  float acc[kGroups][MB][4] = {};
   auto toSlot = [&](float* mine, bool add) {
     WEFT_UNROLL
-    for (int nb = 0; nb < NB; ++nb) WEFT_UNROLL
+    for (int r = 0; r < kGroups; ++r) WEFT_UNROLL
+    for (int mb = 0; mb < MB; ++mb) WEFT_UNROLL
     for (int e = 0; e < 4; ++e) {
-      const uint32_t b = nb * 8 + 2 * t + (e & 1);
-      if (b < s.batch) {
-        float& out = mine[(g + 8 * (e >> 1)) * s.batch + b];
-        out = add ? out + acc[nb][e] : acc[nb][e];
+      const uint32_t b = 16 * mb + g + 8 * (e >> 1);
+      if (b < s.batch && (kHigh || e < 2)) {
+        float& out = mine[(8 * r + 2 * t + (e & 1)) * s.batch + b];
+        out = add ? out + acc[r][mb][e] : acc[r][mb][e];
       }
-      acc[nb][e] = 0.f;
+      acc[r][mb][e] = 0.f;
     }
   };
   auto finishSlice = [&](uint64_t m) {
-    if (warp >= kWarps / 2) toSlot(slot + (warp - kWarps / 2) * pitch, false);
-    c.sync();
-    if (warp < kWarps / 2) toSlot(slot + warp * pitch, true);
-    c.sync();
-    sink(gemvRows(s.n, Range{slices.lo + m, slices.lo + m + 1}),
-         [&](uint64_t f) { return (slot[f] + slot[pitch + f]) + (slot[2 * pitch + f] + slot[3 * pitch + f]); });
+    for (int w0 = 0; w0 < kWarps; w0 += nslots) {
+      if (warp >= w0 && warp < w0 + nslots) toSlot(slot + (warp - w0) * pitch, w0 > 0);
+      c.sync();
+    }
+    sink(gemvRows(s.n, Range{slices.lo + m, slices.lo + m + 1}), [&](uint64_t f) {
+      float sum = slot[f];
+      for (int i = 1; i < nslots; ++i) sum += slot[i * pitch + f];
+      return sum;
+    });
     c.sync();  // the next slice's sums overwrite the slots
   };
 
-  Frag<NB> ring[kDepth];
+  aim();
+  WFrag ring[kDepth];
+  int n = left();
   WEFT_UNROLL
-  for (int u = 0; u < kDepth; ++u) load(ring[u]);
+  for (int u = 0; u < kDepth; ++u) loadW(ring[u], u, n);
+  advance();
   for (uint32_t m = 0; m < nslices; ++m) {
     for (uint32_t j = 0; j < per; j += kDepth) {
+      // The ring holds steps j.. of slice m, with data in the first `had` of them.
+      const int had = n;
+      n = left();
       WEFT_UNROLL
       for (int u = 0; u < kDepth; ++u) {
-        multiply<T, NB>(ring[u], acc);
-        load(ring[u]);
+        multiply<T, MB, kHigh>(ring[u], loadX(j + u, u < had), acc);
+        loadW(ring[u], u, n);
       }
+      advance();
     }
     finishSlice(m);
   }
@@ -165,13 +207,13 @@ __device__ __noinline__ void stream(const BlockCoop& c, const GemvShape s, const
 template <DType T, class Sink>
 __device__ void streamAnyBatch(const BlockCoop& c, const GemvShape& s, Range slices, Sink& sink) {
   if (s.batch <= 8)
-    stream<T, 1>(c, s, slices, sink);
+    stream<T, 1, false>(c, s, slices, sink);
   else if (s.batch <= 16)
-    stream<T, 2>(c, s, slices, sink);
+    stream<T, 1, true>(c, s, slices, sink);
   else if (s.batch <= 32)
-    stream<T, 4>(c, s, slices, sink);
+    stream<T, 2, true>(c, s, slices, sink);
   else
-    stream<T, 8>(c, s, slices, sink);
+    stream<T, 4, true>(c, s, slices, sink);
 }
 
 }  // namespace gemv
