@@ -126,10 +126,12 @@ WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
   const uint32_t* abort = v.control ? &v.control->abort : &v.queue->abort;
   const uint32_t* stop = v.control ? &v.control->stop : &v.queue->stop;
   const uint32_t* error = v.control ? &v.control->error : &v.queue->error;
-  if (gpu::atomicLoad<gpu::Order::kRelaxed>(abort) || gpu::atomicLoad<gpu::Order::kRelaxed>(stop))
-    return Status::kAborted;
-  if (gpu::atomicLoad<gpu::Order::kRelaxed>(error)) return Status::kPeerFailed;
-  return Status::kOk;
+  // Three independent loads, not a chain of three round trips (every launched op reads them first).
+  const uint32_t aborted = gpu::atomicLoad<gpu::Order::kRelaxed>(abort);
+  const uint32_t stopped = gpu::atomicLoad<gpu::Order::kRelaxed>(stop);
+  const uint32_t failed = gpu::atomicLoad<gpu::Order::kRelaxed>(error);
+  if (aborted | stopped) return Status::kAborted;
+  return failed ? Status::kPeerFailed : Status::kOk;
 }
 
 // Polls `ready(&seen)` until it returns true, the timeout expires, or the communicator stops;

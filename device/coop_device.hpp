@@ -2,6 +2,8 @@
 // same tile code runs as a CUDA/HIP thread block or as one CPU thread.
 #pragma once
 
+#include <cstring>
+
 #include "gpu.hpp"
 
 namespace weft::dev {
@@ -25,6 +27,10 @@ struct SoloCoop {
   template <typename T>
   T broadcast(T v) const {
     return v;
+  }
+  template <typename T, typename F>
+  T fromLeader(F&& f) const {
+    return f();
   }
 };
 using WorkerCoop = SoloCoop;
@@ -52,6 +58,23 @@ struct BlockCoop {
     if (leader()) *reinterpret_cast<T*>(scratch) = v;
     __syncthreads();
     T out = *reinterpret_cast<T*>(scratch);
+    return out;
+  }
+  // f() run by the leader alone, its result seen by every thread (through the tile, which must be
+  // free). For reads of words every block reads: a thousand warps loading the same line queue on
+  // one L2 slice (it cost launched ops ~4 us at their start).
+  template <typename T, typename F>
+  __device__ T fromLeader(F&& f) const {
+    static_assert(sizeof(T) <= sizeof(float) * kCoopFloats);
+    __syncthreads();
+    if (leader()) {
+      const T v = f();
+      memcpy(tile, &v, sizeof v);
+    }
+    __syncthreads();
+    T out;
+    memcpy(&out, tile, sizeof out);
+    __syncthreads();  // the tile is the caller's again
     return out;
   }
 };

@@ -201,11 +201,12 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
       // are stable here (this worker saw the previous op complete, after its counters moved):
       // read them once per op.
       if (first) {
-        const OpCounters now = loadCounters(v.control);
+        const OpCounters now = c.template fromLeader<OpCounters>([&] { return loadCounters(v.control); });
         seq = opSeq(now, s.desc);
         next = advance(now, s.desc, static_cast<uint32_t>(v.nranks));
       }
-      Status st = stopReason(v);
+      // One verdict for the whole group (threads that each read the flags could differ).
+      Status st = c.broadcast(c.leader() ? stopReason(v) : Status::kOk);
       if (st == Status::kOk) st = runItem(c, v, s.desc, seq, item);
       c.sync();
       if (c.leader()) finishItem(v, s, ticket, st, next);

@@ -18,13 +18,20 @@ template <class Run>
 __device__ void runLaunched(const CommView& view, const OpDesc& desc, float* tile, Run&& run) {
   __shared__ unsigned long long scratch;
   const BlockCoop coop{&scratch, tile};
-  // Stable for the whole kernel: only the last block below changes them, after every block read.
-  const OpCounters counters = loadCounters(view.control);
-  const OpSeq seq = opSeq(counters, desc);
+  // The counters are stable for the whole kernel: only the last block below changes them, after
+  // every block read them. The leader reads them with the first item's stop check, in one round trip.
+  struct Start {
+    OpCounters counters;
+    Status stop;
+  };
+  const Start start = coop.fromLeader<Start>([&] { return Start{loadCounters(view.control), stopReason(view)}; });
+  const OpSeq seq = opSeq(start.counters, desc);
   for (uint32_t item = blockIdx.x; item < desc.nitems; item += gridDim.x) {
     // After any failure of the communicator the remaining items give up at once; the wait that
     // failed recorded why in the queue header.
-    if (coop.broadcast(stopReason(view)) != Status::kOk) break;
+    const Status stop =
+        item == blockIdx.x ? start.stop : coop.broadcast(coop.leader() ? stopReason(view) : Status::kOk);
+    if (stop != Status::kOk) break;
     if (run(coop, item, seq) != Status::kOk) break;
   }
   // The last block to leave moves the counters on for the communicator's next op, which starts
@@ -38,7 +45,7 @@ __device__ void runLaunched(const CommView& view, const OpDesc& desc, float* til
     if (before + 1 != gridDim.x) return;
     gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&view.control->blocksDone, 0u);
   }
-  storeCounters(view.control, advance(counters, desc, static_cast<uint32_t>(view.nranks)));
+  storeCounters(view.control, advance(start.counters, desc, static_cast<uint32_t>(view.nranks)));
 }
 
 }  // namespace
