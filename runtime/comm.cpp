@@ -27,6 +27,8 @@ struct RankInfo {
   uint64_t oneShotBytes;
   uint64_t inboxSlots;
   uint64_t heapBytes;
+  uint64_t gemvTuning;  // the table's fingerprint
+  uint64_t gemvPath;    // 0 auto, 1 + GemvPath forced
   int32_t pid;
   char hostname[60];
 };
@@ -84,6 +86,14 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->timeoutNs_ = static_cast<uint64_t>(s.getDouble("timeout_s") * 1e9);
   c->tileBytes_ = static_cast<uint64_t>(s.getInt("tile_bytes"));
   c->checkIndices_ = s.getInt("check_indices") != 0;
+  c->gemvTuning_ = GemvTuning::load(s.getString("gemv_tuning_file"));
+  const std::string& gemvPath = s.getString("gemv_path");
+  if (gemvPath == "fused")
+    c->gemvForced_ = GemvPath::kFused;
+  else if (gemvPath == "unfused")
+    c->gemvForced_ = GemvPath::kUnfused;
+  else if (gemvPath != "auto")
+    throw Error(Code::kInvalidArgument, "gemv_path: '" + gemvPath + "' is not auto, fused or unfused");
   c->host_ = localHost();
   c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));
 
@@ -93,6 +103,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.oneShotBytes = (static_cast<uint64_t>(s.getInt("oneshot_max_bytes")) + 255) / 256 * 256;
   mine.inboxSlots = static_cast<uint64_t>(s.getInt("inbox_slots"));
   mine.heapBytes = static_cast<uint64_t>(s.getInt("heap_bytes"));
+  mine.gemvTuning = c->gemvTuning_.fingerprint();
+  mine.gemvPath = c->gemvForced_ ? 1 + static_cast<uint64_t>(*c->gemvForced_) : 0;
   mine.pid = static_cast<int32_t>(getpid());
   snprintf(mine.hostname, sizeof mine.hostname, "%s", c->host_.hostname.c_str());
   std::vector<RankInfo> all(nranks);
@@ -101,6 +113,9 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   checkAgree(all, &RankInfo::oneShotBytes, "oneshot_max_bytes", rank);
   checkAgree(all, &RankInfo::inboxSlots, "inbox_slots", rank);
   checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
+  // Every rank must take the same GEMV path (the fused op's items wait on their peers').
+  checkAgree(all, &RankInfo::gemvTuning, "gemv_tuning_file (the table's fingerprint)", rank);
+  checkAgree(all, &RankInfo::gemvPath, "gemv_path (0 auto, 1 fused, 2 unfused)", rank);
 
   const bool forceProxy = s.getString("transport") == "proxy";
   std::string pathList;
@@ -288,9 +303,11 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   d.arg[2] = k;
   d.tileElems = dev::GemvAllReduceOp::computeItems(n, static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kGemv)));
   d.nitems = dev::GemvAllReduceOp::numItems(d.tileElems);
-  // Fused while every rank's float32 partials go through the one-shot exchange; otherwise (and on
-  // one rank, or for an empty y) the GEMV writes y and an AllReduce of y follows.
-  if (oneShotFits(uint64_t{batch} * n * sizeof(float))) return submit(d, stream, capturing);
+  // Fused where the tuning table (or gemv_path) says so and every rank's float32 partials go
+  // through the one-shot exchange; otherwise (and on one rank, or for an empty y) the GEMV writes
+  // y and an AllReduce of y follows.
+  const GemvPath path = gemvForced_ ? *gemvForced_ : gemvTuning_.choose(nranks_, batch, n, k);
+  if (path == GemvPath::kFused && oneShotFits(uint64_t{batch} * n * sizeof(float))) return submit(d, stream, capturing);
   d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
   d.nitems = d.tileElems;
   const Code c = submit(d, stream, capturing);

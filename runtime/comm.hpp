@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "device/ops/allreduce_device.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemm_alltoall_device.hpp"
+#include "gemv_tuning.hpp"
 #include "heap.hpp"
 #include "topology.hpp"
 #include "work_queue.hpp"
@@ -91,6 +93,8 @@ class Comm {
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
   bool checkIndices_ = true;
+  GemvTuning gemvTuning_;
+  std::optional<GemvPath> gemvForced_;  // the gemv_path setting, unless auto
 
   // Ticket order is op order, the same on every rank because every rank issues the same ops in the
   // same order (the engine's protocol counters rely on it).

@@ -53,6 +53,11 @@ const std::vector<SettingSpec>& settingSpecs() {
        1 << 26},
       {"oneshot_max_bytes", SettingType::kSize, kCpuBackend ? "64K" : "256K",
        "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables", 0, 1 << 26},
+      {"gemv_path", SettingType::kString, "auto",
+       "GEMV + AllReduce: auto (the tuning table decides), fused, or unfused (GEMV, then AllReduce)"},
+      {"gemv_tuning_file", SettingType::kString, "",
+       "GEMV + AllReduce tuning table (rows: ranks batch_max n_max k_max path); empty: the built-in "
+       "conf/gemv_tuning.tsv"},
       {"check_indices", SettingType::kInt, "1",
        "Embedding ops check every index against its table (0: trust them, faster)", 0, 1},
       {"inbox_slots", SettingType::kInt, kCpuBackend ? "8" : "64", "Tiles in flight per peer pair", 1, 1024},

@@ -1,7 +1,12 @@
 // GEMV + AllReduce on 1-4 ranks (separate processes): every dtype, batch 1 to 64, odd n and k
 // (vector tails), empty shapes, the fused and the unfused path, against a float64 reference on
-// fresh random data; and every bad argument named, with the communicator still usable after.
+// fresh random data; ranks that would take different paths fail init; and every bad argument
+// named, with the communicator still usable after.
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "support/multirank.hpp"
@@ -26,14 +31,16 @@ void gemvCase(weft_comm_t comm, void* y, int rank, int nranks, weft_dtype_t dt, 
   EXPECT_TRUE(checkGemvAllReduce(y, dt, seed, nranks, s.batch, s.n, s.k));
 }
 
-// (ranks, fused): unfused sets oneshot_max_bytes to 0, so the GEMV writes y and an AllReduce follows.
-class GemvAllReduce : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+// (ranks, path): "fused" and "unfused" force the path (gemv_path); "no_scratch" asks for fused but
+// sets oneshot_max_bytes to 0, so the partials cannot be exchanged and the unfused path runs.
+class GemvAllReduce : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(GemvAllReduce, EveryDtypeAndShape) {
   const uint64_t seed = freshSeed();
-  const bool fused = std::get<1>(GetParam());
+  const std::string path = std::get<1>(GetParam());
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    if (!fused) setenv("WEFT_ONESHOT_MAX_BYTES", "0", 1);
+    setenv("WEFT_GEMV_PATH", path == "unfused" ? "unfused" : "fused", 1);
+    if (path == "no_scratch") setenv("WEFT_ONESHOT_MAX_BYTES", "0", 1);
     weft_comm_t comm = initRank(rank, n, id);
     ASSERT_NE(comm, nullptr);
     void* y = nullptr;
@@ -46,11 +53,44 @@ TEST_P(GemvAllReduce, EveryDtypeAndShape) {
   EXPECT_TRUE(runRanks(std::get<0>(GetParam()), body));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GemvAllReduce, ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(Ranks, GemvAllReduce,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values("fused", "unfused", "no_scratch")),
                          [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
-                                  (std::get<1>(info.param) ? "fused" : "unfused");
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
                          });
+
+// The path must be the same on every rank (the fused op's items wait on their peers'): ranks that
+// disagree, by gemv_path or by their tables, fail init with the setting named, rather than hang.
+TEST(GemvAllReduceTuning, RanksThatWouldTakeDifferentPathsFailInit) {
+  const std::string table = ::testing::TempDir() + "/weft_gemv_tuning_" + std::to_string(getpid()) + ".tsv";
+  FILE* f = std::fopen(table.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("* * * * unfused\n", f);
+  std::fclose(f);
+  for (const char* setting : {"WEFT_GEMV_PATH", "WEFT_GEMV_TUNING_FILE"}) {
+    SCOPED_TRACE(setting);
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      if (rank == 1) setenv(setting, std::string(setting) == "WEFT_GEMV_PATH" ? "unfused" : table.c_str(), 1);
+      weft_comm_t comm = nullptr;
+      EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE,
+                            std::string(setting) == "WEFT_GEMV_PATH" ? "gemv_path" : "gemv_tuning_file"));
+    };
+    EXPECT_TRUE(runRanks(2, body));
+  }
+  std::remove(table.c_str());
+  // A path that does not exist, and a table that does not parse, are named too.
+  const RankBody bad = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = nullptr;
+    setenv("WEFT_GEMV_PATH", "sideways", 1);
+    EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_ARGUMENT, "gemv_path"));
+    unsetenv("WEFT_GEMV_PATH");
+    setenv("WEFT_GEMV_TUNING_FILE", "/nonexistent/tuning.tsv", 1);
+    EXPECT_TRUE(
+        failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_ARGUMENT, "gemv_tuning_file"));
+  };
+  EXPECT_TRUE(runRanks(1, bad));
+}
 
 TEST(GemvAllReduceBadInput, EveryArgumentIsNamedAndNothingIsLost) {
   const uint64_t seed = freshSeed();

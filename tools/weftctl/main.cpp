@@ -1,5 +1,7 @@
 // weftctl: inspect and tune weft on this node. `weftctl info` prints the version, build options,
 // devices, an hwloc topology summary and (-c) every setting with where its value came from.
+// `weftctl tune gemv` prints the GEMV + AllReduce tuning table in effect and, given a shape, the
+// path a communicator of that size takes for it.
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include "common/error.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/config.hpp"
+#include "runtime/gemv_tuning.hpp"
 #include "runtime/topology.hpp"
 #include "weft/version.h"
 
@@ -36,6 +39,34 @@ void printInfo(bool settings) {
   }
 }
 
+std::string limit(uint64_t v) { return v == UINT64_MAX ? "*" : std::to_string(v); }
+
+struct GemvShapeArgs {
+  int ranks = 0;
+  uint64_t batch = 0, n = 0, k = 0;
+};
+
+void printGemvTuning(const GemvShapeArgs& a) {
+  const weft::Settings s = weft::Settings::resolve();
+  const weft::GemvTuning t = weft::GemvTuning::load(s.getString("gemv_tuning_file"));
+  std::printf("table: %s (%zu rows)\n", t.origin().c_str(), t.rows().size());
+  std::printf("  %-6s %-6s %-10s %-8s %-10s %s\n", "line", "ranks", "batch_max", "n_max", "k_max", "path");
+  for (const weft::GemvTuningRow& r : t.rows())
+    std::printf("  %-6d %-6s %-10s %-8s %-10s %s\n", r.line, r.ranks ? std::to_string(r.ranks).c_str() : "*",
+                limit(r.batchMax).c_str(), limit(r.nMax).c_str(), limit(r.kMax).c_str(), weft::gemvPathName(r.path));
+  if (a.ranks == 0) return;
+  std::printf("ranks %d, batch %llu, n %llu, k_local %llu: ", a.ranks, static_cast<unsigned long long>(a.batch),
+              static_cast<unsigned long long>(a.n), static_cast<unsigned long long>(a.k));
+  const std::string& forced = s.getString("gemv_path");
+  const weft::GemvTuningRow* r = t.match(a.ranks, a.batch, a.n, a.k);
+  if (forced != "auto")
+    std::printf("%s (gemv_path forces it)\n", forced.c_str());
+  else if (r)
+    std::printf("%s (line %d)\n", weft::gemvPathName(r->path), r->line);
+  else
+    std::printf("fused (no row covers it: the default)\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,9 +75,22 @@ int main(int argc, char** argv) {
   bool showSettings = false;
   auto* info = app.add_subcommand("info", "Version, build, devices, topology and settings");
   info->add_flag("-c,--config", showSettings, "Also print every setting and who set it");
+  auto* tune = app.add_subcommand("tune", "Tuning tables in effect and what they choose");
+  tune->require_subcommand(1);
+  GemvShapeArgs shape;
+  auto* gemv = tune->add_subcommand("gemv", "GEMV + AllReduce: fused or unfused, per world size and shape");
+  auto* ranks = gemv->add_option("--ranks", shape.ranks, "Communicator size")->check(CLI::Range(1, 1 << 20));
+  gemv->add_option("--batch", shape.batch, "Rows of x")->needs(ranks)->check(CLI::Range(1, 64));
+  gemv->add_option("--n", shape.n, "Rows of w (y's width)")->needs(ranks)->check(CLI::PositiveNumber);
+  gemv->add_option("--k", shape.k, "k_local: columns of w on each rank")->needs(ranks)->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*info) printInfo(showSettings);
+    if (*gemv) {
+      if (shape.ranks && (!shape.batch || !shape.n || !shape.k))
+        throw weft::Error(weft::Code::kInvalidArgument, "tune gemv: --ranks needs --batch, --n and --k");
+      printGemvTuning(shape);
+    }
   } catch (const weft::Error& e) {
     std::fprintf(stderr, "weftctl: %s\n", e.what());
     return 1;

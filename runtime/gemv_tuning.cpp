@@ -1,0 +1,101 @@
+#include "gemv_tuning.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "gemv_tuning_builtin.hpp"  // generated from conf/gemv_tuning.tsv
+
+namespace weft {
+
+const char* gemvPathName(GemvPath p) { return p == GemvPath::kFused ? "fused" : "unfused"; }
+
+namespace {
+
+uint64_t field(const std::string& text, const std::string& where, const char* what) {
+  if (text == "*") return UINT64_MAX;
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &pos, 10);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos != text.size() || text.empty() || text[0] == '-' || v == 0)
+    throw Error(Code::kInvalidArgument, where + ": " + what + " '" + text + "' is not a positive integer or '*'");
+  return v;
+}
+
+}  // namespace
+
+GemvTuning GemvTuning::parse(const std::string& text, const std::string& origin) {
+  GemvTuning t;
+  t.origin_ = origin;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string word; words >> word;) w.push_back(word);
+    if (w.empty()) continue;
+    const std::string where = origin + ":" + std::to_string(number);
+    if (w.size() != 5)
+      throw Error(Code::kInvalidArgument,
+                  where + ": expected 'ranks batch_max n_max k_max path', got " + std::to_string(w.size()) + " fields");
+    GemvTuningRow r;
+    r.line = number;
+    const uint64_t ranks = field(w[0], where, "ranks");
+    if (ranks != UINT64_MAX && ranks > 1 << 20)
+      throw Error(Code::kInvalidArgument, where + ": ranks '" + w[0] + "' is too large");
+    r.ranks = ranks == UINT64_MAX ? 0 : static_cast<int>(ranks);
+    r.batchMax = field(w[1], where, "batch_max");
+    r.nMax = field(w[2], where, "n_max");
+    r.kMax = field(w[3], where, "k_max");
+    if (w[4] == "fused")
+      r.path = GemvPath::kFused;
+    else if (w[4] == "unfused")
+      r.path = GemvPath::kUnfused;
+    else
+      throw Error(Code::kInvalidArgument, where + ": path '" + w[4] + "' is neither fused nor unfused");
+    t.rows_.push_back(r);
+  }
+  return t;
+}
+
+GemvTuning GemvTuning::load(const std::string& file) {
+  if (file.empty()) return parse(kGemvTuningBuiltin, "built-in conf/gemv_tuning.tsv");
+  std::ifstream in(file);
+  if (!in) throw Error(Code::kInvalidArgument, "gemv_tuning_file: cannot read '" + file + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), file);
+}
+
+const GemvTuningRow* GemvTuning::match(int nranks, uint64_t batch, uint64_t n, uint64_t kLocal) const {
+  for (const GemvTuningRow& r : rows_)
+    if ((r.ranks == 0 || r.ranks == nranks) && batch <= r.batchMax && n <= r.nMax && kLocal <= r.kMax) return &r;
+  return nullptr;
+}
+
+GemvPath GemvTuning::choose(int nranks, uint64_t batch, uint64_t n, uint64_t kLocal) const {
+  const GemvTuningRow* r = match(nranks, batch, n, kLocal);
+  return r ? r->path : GemvPath::kFused;
+}
+
+uint64_t GemvTuning::fingerprint() const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the rows' numbers
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
+  };
+  for (const GemvTuningRow& r : rows_) {
+    mix(static_cast<uint64_t>(r.ranks));
+    mix(r.batchMax);
+    mix(r.nMax);
+    mix(r.kMax);
+    mix(static_cast<uint64_t>(r.path));
+  }
+  return h;
+}
+
+}  // namespace weft

@@ -1,0 +1,50 @@
+// The GEMV + AllReduce's choice between the fused op and the unfused pair (weft's GEMV writing y,
+// then an AllReduce of y), per world size and shape. The table is text, one row per line:
+//
+//   ranks  batch_max  n_max  k_max  path      # '*' matches anything; k is k_local (per rank)
+//
+// The first row whose ranks equals the communicator's size (or '*') and whose maxima hold the
+// shape decides; a shape no row covers runs fused. conf/gemv_tuning.tsv is the table weft-bench
+// measured (built in); the gemv_tuning_file setting names another, and gemv_path forces a path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+enum class GemvPath { kFused, kUnfused };
+
+const char* gemvPathName(GemvPath p);
+
+struct GemvTuningRow {
+  int ranks = 0;  // 0: any
+  uint64_t batchMax = UINT64_MAX, nMax = UINT64_MAX, kMax = UINT64_MAX;
+  GemvPath path = GemvPath::kFused;
+  int line = 0;  // in the table's text
+};
+
+class GemvTuning {
+ public:
+  // Parses `text` (from `origin`, a file name or "built-in"); throws weft::Error (invalid argument)
+  // naming the origin and line of the first bad row.
+  static GemvTuning parse(const std::string& text, const std::string& origin);
+  // The file's table, or the built-in one (conf/gemv_tuning.tsv at build time) for "".
+  static GemvTuning load(const std::string& file);
+
+  // The deciding row, or nullptr (then: fused).
+  const GemvTuningRow* match(int nranks, uint64_t batch, uint64_t n, uint64_t kLocal) const;
+  GemvPath choose(int nranks, uint64_t batch, uint64_t n, uint64_t kLocal) const;
+
+  const std::vector<GemvTuningRow>& rows() const { return rows_; }
+  const std::string& origin() const { return origin_; }
+  // Of the rows, not the text: every rank must decide alike, so the ranks compare it at init.
+  uint64_t fingerprint() const;
+
+ private:
+  std::vector<GemvTuningRow> rows_;
+  std::string origin_;
+};
+
+}  // namespace weft
