@@ -24,18 +24,23 @@ void ncclOk(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) die(std::string(what) + ": " + ncclGetErrorString(r));
 }
 
-// The NCCL id travels through weft itself: rank 0's bytes as floats, summed with everyone's zeros.
+// Rank 0's `n` bytes to every rank, through weft itself: the bytes as floats, summed with
+// everyone's zeros.
+void shareFromRank0(Context& c, char* data, size_t n, const char* what) {
+  std::vector<float> bytes(n, 0.f);
+  if (c.rank == 0)
+    for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(data[i]);
+  cuda(cudaMemcpy(c.weftRecv, bytes.data(), n * 4, cudaMemcpyHostToDevice), what);
+  weftOk(weft_allreduce(c.weft, c.weftRecv, c.weftRecv, n, WEFT_FLOAT32, c.stream), what);
+  cuda(cudaStreamSynchronize(c.stream), what);
+  cuda(cudaMemcpy(bytes.data(), c.weftRecv, n * 4, cudaMemcpyDeviceToHost), what);
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(static_cast<int>(bytes[i]));
+}
+
 ncclUniqueId shareNcclId(Context& c) {
   ncclUniqueId id{};
   if (c.rank == 0) ncclOk(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  std::vector<float> bytes(sizeof id.internal, 0.f);
-  if (c.rank == 0)
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(id.internal[i]);
-  cuda(cudaMemcpy(c.weftRecv, bytes.data(), bytes.size() * 4, cudaMemcpyHostToDevice), "copy id");
-  weftOk(weft_allreduce(c.weft, c.weftRecv, c.weftRecv, bytes.size(), WEFT_FLOAT32, c.stream), "share the NCCL id");
-  cuda(cudaStreamSynchronize(c.stream), "sync");
-  cuda(cudaMemcpy(bytes.data(), c.weftRecv, bytes.size() * 4, cudaMemcpyDeviceToHost), "copy id back");
-  for (size_t i = 0; i < bytes.size(); ++i) id.internal[i] = static_cast<char>(static_cast<int>(bytes[i]));
+  shareFromRank0(c, id.internal, sizeof id.internal, "share the NCCL id");
   return id;
 }
 
@@ -72,6 +77,24 @@ Solo::Solo(size_t bytes) {
 }
 
 Solo::~Solo() {
+  weft_mem_free(comm, heap);
+  weft_comm_destroy(comm);
+}
+
+Peers::Peers(Context& c, const char* gemvPath, size_t bytes) {
+  weft_unique_id_t id{};
+  if (c.rank == 0) weftOk(weft_get_unique_id(&id), "weft_get_unique_id (second communicator)");
+  shareFromRank0(c, id.internal, sizeof id.internal, "share the second communicator's id");
+  weft_config_t config = WEFT_CONFIG_INITIALIZER;
+  config.heap_bytes = bytes + (16u << 20);
+  setenv("WEFT_GEMV_PATH", gemvPath, 1);  // settings without a weft_config_t field come from the environment
+  const weft_result_t r = weft_comm_init_rank(&comm, c.nranks, id, c.rank, &config);
+  unsetenv("WEFT_GEMV_PATH");
+  weftOk(r, "weft_comm_init_rank (second communicator)");
+  weftOk(weft_mem_alloc(comm, bytes, &heap), "weft_mem_alloc (second communicator)");
+}
+
+Peers::~Peers() {
   weft_mem_free(comm, heap);
   weft_comm_destroy(comm);
 }

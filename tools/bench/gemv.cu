@@ -1,6 +1,7 @@
-// weft-bench gemv_allreduce: the fused op against cuBLAS GEMV + NCCL AllReduce in the same run, on
-// the same stream, plus the GEMV alone and the AllReduce alone, so that max(compute, comm) can be
-// read off. Each shape is n rows of w with k columns split over the ranks (k_local = k / nranks).
+// weft-bench gemv_allreduce: weft's GEMV + AllReduce (as the tuning table runs it, and with each
+// path forced) against cuBLAS GEMV + NCCL AllReduce in the same run, on the same stream, plus the
+// GEMV alone and the AllReduce alone, so that max(compute, comm) can be read off. Each shape is n rows of w with k
+// columns split over the ranks (k_local = k / nranks).
 #include <cmath>
 #include <cstdio>
 
@@ -16,6 +17,9 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   int64_t maxBatch = 0;
   for (int64_t b : o.gemvBatch) maxBatch = std::max(maxBatch, b);
   const Solo solo(maxBatch * o.gemvN * t.bytes);
+  // weft with each path forced, for the tuning table (conf/gemv_tuning.tsv).
+  const Peers fusedComm(c, "fused", maxBatch * o.gemvN * t.bytes),
+      unfusedComm(c, "unfused", maxBatch * o.gemvN * t.bytes);
   std::vector<GemvRow> rows;
   for (int64_t k : o.gemvK)
     for (int64_t batch : o.gemvBatch) {
@@ -35,7 +39,7 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
         if (weft_gemv_allreduce(comm, x, w, y, batch, n, kl, t.weft, c.stream) != WEFT_SUCCESS)
           die(std::string("weft: ") + weft_get_last_error(nullptr));
       };
-      auto fused = [&] { weftOp(c.weft, c.weftRecv); };
+      auto weft = [&] { weftOp(c.weft, c.weftRecv); };
       // Row-major y[batch, n] = x[batch, kl] . w[n, kl]^T is, column-major, Y(n x batch) = W^T X.
       auto gemv = [&] {
         cublasOk(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, n, batch, kl, &one, w, ct, kl, x, ct, kl, &zero,
@@ -51,14 +55,16 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
         allReduce();
       };
       if (o.check) {
-        fused();
+        weft();
         baseline();
         cuda(cudaStreamSynchronize(c.stream), "sync");
         // The baseline rounds every rank's partial to the dtype, then sums in the dtype; float32:
         // cuBLAS and weft sum in different orders.
         r.diff = differing(t, c.weftRecv, baseY, batch * n, 2 * (c.nranks + 1) * std::max(rounding(t), 1e-5));
       }
-      r.fusedUs = medianUs(c, o, fused, &r.hostUs);
+      r.weftUs = medianUs(c, o, weft, &r.hostUs);
+      r.fusedUs = medianUs(c, o, [&] { weftOp(fusedComm.comm, fusedComm.heap); });
+      r.unfusedUs = medianUs(c, o, [&] { weftOp(unfusedComm.comm, unfusedComm.heap); });
       r.baseUs = medianUs(c, o, baseline);
       r.gemvUs = medianUs(c, o, gemv);
       r.weftGemvUs = medianUs(c, o, [&] { weftOp(solo.comm, solo.heap); });
@@ -76,19 +82,22 @@ void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& 
   if (c.rank != 0) return;
   std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s; baseline: cuBLAS GEMV + NCCL AllReduce\n", c.nranks,
               o.dtype.c_str(), o.graph ? "graph mode" : "eager");
-  // gemv_us: cuBLAS's GEMV alone; weft_gemv: weft's (the op on one rank); w_TB/s: weft's GEMV
-  // streaming w; fused/gemv: the fused op against cuBLAS's GEMV alone.
-  std::printf("%6s %6s %6s %10s %10s %8s %10s %10s %10s %8s %10s %8s %8s\n", "batch", "n", "k", "fused_us", "base_us",
-              "speedup", "gemv_us", "weft_gemv", "allred_us", "w_TB/s", "fused/gemv", "#diff", "host_us");
+  // weft_us: weft_gemv_allreduce as the tuning table runs it; fused_us / unfused_us: each path
+  // forced; speedup: the baseline over weft_us; gemv_us: cuBLAS's GEMV alone; weft_gemv: weft's
+  // (the op on one rank); w_TB/s: weft's GEMV streaming w; weft/gemv: weft_us over cuBLAS's GEMV.
+  std::printf("%6s %6s %6s %9s %9s %10s %9s %8s %9s %9s %9s %7s %9s %6s %8s\n", "batch", "n", "k", "weft_us",
+              "fused_us", "unfused_us", "base_us", "speedup", "gemv_us", "weft_gemv", "allred_us", "w_TB/s",
+              "weft/gemv", "#diff", "host_us");
   JsonRows json(c, o, "gemv_allreduce");
   for (const GemvRow& r : rows) {
-    std::printf("%6lld %6lld %6lld %10.2f %10.2f %8.2f %10.2f %10.2f %10.2f %8.2f %10.2f %8lld %8.2f\n",
-                (long long)r.batch, (long long)r.n, (long long)r.k, r.fusedUs, r.baseUs, r.baseUs / r.fusedUs, r.gemvUs,
-                r.weftGemvUs, r.allReduceUs, r.wBytes / (r.weftGemvUs * 1e6), r.fusedUs / r.gemvUs, (long long)r.diff,
-                r.hostUs);
+    std::printf("%6lld %6lld %6lld %9.2f %9.2f %10.2f %9.2f %8.2f %9.2f %9.2f %9.2f %7.2f %9.2f %6lld %8.2f\n",
+                (long long)r.batch, (long long)r.n, (long long)r.k, r.weftUs, r.fusedUs, r.unfusedUs, r.baseUs,
+                r.baseUs / r.weftUs, r.gemvUs, r.weftGemvUs, r.allReduceUs, r.wBytes / (r.weftGemvUs * 1e6),
+                r.weftUs / r.gemvUs, (long long)r.diff, r.hostUs);
     json.add([&](std::ostream& j) {
-      j << ", \"batch\": " << r.batch << ", \"n\": " << r.n << ", \"k\": " << r.k << ", \"fused_us\": " << r.fusedUs
-        << ", \"baseline_us\": " << r.baseUs << ", \"gemv_us\": " << r.gemvUs << ", \"weft_gemv_us\": " << r.weftGemvUs
+      j << ", \"batch\": " << r.batch << ", \"n\": " << r.n << ", \"k\": " << r.k << ", \"weft_us\": " << r.weftUs
+        << ", \"fused_us\": " << r.fusedUs << ", \"unfused_us\": " << r.unfusedUs << ", \"baseline_us\": " << r.baseUs
+        << ", \"gemv_us\": " << r.gemvUs << ", \"weft_gemv_us\": " << r.weftGemvUs
         << ", \"allreduce_us\": " << r.allReduceUs << ", \"differing\": " << r.diff;
     });
   }
