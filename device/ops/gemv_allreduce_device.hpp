@@ -2,7 +2,7 @@
 //   y[b, j] = sum over ranks r of sum_k x_r[b, k] * w_r[j, k]
 // (x: [batch, k_local], w: [n, k_local] as torch.nn.Linear stores it, y: [batch, n] in the heap).
 //
-// The rows are cut into slices of 16 (a slice's partials, laid out row by row as float
+// The rows are cut into slices of kGemvSliceRows (32; a slice's partials, laid out row by row as float
 // j * batch + b, start on a line pair). The op has G compute items, about one per worker group
 // that runs it (OpDesc::tileElems = G), and G reduce items after them. Compute item i streams a
 // run of consecutive slices: for each, the block computes this rank's float32 partial sums of the
@@ -14,8 +14,9 @@
 // its reduce item most of what it needs has landed. No separate communication kernel, no
 // intermediate copy; partials cross ranks in float32.
 //
-// GemvOp is the same compute writing y directly: the unfused first half, used where the partials
-// would not fit the one-shot scratch (an AllReduce of y follows) and on one rank.
+// GemvOp is the same compute writing y directly: the unfused first half (an AllReduce of y
+// follows), used where the tuning table says so, where the partials would not fit the one-shot
+// scratch, and on one rank.
 #pragma once
 
 #include "../coop_device.hpp"
