@@ -87,13 +87,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->tileBytes_ = static_cast<uint64_t>(s.getInt("tile_bytes"));
   c->checkIndices_ = s.getInt("check_indices") != 0;
   c->gemvTuning_ = GemvTuning::load(s.getString("gemv_tuning_file"));
-  const std::string& gemvPath = s.getString("gemv_path");
-  if (gemvPath == "fused")
-    c->gemvForced_ = GemvPath::kFused;
-  else if (gemvPath == "unfused")
-    c->gemvForced_ = GemvPath::kUnfused;
-  else if (gemvPath != "auto")
-    throw Error(Code::kInvalidArgument, "gemv_path: '" + gemvPath + "' is not auto, fused or unfused");
+  c->gemvForced_ = gemvPathSetting(s.getString("gemv_path"));
   c->host_ = localHost();
   c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));
 

@@ -10,6 +10,13 @@ namespace weft {
 
 const char* gemvPathName(GemvPath p) { return p == GemvPath::kFused ? "fused" : "unfused"; }
 
+std::optional<GemvPath> gemvPathSetting(const std::string& value) {
+  if (value == "auto") return std::nullopt;
+  if (value == "fused") return GemvPath::kFused;
+  if (value == "unfused") return GemvPath::kUnfused;
+  throw Error(Code::kInvalidArgument, "gemv_path: '" + value + "' is not auto, fused or unfused");
+}
+
 namespace {
 
 uint64_t field(const std::string& text, const std::string& where, const char* what) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ namespace weft {
 enum class GemvPath { kFused, kUnfused };
 
 const char* gemvPathName(GemvPath p);
+// The gemv_path setting: nullopt for "auto", else the forced path; throws weft::Error (invalid
+// argument) naming gemv_path for anything else.
+std::optional<GemvPath> gemvPathSetting(const std::string& value);
 
 struct GemvTuningRow {
   int ranks = 0;  // 0: any

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
@@ -49,6 +50,7 @@ struct GemvShapeArgs {
 void printGemvTuning(const GemvShapeArgs& a) {
   const weft::Settings s = weft::Settings::resolve();
   const weft::GemvTuning t = weft::GemvTuning::load(s.getString("gemv_tuning_file"));
+  const std::optional<weft::GemvPath> forced = weft::gemvPathSetting(s.getString("gemv_path"));
   std::printf("table: %s (%zu rows)\n", t.origin().c_str(), t.rows().size());
   std::printf("  %-6s %-6s %-10s %-8s %-10s %s\n", "line", "ranks", "batch_max", "n_max", "k_max", "path");
   for (const weft::GemvTuningRow& r : t.rows())
@@ -57,10 +59,9 @@ void printGemvTuning(const GemvShapeArgs& a) {
   if (a.ranks == 0) return;
   std::printf("ranks %d, batch %llu, n %llu, k_local %llu: ", a.ranks, static_cast<unsigned long long>(a.batch),
               static_cast<unsigned long long>(a.n), static_cast<unsigned long long>(a.k));
-  const std::string& forced = s.getString("gemv_path");
   const weft::GemvTuningRow* r = t.match(a.ranks, a.batch, a.n, a.k);
-  if (forced != "auto")
-    std::printf("%s (gemv_path forces it)\n", forced.c_str());
+  if (forced)
+    std::printf("%s (gemv_path forces it)\n", weft::gemvPathName(*forced));
   else if (r)
     std::printf("%s (line %d)\n", weft::gemvPathName(r->path), r->line);
   else
