@@ -301,7 +301,8 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   // through the one-shot exchange; otherwise (and on one rank, or for an empty y) the GEMV writes
   // y and an AllReduce of y follows.
   const GemvPath path = gemvForced_ ? *gemvForced_ : gemvTuning_.choose(nranks_, batch, n, k);
-  if (path == GemvPath::kFused && oneShotFits(uint64_t{batch} * n * sizeof(float))) return submit(d, stream, capturing);
+  const uint64_t partialBytes = dev::GemvAllReduceOp::numSlices(n) * dev::gemvSliceFloats(batch) * sizeof(float);
+  if (path == GemvPath::kFused && yBytes > 0 && oneShotFits(partialBytes)) return submit(d, stream, capturing);
   d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
   d.nitems = d.tileElems;
   const Code c = submit(d, stream, capturing);

@@ -2,14 +2,13 @@
 //   y[b, j] = sum over ranks r of sum_k x_r[b, k] * w_r[j, k]
 // (x: [batch, k_local], w: [n, k_local] as torch.nn.Linear stores it, y: [batch, n] in the heap).
 //
-// The rows are cut into slices of kGemvSliceRows (32; a slice's partials, laid out row by row as float
-// j * batch + b, start on a line pair). The op has G compute items, about one per worker group
-// that runs it (OpDesc::tileElems = G), and G reduce items after them. Compute item i streams a
-// run of consecutive slices: for each, the block computes this rank's float32 partial sums of the
-// slice's rows for every batch entry (on tensor cores where gemv_mma_device.hpp applies, else a
-// row per warp with 16-byte loads and a shuffle reduction) and pushes them, flagged, to every
-// peer and to this rank's own scratch (flagged_exchange_device.hpp) while its loads of the next
-// slice are in flight. Reduce item G + i sums the same run's partials of every rank, in rank
+// The rows are cut into slices of kGemvSliceRows (32); a slice's partials are gemvSliceFloats(batch)
+// floats, batch-major (gemv_mma_device.hpp), and start on a line pair. The op has G compute items, about one per worker
+// group that runs it (OpDesc::tileElems = G), and G reduce items after them. Compute item i streams a run of
+// consecutive slices: for each, the block computes this rank's float32 partial sums of the slice's rows for every batch
+// entry (on tensor cores where gemv_mma_device.hpp applies, else a row per warp with 16-byte loads and a shuffle
+// reduction) and pushes them, flagged, to every peer and to this rank's own scratch (flagged_exchange_device.hpp) while
+// its loads of the next slice are in flight. Reduce item G + i sums the same run's partials of every rank, in rank
 // order, into y: the slices it reads first were computed first, so by the time a group reaches
 // its reduce item most of what it needs has landed. No separate communication kernel, no
 // intermediate copy; partials cross ranks in float32.
@@ -55,40 +54,47 @@ struct GemvAllReduceOp {
     const GemvShape s = shape(d);
     const uint32_t items = d.tileElems;
     const auto dt = static_cast<DType>(d.dtype);
+    const uint64_t sliceFloats = gemvSliceFloats(s.batch);  // even
     if (item < items) {
-      streamSlices(c, dt, s, itemSlices(s.n, items, item), [&](Range rows, auto&& part) {
-        const uint64_t base = rows.lo * s.batch, end = rows.hi * s.batch;  // base is even
-        auto at = [&](uint64_t f) { return f < end ? floatBits(part(f - base)) : 0u; };
-        pushFlagged(c, v, seq, Range{base / 2, ceilDiv(end, 2)}, /*toSelf=*/true,
-                    [&](uint64_t k) { return at(2 * k) | (uint64_t{at(2 * k + 1)} << 32); });
+      streamSlices(c, dt, s, itemSlices(s.n, items, item), [=, &c](Range rows, auto&& part) {
+        const uint64_t base = rows.lo / kGemvSliceRows * sliceFloats;
+        const auto live = static_cast<uint32_t>(rows.size());
+        auto at = [&](uint32_t f) { return f % kGemvSliceRows < live ? floatBits(part(f)) : 0u; };
+        pushFlagged(c, v, seq, Range{base / 2, (base + sliceFloats) / 2}, /*toSelf=*/true, [&](uint64_t k) {
+          const auto f = static_cast<uint32_t>(2 * k - base);
+          return at(f) | (uint64_t{at(f + 1)} << 32);
+        });
       });
       return Status::kOk;
     }
-    const Range rows = gemvRows(s.n, itemSlices(s.n, items, item - items));
-    const uint64_t end = rows.hi * s.batch;
+    const Range slices = itemSlices(s.n, items, item - items);
+    const uint32_t batch = s.batch;
+    const uint64_t n = s.n;
     struct Acc {
       float v[2];
     };
     uint8_t* y = v.at(v.rank, d.recv);
     return reduceFlagged<Acc>(
-        c, v, seq, item, Range{rows.lo * s.batch / 2, ceilDiv(end, 2)}, /*selfInScratch=*/true,
+        c, v, seq, item, Range{slices.lo * sliceFloats / 2, slices.hi * sliceFloats / 2}, /*selfInScratch=*/true,
         [](uint64_t) { return uint64_t{0}; },
         [](Acc& acc, uint64_t x) {
           acc.v[0] += bitsFloat(static_cast<uint32_t>(x));
           acc.v[1] += bitsFloat(static_cast<uint32_t>(x >> 32));
         },
-        [&](uint64_t k, const Acc& acc) {
-          for (int h = 0; h < 2; ++h) {
-            const uint64_t f = 2 * k + h;
-            if (f < end) storeFromFloat(y, (f % s.batch) * s.n + f / s.batch, dt, acc.v[h]);
-          }
+        [=](uint64_t k, const Acc& acc) {
+          // Floats 2k and 2k + 1: rows j and j + 1 of batch entry b (slice q / batch).
+          const uint64_t q = 2 * k / kGemvSliceRows, slice = q / batch;
+          const uint64_t j = slice * kGemvSliceRows + 2 * k % kGemvSliceRows, b = q - slice * batch;
+          for (int h = 0; h < 2; ++h)
+            if (j + h < n) storeFromFloat(y, b * n + j + h, dt, acc.v[h]);
         });
   }
 
   // This rank's float32 partial sums of slices `slices`: after each slice, every thread of the
-  // group calls sink(rows, part), part(f) being the sum of float f = (j - rows.lo) * batch + b.
+  // group calls sink(rows, part), part(f) being float f of the slice's partials (gemvSliceFloats).
   template <class Coop, class Sink>
-  WEFT_HOST_DEVICE static void streamSlices(const Coop& c, DType dt, const GemvShape& s, Range slices, Sink&& sink) {
+  WEFT_HOST_DEVICE static void streamSlices(const Coop& c, DType dt, const GemvShape& s, Range slices,
+                                            const Sink& sink) {
 #if defined(WEFT_HAVE_MMA)
     if (gemv::fits(c, dt, s)) {
       if (dt == DType::kBFloat16)
@@ -103,12 +109,12 @@ struct GemvAllReduceOp {
       const Range rows = gemvRows(s.n, Range{i, i + 1});
       partials(c, dt, s, rows, part);
       c.sync();
-      sink(rows, [&](uint64_t f) { return part[f]; });
+      sink(rows, [&](uint32_t f) { return part[f]; });
       c.sync();  // the next slice's partials overwrite `part`
     }
   }
 
-  // part[(j - rows.lo) * batch + b] = sum_k x[b, k] * w[j, k] for j in rows, in float32.
+  // part[b * kGemvSliceRows + j - rows.lo] = sum_k x[b, k] * w[j, k] for j in rows, in float32.
   template <class Coop>
   WEFT_HOST_DEVICE static void partials(const Coop& c, DType dt, const GemvShape& s, Range rows, float* part) {
     withDType(dt, [&](auto tag) { partialsAs<Coop, decltype(tag)::value>(c, s, rows, part); });
@@ -188,7 +194,7 @@ struct GemvAllReduceOp {
         WEFT_UNROLL
         for (int b = 0; b < B; ++b) {
           const float sum = gpu::warpSum(acc[r][b]);
-          if (c.lane() == 0) part[(j0 + r - rows.lo) * s.batch + b0 + b] = sum;
+          if (c.lane() == 0) part[(b0 + b) * kGemvSliceRows + j0 + r - rows.lo] = sum;
         }
       }
     }
@@ -202,9 +208,13 @@ struct GemvOp {
     const GemvShape s = Op::shape(d);
     const auto dt = static_cast<DType>(d.dtype);
     uint8_t* y = v.at(v.rank, d.recv);
-    Op::streamSlices(c, dt, s, Op::itemSlices(s.n, d.tileElems, item), [&](Range rows, auto&& part) {
-      for (uint64_t f = c.rank(); f < rows.size() * s.batch; f += c.size())
-        storeFromFloat(y, (f % s.batch) * s.n + rows.lo + f / s.batch, dt, part(f));
+    const uint32_t sliceFloats = static_cast<uint32_t>(gemvSliceFloats(s.batch));
+    const uint64_t n = s.n;
+    Op::streamSlices(c, dt, s, Op::itemSlices(s.n, d.tileElems, item), [=, &c](Range rows, auto&& part) {
+      const auto live = static_cast<uint32_t>(rows.size());
+      for (auto f = static_cast<uint32_t>(c.rank()); f < sliceFloats; f += static_cast<uint32_t>(c.size()))
+        if (f % kGemvSliceRows < live)
+          storeFromFloat(y, f / kGemvSliceRows * n + rows.lo + f % kGemvSliceRows, dt, part(f));
     });
     return Status::kOk;
   }

@@ -42,6 +42,13 @@ WEFT_HOST_DEVICE Range gemvRows(uint64_t n, Range slices) {
   return Range{minU64(n, slices.lo * kGemvSliceRows), minU64(n, slices.hi * kGemvSliceRows)};
 }
 
+// A slice's float32 partial sums, as a block hands them on and the fused op's exchange carries
+// them: batch-major, kGemvSliceRows floats per batch entry (float b * kGemvSliceRows + j - rows.lo
+// for row j), the last slice padded to the full length. y is batch-major too, so one batch
+// entry's run of floats is a run of y's row: the stores of y are coalesced, and the offsets are
+// shifts and masks.
+WEFT_HOST_DEVICE uint64_t gemvSliceFloats(uint32_t batch) { return uint64_t{kGemvSliceRows} * batch; }
+
 #if defined(WEFT_HAVE_MMA)
 namespace gemv {
 
@@ -50,12 +57,29 @@ constexpr uint32_t kStepK = 32;              // k per warp step: 4 lanes x 8 ele
 constexpr int kGroups = kGemvSliceRows / 8;  // the slice's 8-row groups of w (the mma's n)
 
 // Slots the fold of the warps' sums uses: 4 where they fit the group's shared floats, else 2.
-__device__ inline int foldSlots(uint32_t batch) { return 4 * kGemvSliceRows * batch <= kCoopFloats ? 4 : 2; }
+__device__ inline int foldSlots(uint32_t batch) { return 4 * gemvSliceFloats(batch) <= kCoopFloats ? 4 : 2; }
+
+// Shared memory by its own address space: the slots' pointer reaches stream() as a generic one,
+// and generic accesses cost an address-space check each.
+__device__ inline uint32_t sharedAddress(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ inline float loadShared(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+__device__ inline float2 loadShared2(uint32_t a) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+  return v;
+}
+__device__ inline void storeShared2(uint32_t a, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v.x), "f"(v.y) : "memory");
+}
 
 // Whether the tensor-core path applies (otherwise the portable one runs).
 __device__ inline bool fits(const BlockCoop& c, DType dt, const GemvShape& s) {
   return dt != DType::kFloat32 && c.warps() == kWarps && s.k % 8 == 0 && aligned16(s.w) && aligned16(s.x) &&
-         uint64_t{2} * kGemvSliceRows * s.batch <= kCoopFloats;
+         2 * gemvSliceFloats(s.batch) <= kCoopFloats;
 }
 
 // One lane's operands of one step: w rows 8 r + g of the slice (in flight kDepth steps ahead),
@@ -86,11 +110,13 @@ __device__ inline void multiply(const WFrag& wf, const XFrag<MB, kHigh>& f, floa
 }
 
 // Slices `slices` of y's partial sums, MB batch tiles of 16; after each slice, sink(rows, part)
-// with part(f) the float32 sum of float f = (row - rows.lo) * batch + b. Every thread of the block
+// with part(f) float f of the slice's partial sums (gemvSliceFloats). Every thread of the block
 // calls it, between barriers. Not inlined: its registers are then allocated for it alone (inlined
-// into the op kernel beside the other paths, ptxas spilled kilobytes).
+// into the op kernel beside the other paths, ptxas spilled kilobytes). The sink comes by value and
+// should capture by value: its state is then this function's own, in registers, not words behind
+// a pointer that every store through a generic pointer would make it load again.
 template <DType T, int MB, bool kHigh, class Sink>
-__device__ __noinline__ void stream(const BlockCoop& c, const GemvShape s, const Range slices, Sink& sink) {
+__device__ __noinline__ void stream(const BlockCoop c, const GemvShape s, const Range slices, Sink sink) {
   // Steps in flight per warp (2 KB of w each): 8 KB per warp, 64 KB per SM where the ring fits
   // the registers beside the accumulators.
   constexpr int kDepth = MB <= 2 ? 4 : 2;
@@ -150,32 +176,45 @@ __device__ __noinline__ void stream(const BlockCoop& c, const GemvShape s, const
   };
 
   // The warps' sums of a slice, folded in rounds: warps [0, S) store theirs in S slots, then each
-  // further group of S warps adds its own, in warp order; the sink reads the S slots.
-  float* slot = c.floats();
-  const uint32_t pitch = kGemvSliceRows * s.batch;
+  // further group of S warps adds its own, in warp order; the sink reads the S slots. A slot is
+  // the slice's layout (gemvSliceFloats) with row j of batch entry b at j ^ 8 (b % 4): the lanes'
+  // pairs of rows then spread over every bank (two wavefronts a warp, the least for 256 bytes).
+  const uint32_t slot = sharedAddress(c.floats());
+  const uint32_t pitch = static_cast<uint32_t>(gemvSliceFloats(s.batch)) * 4;  // bytes per slot
   const int nslots = foldSlots(s.batch);
   float acc[kGroups][MB][4] = {};
-  auto toSlot = [&](float* mine, bool add) {
+  auto toSlot = [&](uint32_t mine, bool add) {
     WEFT_UNROLL
     for (int r = 0; r < kGroups; ++r) WEFT_UNROLL
     for (int mb = 0; mb < MB; ++mb) WEFT_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const uint32_t b = 16 * mb + g + 8 * (e >> 1);
-      if (b < s.batch && (kHigh || e < 2)) {
-        float& out = mine[(8 * r + 2 * t + (e & 1)) * s.batch + b];
-        out = add ? out + acc[r][mb][e] : acc[r][mb][e];
+    for (int h = 0; h < (kHigh ? 2 : 1); ++h) {
+      const uint32_t b = 16 * mb + 8 * h + g;
+      if (b < s.batch) {
+        const uint32_t at = mine + 4 * (b * kGemvSliceRows + ((8 * r + 2 * t) ^ (8 * (b % 4))));
+        float2 v = make_float2(acc[r][mb][2 * h], acc[r][mb][2 * h + 1]);
+        if (add) {
+          const float2 had = loadShared2(at);
+          v.x += had.x;
+          v.y += had.y;
+        }
+        storeShared2(at, v);
       }
-      acc[r][mb][e] = 0.f;
     }
+    WEFT_UNROLL
+    for (int r = 0; r < kGroups; ++r) WEFT_UNROLL
+    for (int mb = 0; mb < MB; ++mb) WEFT_UNROLL
+    for (int e = 0; e < 4; ++e) acc[r][mb][e] = 0.f;
   };
   auto finishSlice = [&](uint64_t m) {
     for (int w0 = 0; w0 < kWarps; w0 += nslots) {
       if (warp >= w0 && warp < w0 + nslots) toSlot(slot + (warp - w0) * pitch, w0 > 0);
       c.sync();
     }
-    sink(gemvRows(s.n, Range{slices.lo + m, slices.lo + m + 1}), [&](uint64_t f) {
-      float sum = slot[f];
-      for (int i = 1; i < nslots; ++i) sum += slot[i * pitch + f];
+    sink(gemvRows(s.n, Range{slices.lo + m, slices.lo + m + 1}), [&](uint32_t f) {
+      const uint32_t b = f / kGemvSliceRows;
+      const uint32_t at = slot + 4 * (b * kGemvSliceRows + ((f % kGemvSliceRows) ^ (8 * (b % 4))));
+      float sum = loadShared(at);
+      for (int i = 1; i < nslots; ++i) sum += loadShared(at + i * pitch);
       return sum;
     });
     c.sync();  // the next slice's sums overwrite the slots
@@ -205,7 +244,7 @@ __device__ __noinline__ void stream(const BlockCoop& c, const GemvShape s, const
 
 // stream() with the batch tiles the batch needs.
 template <DType T, class Sink>
-__device__ void streamAnyBatch(const BlockCoop& c, const GemvShape& s, Range slices, Sink& sink) {
+__device__ void streamAnyBatch(const BlockCoop& c, const GemvShape& s, Range slices, const Sink& sink) {
   if (s.batch <= 8)
     stream<T, 1, false>(c, s, slices, sink);
   else if (s.batch <= 16)
