@@ -25,6 +25,7 @@ struct RankInfo {
   uint64_t hostHash;
   uint64_t tileBytes;
   uint64_t oneShotBytes;
+  uint64_t gemvScratchBytes;
   uint64_t inboxSlots;
   uint64_t heapBytes;
   uint64_t gemvTuning;  // the table's fingerprint
@@ -94,7 +95,9 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   RankInfo mine{};
   mine.hostHash = c->host_.hash;
   mine.tileBytes = c->tileBytes_;
-  mine.oneShotBytes = (static_cast<uint64_t>(s.getInt("oneshot_max_bytes")) + 255) / 256 * 256;
+  auto lines = [](int64_t bytes) { return (static_cast<uint64_t>(bytes) + 255) / 256 * 256; };
+  mine.oneShotBytes = lines(s.getInt("oneshot_max_bytes"));
+  mine.gemvScratchBytes = lines(s.getInt("gemv_scratch_bytes"));
   mine.inboxSlots = static_cast<uint64_t>(s.getInt("inbox_slots"));
   mine.heapBytes = static_cast<uint64_t>(s.getInt("heap_bytes"));
   mine.gemvTuning = c->gemvTuning_.fingerprint();
@@ -105,11 +108,12 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->boot_->allGather(&mine, sizeof mine, all.data());
   checkAgree(all, &RankInfo::tileBytes, "tile_bytes", rank);
   checkAgree(all, &RankInfo::oneShotBytes, "oneshot_max_bytes", rank);
+  checkAgree(all, &RankInfo::gemvScratchBytes, "gemv_scratch_bytes", rank);
   checkAgree(all, &RankInfo::inboxSlots, "inbox_slots", rank);
   checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
   // Every rank must take the same GEMV path (the fused op's items wait on their peers').
   checkAgree(all, &RankInfo::gemvTuning, "gemv_tuning_file (the table's fingerprint)", rank);
-  checkAgree(all, &RankInfo::gemvPath, "gemv_path (0 auto, 1 fused, 2 unfused)", rank);
+  checkAgree(all, &RankInfo::gemvPath, "gemv_path (0 auto, 1 + GemvPath: 1 fused, 2 unfused, 3 fused_rsag)", rank);
 
   const bool forceProxy = s.getString("transport") == "proxy";
   std::string pathList;
@@ -125,7 +129,10 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->layout_.nranks = static_cast<uint32_t>(nranks);
   c->layout_.inboxSlots = static_cast<uint32_t>(mine.inboxSlots);
   c->layout_.tileBytes = c->tileBytes_;
-  c->layout_.oneShotBytes = mine.oneShotBytes;
+  // The flagged exchange's scratch serves the one-shot AllReduce and the fused GEMV's partials.
+  c->oneShotMax_ = mine.oneShotBytes;
+  c->gemvScratch_ = mine.gemvScratchBytes;
+  c->layout_.oneShotBytes = std::max(mine.oneShotBytes, mine.gemvScratchBytes);
   c->heap_ = std::make_unique<SymmetricHeap>(*c->boot_, c->paths_, mine.heapBytes, c->layout_);
   c->queue_ = std::make_unique<WorkQueue>(static_cast<uint32_t>(s.getInt("queue_depth")));
 
@@ -246,7 +253,7 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   }
   d.send = reinterpret_cast<uint64_t>(send);
   // Small inputs: one-shot (one exchange, latency-bound); the rest: reduce-scatter + all-gather.
-  if (oneShotFits(bytes)) {
+  if (exchangeFits(bytes, oneShotMax_)) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
     d.nitems = dev::AllReduceOneShotOp::numItems(bytes);
     return submit(d, stream, capturing);
@@ -297,12 +304,16 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   d.arg[2] = k;
   d.tileElems = dev::GemvAllReduceOp::computeItems(n, static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kGemv)));
   d.nitems = dev::GemvAllReduceOp::numItems(d.tileElems);
-  // Fused where the tuning table (or gemv_path) says so and every rank's float32 partials go
-  // through the one-shot exchange; otherwise (and on one rank, or for an empty y) the GEMV writes
-  // y and an AllReduce of y follows.
+  // Fused where the tuning table (or gemv_path) says so and every rank's float32 partials fit the
+  // exchange's scratch (gemv_scratch_bytes); reduced by the slices' owners where asked and every rank owns a
+  // slice (else by every rank). Otherwise (and on one rank, or for an empty y) the GEMV writes y
+  // and an AllReduce of y follows.
   const GemvPath path = gemvForced_ ? *gemvForced_ : gemvTuning_.choose(nranks_, batch, n, k);
   const uint64_t partialBytes = dev::GemvAllReduceOp::numSlices(n) * dev::gemvSliceFloats(batch) * sizeof(float);
-  if (path == GemvPath::kFused && yBytes > 0 && oneShotFits(partialBytes)) return submit(d, stream, capturing);
+  if (path != GemvPath::kUnfused && yBytes > 0 && exchangeFits(partialBytes, gemvScratch_)) {
+    d.arg[3] = path == GemvPath::kFusedRsag && dev::GemvAllReduceOp::fusedOwnersFit(n, nranks_) ? 1 : 0;
+    return submit(d, stream, capturing);
+  }
   d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
   d.nitems = d.tileElems;
   const Code c = submit(d, stream, capturing);

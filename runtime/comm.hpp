@@ -69,11 +69,12 @@ class Comm {
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
   uint64_t stallNs() const { return 2 * timeoutNs_ + 1000000000ull; }
   uint64_t heapOffset(const void* p, uint64_t bytes, const char* arg) const;
-  // Whether an op can move `payloadBytes` per rank through the one-shot flagged exchange: it must
-  // fit the scratch, have peers, and move something (an empty exchange would take an epoch
-  // without telling any sender that its receiver is done with the scratch).
-  bool oneShotFits(uint64_t payloadBytes) const {
-    return payloadBytes > 0 && payloadBytes <= layout_.oneShotBytes && nranks_ > 1 && nranks_ <= dev::kMaxSumSources;
+  // Whether an op can move `payloadBytes` per rank through the flagged exchange: at most `limit`
+  // (its setting; the scratch holds the larger of the two), with peers, and something to move (an
+  // empty exchange would take an epoch without telling any sender that its receiver is done with
+  // the scratch).
+  bool exchangeFits(uint64_t payloadBytes, uint64_t limit) const {
+    return payloadBytes > 0 && payloadBytes <= limit && nranks_ > 1 && nranks_ <= dev::kMaxSumSources;
   }
   // An input may be anywhere, but one that touches the heap must lie in one live block.
   void checkInputInHeap(const void* p, uint64_t bytes, const char* arg) const {
@@ -92,6 +93,8 @@ class Comm {
   std::unique_ptr<Engine> engine_;  // declared last: stops before the queue and heap go
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
+  uint64_t oneShotMax_ = 0;   // oneshot_max_bytes: the one-shot AllReduce's largest input
+  uint64_t gemvScratch_ = 0;  // gemv_scratch_bytes: the fused GEMV's largest partials
   bool checkIndices_ = true;
   GemvTuning gemvTuning_;
   std::optional<GemvPath> gemvForced_;  // the gemv_path setting, unless auto

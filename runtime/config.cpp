@@ -53,8 +53,13 @@ const std::vector<SettingSpec>& settingSpecs() {
        1 << 26},
       {"oneshot_max_bytes", SettingType::kSize, kCpuBackend ? "64K" : "256K",
        "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables", 0, 1 << 26},
+      {"gemv_scratch_bytes", SettingType::kSize, kCpuBackend ? "64K" : "2M",
+       "Largest float32 partials (32-row slices x batch x 4 bytes) the fused GEMV + AllReduce exchanges; "
+       "larger runs unfused. The exchange's scratch is 4 x nranks times the larger of this and oneshot_max_bytes",
+       0, 1 << 28},
       {"gemv_path", SettingType::kString, "auto",
-       "GEMV + AllReduce: auto (the tuning table decides), fused, or unfused (GEMV, then AllReduce)"},
+       "GEMV + AllReduce: auto (the tuning table decides), fused (every rank reduces every slice), fused_rsag "
+       "(each slice's owner reduces it and sends it on), or unfused (GEMV, then AllReduce)"},
       {"gemv_tuning_file", SettingType::kString, "",
        "GEMV + AllReduce tuning table (rows: ranks batch_max n_max k_max path); empty: the built-in "
        "conf/gemv_tuning.tsv"},

@@ -8,13 +8,34 @@
 
 namespace weft {
 
-const char* gemvPathName(GemvPath p) { return p == GemvPath::kFused ? "fused" : "unfused"; }
+namespace {
+
+struct PathName {
+  GemvPath path;
+  const char* name;
+};
+constexpr PathName kPathNames[] = {
+    {GemvPath::kFused, "fused"}, {GemvPath::kFusedRsag, "fused_rsag"}, {GemvPath::kUnfused, "unfused"}};
+constexpr const char* kPathList = "fused, fused_rsag or unfused";
+
+std::optional<GemvPath> pathNamed(const std::string& name) {
+  for (const PathName& p : kPathNames)
+    if (name == p.name) return p.path;
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* gemvPathName(GemvPath p) {
+  for (const PathName& n : kPathNames)
+    if (n.path == p) return n.name;
+  return "?";
+}
 
 std::optional<GemvPath> gemvPathSetting(const std::string& value) {
   if (value == "auto") return std::nullopt;
-  if (value == "fused") return GemvPath::kFused;
-  if (value == "unfused") return GemvPath::kUnfused;
-  throw Error(Code::kInvalidArgument, "gemv_path: '" + value + "' is not auto, fused or unfused");
+  if (const auto p = pathNamed(value)) return p;
+  throw Error(Code::kInvalidArgument, "gemv_path: '" + value + "' is not auto, " + kPathList);
 }
 
 namespace {
@@ -59,12 +80,9 @@ GemvTuning GemvTuning::parse(const std::string& text, const std::string& origin)
     r.batchMax = field(w[1], where, "batch_max");
     r.nMax = field(w[2], where, "n_max");
     r.kMax = field(w[3], where, "k_max");
-    if (w[4] == "fused")
-      r.path = GemvPath::kFused;
-    else if (w[4] == "unfused")
-      r.path = GemvPath::kUnfused;
-    else
-      throw Error(Code::kInvalidArgument, where + ": path '" + w[4] + "' is neither fused nor unfused");
+    const auto path = pathNamed(w[4]);
+    if (!path) throw Error(Code::kInvalidArgument, where + ": path '" + w[4] + "' is not " + kPathList);
+    r.path = *path;
     t.rows_.push_back(r);
   }
   return t;

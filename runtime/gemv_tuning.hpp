@@ -1,5 +1,5 @@
-// The GEMV + AllReduce's choice between the fused op and the unfused pair (weft's GEMV writing y,
-// then an AllReduce of y), per world size and shape. The table is text, one row per line:
+// The GEMV + AllReduce's choice among the fused op's two ways to reduce and the unfused pair
+// (weft's GEMV writing y, then an AllReduce of y), per world size and shape. The table is text, one row per line:
 //
 //   ranks  batch_max  n_max  k_max  path      # '*' matches anything; k is k_local (per rank)
 //
@@ -15,7 +15,10 @@
 
 namespace weft {
 
-enum class GemvPath { kFused, kUnfused };
+// kFused: the fused op, every rank reducing every slice (one-shot); kFusedRsag: the fused op, each
+// slice reduced by its owner and sent on (reduce-scatter + all-gather: fewer bytes, one more hop);
+// kUnfused: weft's GEMV, then an AllReduce of y. (Numbered for the table's fingerprint.)
+enum class GemvPath { kFused = 0, kUnfused = 1, kFusedRsag = 2 };
 
 const char* gemvPathName(GemvPath p);
 // The gemv_path setting: nullopt for "auto", else the forced path; throws weft::Error (invalid

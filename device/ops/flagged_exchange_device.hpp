@@ -28,31 +28,44 @@ WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int 
   return reinterpret_cast<uint64_t*>(v.at(owner, v.layout.oneShotDataOffset(sender, parity)) + k * kLlPairBytes);
 }
 
-// Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t) to every peer, and with
-// `toSelf` also into this rank's own area (for a reduction that runs later, in another item).
+// Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t) to ranks
+// [first, first + count) counted from this one (modulo the ranks): first 1 and count nranks - 1 for
+// every peer; first 0 adds this rank's own area (for a reduction that runs later, in another item).
 template <class Coop, class Own>
-WEFT_HOST_DEVICE void pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, Range r, bool toSelf, Own&& own) {
+WEFT_HOST_DEVICE void pushFlaggedTo(const Coop& c, const CommView& v, const OpSeq& seq, Range r, int first, int count,
+                                    Own&& own) {
   const auto flag = static_cast<uint32_t>(seq.epoch);
   for (uint64_t k = r.lo + c.rank(); k < r.hi; k += static_cast<uint64_t>(c.size())) {
     const uint64_t x = own(k);
-    for (int p = toSelf ? 0 : 1; p < v.nranks; ++p) {
+    for (int p = first; p < first + count; ++p) {
       const int j = (v.rank + p) % v.nranks;
       llStore(flaggedPair(v, seq, j, v.rank, k), x, flag);
     }
   }
 }
+template <class Coop, class Own>
+WEFT_HOST_DEVICE void pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, Range r, bool toSelf, Own&& own) {
+  pushFlaggedTo(c, v, seq, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own);
+}
 
-// Step 2: for each pair, the payloads of all ranks in rank order, folded by add(acc, payload) into
-// an Acc (value-initialised per pair), then finish(k, acc). This rank's own payload comes from
-// own(k), or, with `selfInScratch`, from its own area where pushFlagged(toSelf) left it.
-template <class Acc, class Coop, class Own, class Add, class Finish>
+// Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks; every
+// rank by default) in rank order, folded by add(acc, payload) into an Acc (value-initialised per pair), then finish(k,
+// acc). This rank's own payload comes from own(k), or, with `selfInScratch`, from its own area
+// where pushFlagged(toSelf) left it.
+struct EveryRank {
+  WEFT_HOST_DEVICE Range operator()(uint64_t) const { return Range{0, UINT64_MAX}; }
+};
+template <class Acc, class Coop, class Own, class Add, class Finish, class From = EveryRank>
 WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
-                                      bool selfInScratch, Own&& own, Add&& add, Finish&& finish) {
+                                      bool selfInScratch, Own&& own, Add&& add, Finish&& finish,
+                                      From&& from = EveryRank{}) {
   const auto flag = static_cast<uint32_t>(seq.epoch);
   Status st = Status::kOk;
   for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += static_cast<uint64_t>(c.size())) {
     Acc acc{};
-    for (int src = 0; src < v.nranks && st == Status::kOk; ++src) {
+    const Range srcs = from(k);
+    const auto last = static_cast<int>(minU64(srcs.hi, static_cast<uint64_t>(v.nranks)));
+    for (auto src = static_cast<int>(srcs.lo); src < last && st == Status::kOk; ++src) {
       uint64_t x = 0;
       if (src == v.rank && !selfInScratch)
         x = own(k);

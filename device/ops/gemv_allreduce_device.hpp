@@ -3,15 +3,24 @@
 // (x: [batch, k_local], w: [n, k_local] as torch.nn.Linear stores it, y: [batch, n] in the heap).
 //
 // The rows are cut into slices of kGemvSliceRows (32); a slice's partials are gemvSliceFloats(batch)
-// floats, batch-major (gemv_mma_device.hpp), and start on a line pair. The op has G compute items, about one per worker
-// group that runs it (OpDesc::tileElems = G), and G reduce items after them. Compute item i streams a run of
-// consecutive slices: for each, the block computes this rank's float32 partial sums of the slice's rows for every batch
-// entry (on tensor cores where gemv_mma_device.hpp applies, else a row per warp with 16-byte loads and a shuffle
-// reduction) and pushes them, flagged, to every peer and to this rank's own scratch (flagged_exchange_device.hpp) while
-// its loads of the next slice are in flight. Reduce item G + i sums the same run's partials of every rank, in rank
-// order, into y: the slices it reads first were computed first, so by the time a group reaches
-// its reduce item most of what it needs has landed. No separate communication kernel, no
-// intermediate copy; partials cross ranks in float32.
+// floats, batch-major (gemv_mma_device.hpp), and start on a line pair. The op has G compute
+// items, about one per worker group that runs it (OpDesc::tileElems = G), and G reduce items
+// after them. Compute item i streams a run of consecutive slices: for each, the block computes
+// this rank's float32 partial sums of the slice's rows for every batch entry (on tensor cores
+// where gemv_mma_device.hpp applies, else a row per warp with 16-byte loads and a shuffle
+// reduction) and pushes them, flagged (flagged_exchange_device.hpp), while its loads of the next
+// slice are in flight. Reduce item G + i then finishes the same run's slices into y: the slices
+// it reads first were computed first, so by the time a group reaches its reduce item most of
+// what it needs has landed. Two ways to reduce:
+//   - every rank reduces every slice (one-shot): the partials go to every rank, this one
+//     included, and each sums all ranks' in rank order. One hop; each rank sends its partials
+//     nranks - 1 times.
+//   - the slice's owner (rank slice % nranks) reduces it (reduce-scatter, then all-gather): the
+//     partials go to the owner alone; it sums them, writes y and sends the sums on to every peer,
+//     which stores them. Two hops, but each rank sends 2 (nranks - 1) / nranks of its partials'
+//     bytes: the way for large batch * n (the tuning table says where).
+// No separate communication kernel, no intermediate copy; partials cross ranks in float32, and
+// every rank's y is the same bit for bit.
 //
 // GemvOp is the same compute writing y directly: the unfused first half (an AllReduce of y
 // follows), used where the tuning table says so, where the partials would not fit the one-shot
@@ -30,7 +39,8 @@ struct GemvAllReduceOp {
   static constexpr uint32_t kMaxBatch = 64;
 
   // OpDesc fields: send = x, count = n, recv = y's heap offset, tileElems = compute items,
-  // arg[0] = w, arg[1] = batch, arg[2] = k.
+  // arg[0] = w, arg[1] = batch, arg[2] = k, arg[3] = 1 where slices are reduced by their owners
+  // (fusedOwnersFit), 0 where every rank reduces every slice.
   WEFT_HOST_DEVICE static GemvShape shape(const OpDesc& d) {
     return GemvShape{reinterpret_cast<const uint8_t*>(d.send), reinterpret_cast<const uint8_t*>(d.arg[0]),
                      static_cast<uint32_t>(d.arg[1]), d.count, d.arg[2]};
@@ -39,6 +49,12 @@ struct GemvAllReduceOp {
   // One compute item per worker group that runs the op at once (`groups`), or per slice if fewer.
   WEFT_HOST_DEVICE static uint32_t computeItems(uint64_t n, uint32_t groups) {
     return static_cast<uint32_t>(minU64(numSlices(n), groups == 0 ? 1 : groups));
+  }
+  // Whether the slices can be reduced by their owners (slice s by rank s % nranks): every rank
+  // must own one, so that every pair of ranks exchanges lines in every op (the flagged exchange
+  // reuses its scratch on that condition).
+  WEFT_HOST_DEVICE static bool fusedOwnersFit(uint64_t n, int nranks) {
+    return nranks > 1 && numSlices(n) >= static_cast<uint64_t>(nranks);
   }
   // The fused op's items: the compute items, then as many reduce items.
   WEFT_HOST_DEVICE static uint32_t numItems(uint32_t computeItems) { return 2 * computeItems; }
@@ -55,27 +71,35 @@ struct GemvAllReduceOp {
     const uint32_t items = d.tileElems;
     const auto dt = static_cast<DType>(d.dtype);
     const uint64_t sliceFloats = gemvSliceFloats(s.batch);  // even
+    const bool owners = d.arg[3] != 0;
+    const int me = v.rank, nranks = v.nranks;
+    auto ownerOf = [=](uint64_t slice) { return static_cast<int>(slice % static_cast<uint64_t>(nranks)); };
     if (item < items) {
       streamSlices(c, dt, s, itemSlices(s.n, items, item), [=, &c](Range rows, auto&& part) {
-        const uint64_t base = rows.lo / kGemvSliceRows * sliceFloats;
+        const uint64_t slice = rows.lo / kGemvSliceRows, base = slice * sliceFloats;
         const auto live = static_cast<uint32_t>(rows.size());
         auto at = [&](uint32_t f) { return f % kGemvSliceRows < live ? floatBits(part(f)) : 0u; };
-        pushFlagged(c, v, seq, Range{base / 2, (base + sliceFloats) / 2}, /*toSelf=*/true, [&](uint64_t k) {
-          const auto f = static_cast<uint32_t>(2 * k - base);
-          return at(f) | (uint64_t{at(f + 1)} << 32);
-        });
+        // To every rank, this one included (its reduce item reads its own partials there), or to
+        // the slice's owner alone.
+        const int first = owners ? (ownerOf(slice) - me + nranks) % nranks : 0;
+        pushFlaggedTo(c, v, seq, Range{base / 2, (base + sliceFloats) / 2}, first, owners ? 1 : nranks,
+                      [&](uint64_t k) {
+                        const auto f = static_cast<uint32_t>(2 * k - base);
+                        return at(f) | (uint64_t{at(f + 1)} << 32);
+                      });
       });
       return Status::kOk;
     }
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
-    const uint64_t n = s.n;
+    const uint64_t n = s.n, pairsPerSlice = sliceFloats / 2;
+    const auto flag = static_cast<uint32_t>(seq.epoch);
     struct Acc {
       float v[2];
     };
-    uint8_t* y = v.at(v.rank, d.recv);
+    uint8_t* y = v.at(me, d.recv);
     return reduceFlagged<Acc>(
-        c, v, seq, item, Range{slices.lo * sliceFloats / 2, slices.hi * sliceFloats / 2}, /*selfInScratch=*/true,
+        c, v, seq, item, Range{slices.lo * pairsPerSlice, slices.hi * pairsPerSlice}, /*selfInScratch=*/true,
         [](uint64_t) { return uint64_t{0}; },
         [](Acc& acc, uint64_t x) {
           acc.v[0] += bitsFloat(static_cast<uint32_t>(x));
@@ -87,6 +111,15 @@ struct GemvAllReduceOp {
           const uint64_t j = slice * kGemvSliceRows + 2 * k % kGemvSliceRows, b = q - slice * batch;
           for (int h = 0; h < 2; ++h)
             if (j + h < n) storeFromFloat(y, b * n + j + h, dt, acc.v[h]);
+          // The owner's sums go on to every peer, which stores them as they are.
+          if (owners && ownerOf(slice) == me) {
+            const uint64_t sums = floatBits(acc.v[0]) | (uint64_t{floatBits(acc.v[1])} << 32);
+            for (int p = 1; p < nranks; ++p) llStore(flaggedPair(v, seq, (me + p) % nranks, me, k), sums, flag);
+          }
+        },
+        [=](uint64_t k) {
+          const int o = ownerOf(k / pairsPerSlice);
+          return !owners || o == me ? Range{0, UINT64_MAX} : Range{static_cast<uint64_t>(o), o + uint64_t{1}};
         });
   }
 

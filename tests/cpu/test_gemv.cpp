@@ -1,5 +1,5 @@
 // GEMV + AllReduce on 1-4 ranks (separate processes): every dtype, batch 1 to 64, odd n and k
-// (vector tails), empty shapes, the fused and the unfused path, against a float64 reference on
+// (vector tails), empty shapes, each path, against a float64 reference on
 // fresh random data; ranks that would take different paths fail init; and every bad argument
 // named, with the communicator still usable after.
 #include <unistd.h>
@@ -18,7 +18,8 @@ namespace {
 struct Shape {
   int64_t batch, n, k;
 };
-constexpr Shape kShapes[] = {{1, 1, 1}, {1, 7, 13}, {3, 300, 256}, {8, 64, 1000}, {64, 33, 17}, {2, 0, 5}, {5, 9, 0}};
+constexpr Shape kShapes[] = {{1, 1, 1},    {1, 7, 13},    {3, 300, 256}, {8, 64, 1000},
+                             {64, 33, 17}, {17, 161, 40}, {2, 0, 5},     {5, 9, 0}};
 
 void gemvCase(weft_comm_t comm, void* y, int rank, int nranks, weft_dtype_t dt, Shape s, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "GEMV + AllReduce " << dtypeName(dt) << " batch " << s.batch << " n " << s.n
@@ -31,16 +32,17 @@ void gemvCase(weft_comm_t comm, void* y, int rank, int nranks, weft_dtype_t dt, 
   EXPECT_TRUE(checkGemvAllReduce(y, dt, seed, nranks, s.batch, s.n, s.k));
 }
 
-// (ranks, path): "fused" and "unfused" force the path (gemv_path); "no_scratch" asks for fused but
-// sets oneshot_max_bytes to 0, so the partials cannot be exchanged and the unfused path runs.
+// (ranks, path): "fused", "fused_rsag" and "unfused" force the path (gemv_path; fused_rsag runs
+// one-shot where a rank would own no slice: the shapes have both); "no_scratch" asks for fused
+// but sets gemv_scratch_bytes to 0, so the partials cannot be exchanged and the unfused path runs.
 class GemvAllReduce : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(GemvAllReduce, EveryDtypeAndShape) {
   const uint64_t seed = freshSeed();
   const std::string path = std::get<1>(GetParam());
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    setenv("WEFT_GEMV_PATH", path == "unfused" ? "unfused" : "fused", 1);
-    if (path == "no_scratch") setenv("WEFT_ONESHOT_MAX_BYTES", "0", 1);
+    setenv("WEFT_GEMV_PATH", path == "no_scratch" ? "fused" : path.c_str(), 1);
+    if (path == "no_scratch") setenv("WEFT_GEMV_SCRATCH_BYTES", "0", 1);
     weft_comm_t comm = initRank(rank, n, id);
     ASSERT_NE(comm, nullptr);
     void* y = nullptr;
@@ -55,7 +57,7 @@ TEST_P(GemvAllReduce, EveryDtypeAndShape) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GemvAllReduce,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values("fused", "unfused", "no_scratch")),
+                                            ::testing::Values("fused", "fused_rsag", "unfused", "no_scratch")),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
                          });

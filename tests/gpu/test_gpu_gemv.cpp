@@ -1,6 +1,7 @@
 // GEMV + AllReduce on 1, 2 and 4 GPUs under both engines: every dtype, the decode shapes of the
-// benchmark (fused and, past the one-shot scratch, unfused), odd shapes with tails, and the op
-// captured into a CUDA graph and replayed with fresh inputs. Skipped (and reported so) without GPUs.
+// benchmark, odd shapes with tails, each path forced, and the op captured into a CUDA graph and
+// replayed with fresh inputs. Skipped (and reported so) without GPUs.
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -52,6 +53,35 @@ TEST_P(GpuGemv, EveryDtypeAndShape) {
     tearDown(r);
   };
   EXPECT_TRUE(runRanks(gpus(), body));
+}
+
+// Each path forced (gemv_path), on shapes where the owners' reduction applies (every rank owns a
+// slice) and where it does not (64 x 130: 5 slices, so fused_rsag runs one-shot on more ranks).
+TEST_P(GpuGemv, EveryPathForced) {
+  WEFT_REQUIRE_GPUS(gpus());
+  const uint64_t seed = freshSeed();
+  for (const char* path : {"fused", "fused_rsag", "unfused"}) {
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      setenv("WEFT_GEMV_PATH", path, 1);
+      Rank r = setUp(rank, n, id, 80 << 20);
+      unsetenv("WEFT_GEMV_PATH");
+      ASSERT_NE(r.comm, nullptr);
+      uint64_t s = seed;
+      for (Shape shape : {Shape{1, 8192, 2048}, Shape{32, 8192, 256}, Shape{17, 161, 40}, Shape{64, 130, 24}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << path << " batch " << shape.batch << " n " << shape.n << " k " << shape.k << " seed " << s);
+        void* w = nullptr;
+        prepare(r, rank, WEFT_BFLOAT16, shape, s += 2, &w);
+        WEFT_ASSERT_OK(
+            weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, WEFT_BFLOAT16, r.stream));
+        WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+        EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * 2).data(), WEFT_BFLOAT16, s, n,
+                                       shape.batch, shape.n, shape.k));
+      }
+      tearDown(r);
+    };
+    EXPECT_TRUE(runRanks(gpus(), body)) << path;
+  }
 }
 
 TEST_P(GpuGemv, GraphCaptureAndReplay) {

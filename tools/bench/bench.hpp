@@ -47,10 +47,10 @@ struct Row {
 struct GemvRow {
   int64_t batch = 0, n = 0, k = 0;
   double weftUs = 0, baseUs = 0, gemvUs = 0, weftGemvUs = 0, allReduceUs = 0;  // medians per op
-  double fusedUs = 0, unfusedUs = 0;  // weft with each path forced (weftUs: the tuning table's choice)
-  double hostUs = 0;                  // host time per submission
-  double wBytes = 0;                  // bytes of w per rank
-  int64_t diff = -1;                  // elements off the baseline; -1: unchecked
+  double fusedUs = 0, rsagUs = 0, unfusedUs = 0;  // each path forced (weftUs: the tuning table's choice)
+  double hostUs = 0;                              // host time per submission
+  double wBytes = 0;                              // bytes of w per rank
+  int64_t diff = -1;                              // elements off the baseline; -1: unchecked
 };
 
 struct GemmRow {
@@ -92,8 +92,8 @@ struct Solo {
   Solo(const Solo&) = delete;
   Solo& operator=(const Solo&) = delete;
 };
-// A second communicator of the same ranks whose GEMV + AllReduce always takes `gemvPath` (fused or
-// unfused), and a heap block of `bytes` in it. Collective.
+// A second communicator of the same ranks whose GEMV + AllReduce always takes `gemvPath` (a
+// gemv_path value), and a heap block of `bytes` in it. Collective.
 struct Peers {
   weft_comm_t comm = nullptr;
   void* heap = nullptr;
