@@ -48,10 +48,10 @@ WEFT_HOST_DEVICE void pushFlagged(const Coop& c, const CommView& v, const OpSeq&
   pushFlaggedTo(c, v, seq, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own);
 }
 
-// Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks; every
-// rank by default) in rank order, folded by add(acc, payload) into an Acc (value-initialised per pair), then finish(k,
-// acc). This rank's own payload comes from own(k), or, with `selfInScratch`, from its own area
-// where pushFlagged(toSelf) left it.
+// Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks;
+// every rank by default) in rank order, folded by add(acc, payload) into an Acc (value-initialised
+// per pair), then finish(k, acc). This rank's own payload comes from own(k), or, with
+// `selfInScratch`, from its own area where pushFlagged(toSelf) left it.
 struct EveryRank {
   WEFT_HOST_DEVICE Range operator()(uint64_t) const { return Range{0, UINT64_MAX}; }
 };
