@@ -33,6 +33,13 @@
 #define WEFT_UNROLL _Pragma("unroll")
 #endif
 
+// A kernel parameter the kernel only reads, by address (CUDA: a tensor map must be one).
+#if defined(WEFT_BACKEND_CUDA)
+#define WEFT_GRID_CONSTANT __grid_constant__
+#else
+#define WEFT_GRID_CONSTANT
+#endif
+
 // True while compiling code that runs on a GPU (the device pass of nvcc/hipcc).
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 #define WEFT_DEVICE_PASS 1

@@ -1,6 +1,7 @@
 // The exported C functions: argument checks, then the runtime. Nothing here runs without a guard.
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "common/log.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
@@ -309,6 +310,9 @@ weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const 
     if (experts > 1) api::requirePtr(expert_offsets, "expert_offsets");
     if (rows > 0 && depth > 0) api::requirePtr(a, "a");
     if (depth > 0 && cols > 0) api::requirePtr(w, "w");
+    for (const auto& [p, name] : {std::pair{a, "a"}, std::pair{w, "w"}})
+      if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+        throw Error(Code::kInvalidArgument, std::string(name) + ": does not start on 16 bytes");
     if (cols > 0) api::requirePtr(recv, "recv");
     weft::dev::GemmArgs g{static_cast<const uint8_t*>(a),
                           static_cast<const uint8_t*>(w),

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "../gpu_host.hpp"
+#include "../ops/gemm_alltoall_device.hpp"
 #include "persistent_kernel.hpp"
 
 #if defined(WEFT_BACKEND_CUDA)
@@ -196,6 +197,7 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
 
 namespace {
 using OpKernel = void (*)(dev::CommView, dev::OpDesc);
+// The kernel of every kind but the GEMM's, whose kernel takes the tensor maps too.
 OpKernel kernelOf(dev::OpKind kind) {
   switch (kind) {
     case dev::OpKind::kGemv:
@@ -203,24 +205,74 @@ OpKernel kernelOf(dev::OpKind kind) {
       return dev::gemvKernel;
     case dev::OpKind::kEmbeddingAllToAll:
       return dev::embeddingKernel;
-    case dev::OpKind::kGemmAllToAll:
-      return dev::gemmKernel;
     default:
       return dev::opKernel;
   }
+}
+const void* kernelAddress(dev::OpKind kind) {
+  return kind == dev::OpKind::kGemmAllToAll ? reinterpret_cast<const void*>(dev::gemmKernel)
+                                            : reinterpret_cast<const void*>(kernelOf(kind));
+}
+
+// Whether the GEMM kernel this device runs is the sm_90a build (the copy engine's tile): the
+// code it loads is sm_90 machine code. Asked once per process, as below.
+bool gemmUsesTma() {
+#if defined(WEFT_BACKEND_CUDA)
+  static const bool tma = [] {
+    cudaFuncAttributes attr{};
+    return cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(dev::gemmKernel)) == cudaSuccess &&
+           attr.binaryVersion >= 90;
+  }();
+  return tma;
+#else
+  return false;
+#endif
 }
 
 // Dynamic shared memory of the kernel of `kind`; the first call for a kernel that needs more than
 // the default 48 KB raises its limit (once per process and device is enough: it is a property of
 // the function, and every device of one build has the same).
 Outcome sharedBytesOf(dev::OpKind kind, int* bytes) {
-  *bytes = kind == dev::OpKind::kGemmAllToAll ? dev::gemmSharedBytes() : 0;
+  *bytes = kind == dev::OpKind::kGemmAllToAll ? dev::gemmSharedBytes(gemmUsesTma()) : 0;
   if (*bytes <= 48 * 1024) return {};
-  static const Outcome raised =
-      check(GPU(FuncSetAttribute)(reinterpret_cast<const void*>(dev::gemmKernel),
-                                  GPU(FuncAttributeMaxDynamicSharedMemorySize), dev::gemmSharedBytes()),
-            "FuncSetAttribute(MaxDynamicSharedMemorySize) of the GEMM kernel");
+  static const Outcome raised = check(GPU(FuncSetAttribute)(reinterpret_cast<const void*>(dev::gemmKernel),
+                                                            GPU(FuncAttributeMaxDynamicSharedMemorySize), *bytes),
+                                      "FuncSetAttribute(MaxDynamicSharedMemorySize) of the GEMM kernel");
   return raised;
+}
+
+// a [tokens][k] and w [experts][k][h] as the sm_90a tile loads them (gemm_tma_device.hpp): boxes
+// of a slice's rows, 128-byte swizzled, zeros past every bound. Nothing to encode where no tile
+// loads anything.
+Outcome encodeGemmMaps(const dev::OpDesc& desc, dev::tile::GemmMaps* maps) {
+  *maps = {};
+#if defined(WEFT_BACKEND_CUDA)
+  const dev::GemmArgs g = dev::GemmAllToAllOp::args(desc);
+  if (!gemmUsesTma() || g.tokens == 0 || g.k == 0 || g.h == 0) return {};
+  static const auto entry = driverEntry<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
+  if (!entry.status) return entry.status;
+  static_assert(sizeof(dev::tile::TensorMap) == sizeof(CUtensorMap));
+  constexpr auto kK = static_cast<cuuint32_t>(dev::tile::kTmaK);
+  const cuuint32_t ones[3] = {1, 1, 1};
+  auto encode = [&](dev::tile::TensorMap* map, const uint8_t* base, cuuint32_t rank, const cuuint64_t* dims,
+                    const cuuint64_t* strides, const cuuint32_t* box, const char* call) {
+    return checkDriver(
+        entry.fn(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, const_cast<uint8_t*>(base),
+                 dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        call);
+  };
+  const cuuint64_t aDims[2] = {g.k, g.tokens}, aStrides[1] = {g.k * 2};
+  const cuuint32_t aBox[2] = {kK, static_cast<cuuint32_t>(dev::tile::kM)};
+  const cuuint64_t wDims[3] = {g.h, g.k, g.experts}, wStrides[2] = {g.h * 2, g.k * g.h * 2};
+  const cuuint32_t wBox[3] = {64, kK, 1};
+  Outcome o = encode(&maps->a, g.a, 2, aDims, aStrides, aBox, "cuTensorMapEncodeTiled (a)");
+  if (o) o = encode(&maps->w, g.w, 3, wDims, wStrides, wBox, "cuTensorMapEncodeTiled (w)");
+  return o;
+#else
+  (void)desc;
+  return {};
+#endif
 }
 }  // namespace
 
@@ -228,7 +280,13 @@ Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks,
   const auto kind = static_cast<dev::OpKind>(desc.kind);
   int shared = 0;
   if (Outcome o = sharedBytesOf(kind, &shared); !o) return o;
-  kernelOf(kind)<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc);
+  if (kind == dev::OpKind::kGemmAllToAll) {
+    dev::tile::GemmMaps maps;
+    if (Outcome o = encodeGemmMaps(desc, &maps); !o) return o;
+    dev::gemmKernel<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc, maps);
+  } else {
+    kernelOf(kind)<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc);
+  }
   return check(GPU(GetLastError)(), "launch of an op kernel");
 }
 
@@ -240,7 +298,7 @@ Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks) {
   if (o) o = check(GPU(GetDevice)(&device), "GetDevice");
   if (o) o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
   if (o)
-    o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&perSm, kernelOf(kind), threads, shared),
+    o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&perSm, kernelAddress(kind), threads, shared),
               "OccupancyMaxActiveBlocksPerMultiprocessor");
   if (o) *blocks = perSm * prop.multiProcessorCount;
   return o;

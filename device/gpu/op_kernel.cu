@@ -77,14 +77,15 @@ __global__ void __launch_bounds__(256, 2) embeddingKernel(CommView view, OpDesc 
 
 // The GEMM + All-to-All: the group's memory is dynamic (gemmSharedBytes), the coop's scratch
 // followed by the tile pipeline; one block per SM.
-__global__ void __launch_bounds__(tile::kThreads, 1) gemmKernel(CommView view, OpDesc desc) {
+__global__ void __launch_bounds__(tile::kThreads, 1)
+    gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps) {
   extern __shared__ float4 dynamicShared[];
   // The route cache's tag: shared memory holds whatever the SM's last kernel left.
   if (threadIdx.x == 0)
     *GemmAllToAllOp::routeTag(RouteView{reinterpret_cast<int64_t*>(dynamicShared), view.nranks}) = 0;
   runLaunched(view, desc, reinterpret_cast<float*>(dynamicShared),
               [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
-                return GemmAllToAllOp::run(c, view, desc, seq, item);
+                return GemmAllToAllOp::run(c, view, desc, seq, item, &maps);
               });
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 
 #include "../comm_device.hpp"
-#include "../ops/gemm_tile_device.hpp"
+#include "../ops/gemm_tma_device.hpp"
 
 namespace weft::dev {
 
@@ -12,12 +12,16 @@ __global__ void persistentKernel(CommView view, uint64_t firstTicket);
 __global__ void opKernel(CommView view, OpDesc desc);
 __global__ void gemvKernel(CommView view, OpDesc desc);
 __global__ void embeddingKernel(CommView view, OpDesc desc);
-__global__ void gemmKernel(CommView view, OpDesc desc);
-// Dynamic shared memory of gemmKernel: the coop's scratch, then (CUDA) the tile pipeline.
-constexpr int gemmSharedBytes() {
+// `maps`: a's and w's tensor maps (the sm_90a tile loads through them; unused elsewhere).
+__global__ void gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps);
+// Dynamic shared memory of gemmKernel: the coop's scratch, then (CUDA) the tile pipeline: the
+// copy engine's ring and its mbarriers on a GPU of compute capability 9 (`tma`; the build has
+// sm_90a), the cp.async pipeline before.
+constexpr int gemmSharedBytes(bool tma) {
 #if defined(WEFT_BACKEND_CUDA)
-  return kCoopFloats * 4 + tile::kPipeAlign + tile::kPipeBytes;
+  return kCoopFloats * 4 + tile::kPipeAlign + (tma ? tile::kTmaPipeBytes + tile::kTmaBarrierBytes : tile::kPipeBytes);
 #else
+  (void)tma;
   return kCoopFloats * 4;
 #endif
 }

@@ -6,7 +6,8 @@
 //
 // Work items: item 0 publishes this rank's send_counts, capacity and input checks to every rank
 // (gemm_route_device.hpp), which also says that its output is free for this op. Items 1..T each
-// compute one 128 x 128 output tile (tensor cores on CUDA, gemm_tile_device.hpp) and only then
+// compute one 128 x 256 output tile (tensor cores on CUDA: gemm_tma_device.hpp on sm_90a,
+// gemm_tile_device.hpp before) and only then
 // read the route, whose rows have long arrived by then: so no tile waits before its compute. The
 // tile's rows leave as 16-byte stores into the ranks that own them. Per destination, this rank
 // counts the rows x column tiles it has stored (a word the op's last item zeroes again); the tile
@@ -19,6 +20,7 @@
 #include "../dtype_device.hpp"
 #include "gemm_route_device.hpp"
 #include "gemm_tile_device.hpp"
+#include "gemm_tma_device.hpp"
 
 namespace weft::dev {
 
@@ -72,12 +74,14 @@ struct GemmAllToAllOp {
     return 2 + ceilDiv(tokens, kTileM) * colTiles(h);
   }
 
+  // `maps`: the tensor maps of a and w, where the tile loads through them (sm_90a; the kernel's
+  // parameter), else null.
   template <class Coop>
-  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
-                                     uint32_t item) {
+  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq, uint32_t item,
+                                     const tile::GemmMaps* maps = nullptr) {
     if (item == 0) return publish(c, v, d, seq);
     if (item + 1 == d.nitems) return finish(c, v, d, seq, item);
-    return dataTile(c, v, d, seq, item);
+    return dataTile(c, v, d, seq, item, maps);
   }
 
   // The group's memory keeps the route between the items a group runs: the word after the row
@@ -147,7 +151,7 @@ struct GemmAllToAllOp {
 
   template <class Coop>
   WEFT_HOST_DEVICE static Status dataTile(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
-                                          uint32_t item) {
+                                          uint32_t item, const tile::GemmMaps* maps) {
     const GemmArgs g = args(d);
     const DType dt = static_cast<DType>(d.dtype);
     const uint64_t es = dtypeSize(dt), cols = d.tileElems;
@@ -169,7 +173,7 @@ struct GemmAllToAllOp {
       const uint64_t eLo = lo < row0 ? row0 : lo, eHi = minU64(row1, end);
       if (eLo < eHi) {
         const uint8_t* w = g.w + e * g.k * g.h * es;
-        computeTile(c, dt, g, w, row0, col0);
+        computeTile(c, dt, g, maps, e, w, row0, col0);
         if (!routed) {
           const Status st = readRoute(c, v, seq, item, r, &verdict);
           if (st != Status::kOk) return st;
@@ -195,16 +199,24 @@ struct GemmAllToAllOp {
   // Computes the tile (row0, col0) of a @ w where it can be staged (tensor cores); elsewhere
   // storeTile computes each element as it stores it.
   template <class Coop>
-  WEFT_HOST_DEVICE static void computeTile(const Coop& c, DType dt, const GemmArgs& g, const uint8_t* w, uint64_t row0,
-                                           uint64_t col0) {
-#if defined(WEFT_HAVE_MMA_TILE)
+  WEFT_HOST_DEVICE static void computeTile(const Coop& c, DType dt, const GemmArgs& g, const tile::GemmMaps* maps,
+                                           uint64_t e, const uint8_t* w, uint64_t row0, uint64_t col0) {
+#if defined(WEFT_HAVE_TMA_TILE)
+    (void)w;
+    uint8_t* smem = tile::pipelineAt(c.floats() + kCoopFloats);
+    if (dt == DType::kBFloat16)
+      tile::tmaTile<DType::kBFloat16>(smem, *maps, g.k, e, row0, col0);
+    else
+      tile::tmaTile<DType::kFloat16>(smem, *maps, g.k, e, row0, col0);
+#elif defined(WEFT_HAVE_MMA_TILE)
+    (void)maps, (void)e;
     uint8_t* smem = tile::pipelineAt(c.floats() + kCoopFloats);
     if (dt == DType::kBFloat16)
       tile::mmaTile<DType::kBFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
     else
       tile::mmaTile<DType::kFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
 #else
-    (void)c, (void)dt, (void)g, (void)w, (void)row0, (void)col0;
+    (void)c, (void)dt, (void)g, (void)maps, (void)e, (void)w, (void)row0, (void)col0;
 #endif
   }
 

@@ -1,16 +1,16 @@
 // One 128 x 256 output tile of a[rows, k] @ w[k, h] on tensor cores (CUDA, sm_80 and later): a
 // block of 8 warps, each 64 x 64 of the tile, mma.sync m16n8k16 with float32 accumulation (one
-// block per SM: the accumulators take 128 registers per thread). The
-// k loop streams 32-wide slices of a and w through a 4-stage cp.async pipeline in shared memory
-// (16-byte chunks, XOR-swizzled so that every ldmatrix reads 8 different bank groups); rows past
-// `rows` and columns past `h` load as zeros. The tile ends converted to the element type in
-// shared memory (staged), so that it leaves as whole 16-byte row chunks: a tile's rows go to
-// whichever ranks own them, and peer memory wants full, contiguous stores.
+// block per SM: the accumulators take 128 registers per thread). The k loop streams 32-wide
+// slices of a and w through a 4-stage cp.async pipeline in shared memory (16-byte chunks,
+// XOR-swizzled so that every ldmatrix reads 8 different bank groups); rows past `rows` and
+// columns past `h` load as zeros. The tile ends converted to the element type in shared memory
+// (staged), so that it leaves as whole 16-byte row chunks: a tile's rows go to whichever ranks
+// own them, and peer memory wants full, contiguous stores. On sm_90a the copy engine and wgmma
+// compute the same tile instead (gemm_tma_device.hpp), staged alike.
 #pragma once
 
 #include "../dtype_device.hpp"
 #include "../mma_device.hpp"
-#include "gemm_wgmma_device.hpp"
 
 namespace weft::dev::tile {
 
@@ -42,18 +42,10 @@ __device__ inline void waitAsync() {
 }
 
 // a slice: [kM rows][4 chunks], chunk c of row r at c ^ ((r >> 1) & 3): the 8 rows one ldmatrix
-// phase reads fall on 8 different bank groups, and it is wgmma's K-major 64-byte swizzle.
+// phase reads fall on 8 different bank groups.
 __device__ inline uint32_t aChunk(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
-#if defined(WEFT_HAVE_WGMMA_TILE)
-// w slice for wgmma: N-major with the 128-byte swizzle, 64-column blocks of [kK rows][8 chunks].
-constexpr uint32_t kWBlockBytes = kK * 128;
-__device__ inline uint32_t wChunk(int r, int c) {
-  return kM * kK * 2 + (c >> 3) * kWBlockBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-}
-#else
 // w slice for ldmatrix: [kK rows][32 chunks], chunk c of row r at c ^ (r % 8).
 __device__ inline uint32_t wChunk(int r, int c) { return kM * kK * 2 + r * kN * 2 + ((c ^ (r & 7)) << 4); }
-#endif
 
 __device__ inline void loadMatrix4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -124,47 +116,24 @@ template <DType T>
 __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint64_t rows, uint64_t k, uint64_t h,
                         uint64_t row0, uint64_t col0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#if defined(WEFT_HAVE_WGMMA_TILE)
-  const int wg = warp >> 2;  // the warpgroup's 64 rows of the tile
-  float d[128] = {};
-#else
   const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 64 of the tile
   float acc[4][8][4] = {};
-#endif
   const int slices = static_cast<int>((k + kK - 1) / kK);
   const SliceLoader loader(a, w, rows, k, h, row0, col0);
   const uint32_t pipe = sharedAddr(smem);
-  // Slices loaded ahead. wgmma keeps one slice's multiply in flight while the next is issued, so
-  // a stage is refilled only two slices after its multiply was issued.
-#if defined(WEFT_HAVE_WGMMA_TILE)
-  constexpr int kAhead = kStages - 2;
-#else
-  constexpr int kAhead = kStages - 1;
-#endif
+  constexpr int kAhead = kStages - 1;  // slices loaded ahead
   for (int s = 0; s < kAhead; ++s) {
     if (s < slices) loader.load(pipe + s * kStageBytes, s);
     commitAsync();
   }
   for (int kt = 0; kt < slices; ++kt) {
     waitAsync<kAhead - 1>();
-#if defined(WEFT_HAVE_WGMMA_TILE)
-    fenceAsyncShared();
-#endif
-    // Slice kt is in, and every warp is done with the stage the next load refills (ldmatrix:
-    // read in the previous slice; wgmma: waited for at the end of the previous slice).
+    // Slice kt is in, and every warp is done reading the stage the next load refills (in the
+    // previous slice).
     __syncthreads();
     if (kt + kAhead < slices) loader.load(pipe + ((kt + kAhead) % kStages) * kStageBytes, kt + kAhead);
     commitAsync();
     const uint32_t base = pipe + (kt % kStages) * kStageBytes;
-#if defined(WEFT_HAVE_WGMMA_TILE)
-    wgmmaFence();
-#pragma unroll
-    for (int ks = 0; ks < kK / 16; ++ks)
-      wgmma256<T>(d, matrixDesc(base + wg * 64 * 64 + ks * 32, 16, 8 * 64, 2),
-                  matrixDesc(base + kM * kK * 2 + ks * 16 * 128, kWBlockBytes, 8 * 128, 1));
-    wgmmaCommit();
-    wgmmaWait<1>();  // the previous slice's multiply is done; this one's runs on
-#else
 #pragma unroll
     for (int ks = 0; ks < kK / 16; ++ks) {
       uint32_t af[4][4], bf[4][4];
@@ -180,23 +149,11 @@ __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint6
         for (int ni = 0; ni < 8; ++ni)
           mma16816<T>(acc[mi][ni], af[mi], bf[ni >> 1][(ni & 1) * 2], bf[ni >> 1][(ni & 1) * 2 + 1]);
     }
-#endif
   }
   waitAsync<0>();
-#if defined(WEFT_HAVE_WGMMA_TILE)
-  wgmmaWait<0>();
-#endif
   __syncthreads();  // the pipeline's memory becomes the staged tile
   auto* staged = reinterpret_cast<uint32_t*>(smem);
   const int g = lane >> 2, t = lane & 3;
-#if defined(WEFT_HAVE_WGMMA_TILE)
-  const int row = wg * 64 + (warp & 3) * 16 + g;
-#pragma unroll
-  for (int j = 0; j < kN / 8; ++j) {
-    staged[(row * kStagedPitch + j * 8 + 2 * t) / 2] = packPair<T>(d[4 * j], d[4 * j + 1]);
-    staged[((row + 8) * kStagedPitch + j * 8 + 2 * t) / 2] = packPair<T>(d[4 * j + 2], d[4 * j + 3]);
-  }
-#else
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
@@ -205,7 +162,6 @@ __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint6
       staged[(row * kStagedPitch + col) / 2] = packPair<T>(acc[mi][ni][0], acc[mi][ni][1]);
       staged[((row + 8) * kStagedPitch + col) / 2] = packPair<T>(acc[mi][ni][2], acc[mi][ni][3]);
     }
-#endif
   __syncthreads();
 }
 

@@ -188,6 +188,10 @@ TEST(GemmBadInput, EveryArgumentIsNamedAndNothingIsLost) {
     EXPECT_TRUE(failsWith(call(nullptr, w, 2, o, sc, recv, capacity, 5, 8, 16, bf), bad, "a: NULL"));
     EXPECT_TRUE(failsWith(call(a, nullptr, 2, o, sc, recv, capacity, t, 8, 16, bf), bad, "w: NULL"));
     EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, nullptr, capacity, t, 8, 16, bf), bad, "recv: NULL"));
+    const auto* a2 = static_cast<const uint8_t*>(a) + 2;  // one element off the 16 bytes the tile loads
+    const auto* w2 = static_cast<const uint8_t*>(w) + 2;
+    EXPECT_TRUE(failsWith(call(a2, w, 2, o, sc, recv, capacity, t, 8, 16, bf), bad, "a: does not start on 16 bytes"));
+    EXPECT_TRUE(failsWith(call(a, w2, 2, o, sc, recv, capacity, t, 8, 16, bf), bad, "w: does not start on 16 bytes"));
     std::vector<uint8_t> notHeap(capacity * 16 * 2);
     EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, notHeap.data(), capacity, t, 8, 16, bf), bad, "recv: must be a buffer"));
     EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, capacity + 1, t, 8, 16, bf), bad, "recv:"));

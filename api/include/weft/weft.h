@@ -181,18 +181,20 @@ WEFT_API weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* wei
  * recv_capacity rows of h) receives on rank j the blocks of every source in source order, as
  * torch's all_to_all_single with output splits lays them out; rows past the received total are
  * not touched. Every rank passes the same weft_mem_alloc block as recv (peers address it by its
- * offset), also a rank that receives nothing; recv_capacity may differ between ranks. recv_counts (int64 [nranks], device) gets the rows from each source, or may be NULL.
- * k and h are multiples of 8; any may be 0 (the call is still collective).
- * Each output tile is stored by the kernel that computes it straight into its rows' owners
- * (no staging copy, no separate communication kernel).
+ * offset), also a rank that receives nothing; recv_capacity may differ between ranks.
+ * recv_counts (int64 [nranks], device) gets the rows from each source, or may be NULL.
+ * k and h are multiples of 8, and a and w start on 16 bytes (as cudaMalloc, weft_mem_alloc and
+ * torch allocate: the tile loads them 16 bytes at a time); any size may be 0 (the call is still
+ * collective). Each output tile is stored by the kernel that computes it straight into its rows'
+ * owners (no staging copy, no separate communication kernel).
  * Checked on the device, before anything is stored anywhere: send_counts are non-negative and sum
  * to `tokens`, every rank's recv is the same block, and no rank receives more rows than its
- * recv_capacity. If any rank's check fails,
- * the op fails on every rank with WEFT_ERR_INVALID_ARGUMENT (asynchronously:
- * weft_comm_get_async_error names the rank and what was wrong); no recv and no recv_counts is
- * written, and the communicator must then be destroyed, as after any device-side failure.
- * No input may overlap recv. On a GPU this op always runs as its own kernel on `stream`, also
- * under the persistent engine (it is ordered after the ops submitted before it). */
+ * recv_capacity. If any rank's check fails, the op fails on every rank with
+ * WEFT_ERR_INVALID_ARGUMENT (asynchronously: weft_comm_get_async_error names the rank and what was
+ * wrong); no recv and no recv_counts is written, and the communicator must then be destroyed, as
+ * after any device-side failure. No input may overlap recv. On a GPU this op always runs as its
+ * own kernel on `stream`, also under the persistent engine (it is ordered after the ops submitted
+ * before it). */
 WEFT_API weft_result_t weft_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, const int64_t* send_counts,
                                           void* recv, int64_t recv_capacity, int64_t* recv_counts, int64_t tokens,
                                           int64_t k, int64_t h, weft_dtype_t dtype, void* stream);
@@ -205,10 +207,9 @@ WEFT_API weft_result_t weft_gemm_alltoall(weft_comm_t comm, const void* a, const
  * A sibling call rather than an argument of weft_gemm_alltoall, so that the plain call keeps the
  * shape DESIGN.md gives it; num_experts 1 with expert_offsets NULL is that call. */
 WEFT_API weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
-                                                  const int64_t* expert_offsets, const int64_t* send_counts,
-                                                  void* recv, int64_t recv_capacity, int64_t* recv_counts,
-                                                  int64_t tokens, int64_t k, int64_t h, weft_dtype_t dtype,
-                                                  void* stream);
+                                                  const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
+                                                  int64_t recv_capacity, int64_t* recv_counts, int64_t tokens,
+                                                  int64_t k, int64_t h, weft_dtype_t dtype, void* stream);
 
 #ifdef __cplusplus
 }
