@@ -7,13 +7,14 @@
 // Work items: item 0 publishes this rank's send_counts, capacity and input checks to every rank
 // (gemm_route_device.hpp), which also says that its output is free for this op. Items 1..T each
 // compute one 128 x 256 output tile (tensor cores on CUDA: gemm_tma_device.hpp on sm_90a,
-// gemm_tile_device.hpp before) and only then
-// read the route, whose rows have long arrived by then: so no tile waits before its compute. The
-// tile's rows leave as 16-byte stores into the ranks that own them. Per destination, this rank
-// counts the rows x column tiles it has stored (a word the op's last item zeroes again); the tile
-// that completes a destination tells it so (kGemmDone = epoch). The last item fails the op if the route is unsound
-// (the same verdict on every rank, and nothing was stored anywhere), or else fills recv_counts,
-// tells the destinations it sends nothing that it is done, and waits for every source's word.
+// gemm_tile_device.hpp before) and only then read the route, whose rows have long arrived by
+// then: so no tile waits before its compute. The tile's rows leave as 16-byte stores into the
+// ranks that own them. Per destination, this rank counts the rows x column tiles it has stored
+// (a word the op's last item zeroes again; on a GPU a block counts a tile's rows after its next
+// multiply, see settle()); the count that completes a destination tells it so (kGemmDone =
+// epoch). The last item fails the op if the route is unsound (the same verdict on every rank,
+// and nothing was stored anywhere), or else fills recv_counts, tells the destinations it sends
+// nothing that it is done, and waits for every source's word.
 #pragma once
 
 #include "../comm_device.hpp"
@@ -36,8 +37,9 @@ struct GemmArgs {
 
 struct GemmAllToAllOp {
   static constexpr uint32_t kTileM = tile::kM, kTileN = tile::kN;
-  // Group memory: the route, a tile's row pointers, the route's tag (int64 words).
-  static_assert(routeWords(kRouteMaxRanks) + kTileM + 1 <= kCoopFloats / 2, "the route fits the coop's scratch");
+  // Group memory: the route, a tile's row pointers, the route's tag, the rows not yet counted
+  // (int64 words).
+  static_assert(routeWords(kRouteMaxRanks) + kTileM + 3 <= kCoopFloats / 2, "the route fits the coop's scratch");
 
   // OpDesc fields: send = a, count = h, recv = recv's heap offset, tileElems = column tiles;
   // arg[0] w, [1] send counts, [2] recv counts (0: none), [3] tokens, [4] k, [5] recv capacity,
@@ -88,6 +90,13 @@ struct GemmAllToAllOp {
   // pointers says which op's route it holds (only sound ones are kept). The tag mixes in a
   // constant so that what other ops leave in that memory does not pass for one.
   WEFT_HOST_DEVICE static int64_t* routeTag(const RouteView& r) { return r.words + routeWords(r.nranks) + kTileM; }
+  // Rows [p[0], p[1]) of the block's last stored part, not yet counted (GPU; see settle()).
+  WEFT_HOST_DEVICE static int64_t* uncounted(const RouteView& r) { return routeTag(r) + 1; }
+  // What the GEMM kernel sets before its first item: no route, nothing uncounted.
+  WEFT_HOST_DEVICE static void startGroup(const RouteView& r) {
+    *routeTag(r) = 0;
+    uncounted(r)[0] = uncounted(r)[1] = 0;
+  }
   WEFT_HOST_DEVICE static int64_t routeTagOf(const OpSeq& seq) {
     return static_cast<int64_t>(seq.epoch ^ 0x6a09e667f3bcc908ull);
   }
@@ -174,6 +183,7 @@ struct GemmAllToAllOp {
       if (eLo < eHi) {
         const uint8_t* w = g.w + e * g.k * g.h * es;
         computeTile(c, dt, g, maps, e, w, row0, col0);
+        if (c.leader()) countUncounted(v, seq, r, cols);  // the last part's stores drained meanwhile
         if (!routed) {
           const Status st = readRoute(c, v, seq, item, r, &verdict);
           if (st != Status::kOk) return st;
@@ -189,11 +199,45 @@ struct GemmAllToAllOp {
         }
         c.sync();
         storeTile(c, dt, g, w, rowPtr, row0, eLo, eHi, col0, col1);
-        account(c, v, seq, r, eLo, eHi, cols);
+        settle(c, v, seq, r, eLo, eHi, cols);
       }
       if (end >= row1) break;
     }
+#if defined(WEFT_DEVICE_PASS)
+    // The block's last data item (items go to blocks in strides of the grid, the op's last item
+    // excepted): nothing of its own follows to count its last part, so count it now.
+    if (item + gridDim.x + 1 >= d.nitems) {
+      c.sync();
+      if (c.leader()) countUncounted(v, seq, r, cols);
+    }
+#endif
     return Status::kOk;
+  }
+
+  // After a part's rows [eLo, eHi) are stored. On a GPU they are counted only after the block's
+  // next multiply: the count's release (a system-scope fence) would otherwise wait for the 64 KB
+  // of stores to drain, most of them over NVLink, with the tensor cores idle; after the multiply
+  // they have drained, and it costs nothing. The receivers learn of the rows one tile later,
+  // which only their last item waits for. The CPU engine counts at once (it claims items
+  // dynamically, so no group knows which item is its last).
+  template <class Coop>
+  WEFT_HOST_DEVICE static void settle(const Coop& c, const CommView& v, const OpSeq& seq, const RouteView& r,
+                                      uint64_t eLo, uint64_t eHi, uint64_t cols) {
+    c.sync();  // every thread's stores of the part are issued
+#if defined(WEFT_DEVICE_PASS)
+    if (c.leader()) {
+      uncounted(r)[0] = static_cast<int64_t>(eLo);
+      uncounted(r)[1] = static_cast<int64_t>(eHi);
+    }
+#else
+    if (c.leader()) account(v, seq, r, eLo, eHi, cols);
+#endif
+  }
+  // The leader: counts the rows settle() left uncounted, if any.
+  WEFT_HOST_DEVICE static void countUncounted(const CommView& v, const OpSeq& seq, const RouteView& r, uint64_t cols) {
+    int64_t* p = uncounted(r);
+    if (p[1] > p[0]) account(v, seq, r, static_cast<uint64_t>(p[0]), static_cast<uint64_t>(p[1]), cols);
+    p[0] = p[1] = 0;
   }
 
   // Computes the tile (row0, col0) of a @ w where it can be staged (tensor cores); elsewhere
@@ -246,13 +290,11 @@ struct GemmAllToAllOp {
 #endif
   }
 
-  // After the rows [eLo, eHi) of one column tile are stored: counts them per destination; the
-  // tile that completes a destination (its rows times the column tiles) tells it so.
-  template <class Coop>
-  WEFT_HOST_DEVICE static void account(const Coop& c, const CommView& v, const OpSeq& seq, const RouteView& r,
-                                       uint64_t eLo, uint64_t eHi, uint64_t cols) {
-    c.sync();
-    if (!c.leader()) return;
+  // The leader, once the group's stores of rows [eLo, eHi) of one column tile are issued: counts
+  // them per destination; the tile that completes a destination (its rows times the column tiles)
+  // tells it so.
+  WEFT_HOST_DEVICE static void account(const CommView& v, const OpSeq& seq, const RouteView& r, uint64_t eLo,
+                                       uint64_t eHi, uint64_t cols) {
     gpu::crossProcessRelease();
     for (int dest = r.destOf(static_cast<int64_t>(eLo)); dest < v.nranks; ++dest) {
       const uint64_t lo = maxU64(eLo, static_cast<uint64_t>(r.start()[dest]));
