@@ -183,7 +183,9 @@ struct GemmAllToAllOp {
       if (eLo < eHi) {
         const uint8_t* w = g.w + e * g.k * g.h * es;
         computeTile(c, dt, g, maps, e, w, row0, col0);
+#if defined(WEFT_DEVICE_PASS)
         if (c.leader()) countUncounted(v, seq, r, cols);  // the last part's stores drained meanwhile
+#endif
         if (!routed) {
           const Status st = readRoute(c, v, seq, item, r, &verdict);
           if (st != Status::kOk) return st;
@@ -233,7 +235,8 @@ struct GemmAllToAllOp {
     if (c.leader()) account(v, seq, r, eLo, eHi, cols);
 #endif
   }
-  // The leader: counts the rows settle() left uncounted, if any.
+  // The leader (GPU): counts the rows settle() left uncounted, if any (the CPU engine's group
+  // memory is not set up by startGroup, and it never leaves any).
   WEFT_HOST_DEVICE static void countUncounted(const CommView& v, const OpSeq& seq, const RouteView& r, uint64_t cols) {
     int64_t* p = uncounted(r);
     if (p[1] > p[0]) account(v, seq, r, static_cast<uint64_t>(p[0]), static_cast<uint64_t>(p[1]), cols);
