@@ -12,6 +12,10 @@
 
 namespace weft::dev {
 
+// A shared-memory pointer as its shared-space address (for asm that takes one: ldmatrix, cp.async,
+// mbarriers, wgmma descriptors, ld/st.shared).
+__device__ inline uint32_t sharedAddress(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
 // d += a . b for one 16 x 8 x 16 step of element type T (bf16 or fp16). Fragments as the PTX ISA
 // lays them out for lane (g = lane / 4, t = lane % 4): a = rows g and g + 8 at k 2t and 2t + 8,
 // b = column g at k 2t and 2t + 8, d = rows g and g + 8 at columns 2t, 2t + 1.

@@ -29,8 +29,6 @@ WEFT_HOST_DEVICE uint8_t* pipelineAt(void* p) {
 #if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA) && __CUDA_ARCH__ >= 800
 #define WEFT_HAVE_MMA_TILE 1
 
-__device__ inline uint32_t sharedAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
 // 16 bytes into shared memory, or zeros when !valid (src is then not read).
 __device__ inline void copyAsync16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
@@ -120,7 +118,7 @@ __device__ void mmaTile(uint8_t* smem, const uint8_t* a, const uint8_t* w, uint6
   float acc[4][8][4] = {};
   const int slices = static_cast<int>((k + kK - 1) / kK);
   const SliceLoader loader(a, w, rows, k, h, row0, col0);
-  const uint32_t pipe = sharedAddr(smem);
+  const uint32_t pipe = sharedAddress(smem);
   constexpr int kAhead = kStages - 1;  // slices loaded ahead
   for (int s = 0; s < kAhead; ++s) {
     if (s < slices) loader.load(pipe + s * kStageBytes, s);

@@ -90,7 +90,7 @@ template <DType T>
 __device__ void tmaTile(uint8_t* smem, const GemmMaps& maps, uint64_t k, uint64_t e, uint64_t row0, uint64_t col0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
   const bool producer = threadIdx.x == 0;
-  const uint32_t pipe = sharedAddr(smem);
+  const uint32_t pipe = sharedAddress(smem);
   const uint32_t full = pipe + kTmaPipeBytes, empty = full + kTmaStages * 8;
   const int slices = static_cast<int>((k + kTmaK - 1) / kTmaK);
   auto load = [&](int kt) {

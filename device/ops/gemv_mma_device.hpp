@@ -59,9 +59,8 @@ constexpr int kGroups = kGemvSliceRows / 8;  // the slice's 8-row groups of w (t
 // Slots the fold of the warps' sums uses: 4 where they fit the group's shared floats, else 2.
 __device__ inline int foldSlots(uint32_t batch) { return 4 * gemvSliceFloats(batch) <= kCoopFloats ? 4 : 2; }
 
-// Shared memory by its own address space: the slots' pointer reaches stream() as a generic one,
-// and generic accesses cost an address-space check each.
-__device__ inline uint32_t sharedAddress(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// Shared memory by its own address space (sharedAddress): the slots' pointer reaches stream() as a
+// generic one, and generic accesses cost an address-space check each.
 __device__ inline float loadShared(uint32_t a) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
