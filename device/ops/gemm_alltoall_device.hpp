@@ -76,6 +76,21 @@ struct GemmAllToAllOp {
     return 2 + ceilDiv(tokens, kTileM) * colTiles(h);
   }
 
+  // Where data tile t of rowTiles x cols goes. The tiles run about a grid's worth at a time, in
+  // item order: row-major, each such wave would read all of w and, with a short k, read it
+  // again from memory every wave (w is larger than the L2 share it gets). So the rows are taken
+  // kGroupRows at a time and each group column by column: a wave reads kGroupRows row tiles of
+  // a and a few column tiles of w, and w is read once per group.
+  struct TilePlace {
+    uint64_t row, col;
+  };
+  static constexpr uint64_t kGroupRows = 16;
+  WEFT_HOST_DEVICE static TilePlace placeTile(uint64_t t, uint64_t rowTiles, uint64_t cols) {
+    const uint64_t group = t / (kGroupRows * cols), in = t % (kGroupRows * cols);
+    const uint64_t rows = minU64(kGroupRows, rowTiles - group * kGroupRows);  // the last group's may be fewer
+    return TilePlace{group * kGroupRows + in % rows, in / rows};
+  }
+
   // `maps`: the tensor maps of a and w, where the tile loads through them (sm_90a; the kernel's
   // parameter), else null.
   template <class Coop>
@@ -164,13 +179,13 @@ struct GemmAllToAllOp {
     const GemmArgs g = args(d);
     const DType dt = static_cast<DType>(d.dtype);
     const uint64_t es = dtypeSize(dt), cols = d.tileElems;
-    const uint64_t t = item - 1;
+    const uint64_t rowTiles = ceilDiv(g.tokens, kTileM);
+    const TilePlace place = placeTile(item - 1, rowTiles, cols);
     // Rank r starts at the row tiles an even split would send to rank r + 1, and so on around:
     // the ranks' tiles at any moment go to different ranks instead of all to rank 0 first (any
     // order is correct; this one only spreads the traffic).
-    const uint64_t rowTiles = ceilDiv(g.tokens, kTileM);
     const uint64_t shift = rowTiles * static_cast<uint64_t>(v.rank + 1) / static_cast<uint64_t>(v.nranks);
-    const uint64_t row0 = ((t / cols + shift) % rowTiles) * kTileM, col0 = (t % cols) * kTileN;
+    const uint64_t row0 = ((place.row + shift) % rowTiles) * kTileM, col0 = place.col * kTileN;
     const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + kTileN);
     const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
     auto* rowPtr = reinterpret_cast<uint8_t**>(r.words + routeWords(v.nranks));
@@ -274,13 +289,17 @@ struct GemmAllToAllOp {
                                          uint64_t col0, uint64_t col1) {
 #if defined(WEFT_HAVE_MMA_TILE)
     (void)w, (void)dt;
+    // A warp per row at a time, a lane per 16 bytes (a tile row is at most 32 of them: h is a
+    // multiple of 8 elements): 512 contiguous bytes a store, and no division on the way.
+    static_assert(kTileN * 2 == 32 * 16, "a tile row is a warp's 16-byte stores");
     const uint8_t* staged = tile::pipelineAt(c.floats() + kCoopFloats);
-    const uint64_t chunks = (col1 - col0) / 8;  // h is a multiple of 8 elements
-    for (uint64_t i = c.rank(); i < (eHi - eLo) * chunks; i += c.size()) {
-      const uint64_t r = eLo - row0 + i / chunks, ch = i % chunks;
-      store16(rowPtr[r] + (col0 + ch * 8) * 2,
-              *reinterpret_cast<const Vec16*>(staged + (r * tile::kStagedPitch + ch * 8) * 2));
-    }
+    const auto chunks = static_cast<uint32_t>((col1 - col0) / 8), lane = static_cast<uint32_t>(c.rank()) % 32;
+    const auto first = static_cast<uint32_t>(eLo - row0), last = static_cast<uint32_t>(eHi - row0);
+    if (lane >= chunks) return;
+    const uint64_t colBytes = (col0 + lane * 8) * 2;
+    const uint8_t* from = staged + lane * 16;
+    for (uint32_t r = first + static_cast<uint32_t>(c.rank()) / 32; r < last; r += static_cast<uint32_t>(c.size()) / 32)
+      store16(rowPtr[r] + colBytes, *reinterpret_cast<const Vec16*>(from + r * tile::kStagedPitch * 2));
 #else
     const uint64_t width = col1 - col0;
     for (uint64_t i = c.rank(); i < (eHi - eLo) * width; i += c.size()) {

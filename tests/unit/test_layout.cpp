@@ -148,4 +148,24 @@ TEST(OpDesc, GemmAndEmbeddingArgsRoundTrip) {
   EXPECT_FALSE(eb.check);
 }
 
+// The GEMM's tile order visits every tile once, for grids that the row groups divide and for
+// ones they do not (a short last group, a single row or column).
+TEST(OpLayout, GemmTileOrderIsAPermutation) {
+  for (uint64_t rowTiles : {1u, 5u, 16u, 17u, 33u, 128u})
+    for (uint64_t cols : {1u, 3u, 28u}) {
+      std::vector<int> seen(rowTiles * cols, 0);
+      for (uint64_t t = 0; t < rowTiles * cols; ++t) {
+        const auto p = GemmAllToAllOp::placeTile(t, rowTiles, cols);
+        ASSERT_LT(p.row, rowTiles) << rowTiles << "x" << cols << " t " << t;
+        ASSERT_LT(p.col, cols) << rowTiles << "x" << cols << " t " << t;
+        ++seen[p.row * cols + p.col];
+      }
+      for (int s : seen) EXPECT_EQ(s, 1) << rowTiles << "x" << cols;
+    }
+  // A wave of the grid covers a block of rows, column by column.
+  const auto first = GemmAllToAllOp::placeTile(0, 64, 28), second = GemmAllToAllOp::placeTile(1, 64, 28);
+  EXPECT_EQ(first.col, second.col);
+  EXPECT_EQ(second.row, first.row + 1);
+}
+
 }  // namespace weft::dev
