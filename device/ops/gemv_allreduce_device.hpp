@@ -75,20 +75,8 @@ struct GemvAllReduceOp {
     const int me = v.rank, nranks = v.nranks;
     auto ownerOf = [=](uint64_t slice) { return static_cast<int>(slice % static_cast<uint64_t>(nranks)); };
     if (item < items) {
-      streamSlices(c, dt, s, itemSlices(s.n, items, item), [=, &c](Range rows, auto&& part) {
-        const uint64_t slice = rows.lo / kGemvSliceRows, base = slice * sliceFloats;
-        const auto live = static_cast<uint32_t>(rows.size());
-        auto at = [&](uint32_t f) { return f % kGemvSliceRows < live ? floatBits(part(f)) : 0u; };
-        // To every rank, this one included (its reduce item reads its own partials there), or to
-        // the slice's owner alone.
-        const int first = owners ? (ownerOf(slice) - me + nranks) % nranks : 0;
-        pushFlaggedTo(c, v, seq, Range{base / 2, (base + sliceFloats) / 2}, first, owners ? 1 : nranks,
-                      [&](uint64_t k) {
-                        const auto f = static_cast<uint32_t>(2 * k - base);
-                        return at(f) | (uint64_t{at(f + 1)} << 32);
-                      });
-      });
-      return Status::kOk;
+      const Range mine = itemSlices(s.n, items, item);
+      return owners ? computeAndPush<true>(c, v, seq, dt, s, mine) : computeAndPush<false>(c, v, seq, dt, s, mine);
     }
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
@@ -121,6 +109,35 @@ struct GemvAllReduceOp {
           const int o = ownerOf(k / pairsPerSlice);
           return !owners || o == me ? Range{0, UINT64_MAX} : Range{static_cast<uint64_t>(o), o + uint64_t{1}};
         });
+  }
+
+  // Compute item: streams the slices and pushes each slice's partials, flagged, to every rank
+  // (this one included: its reduce item reads its own partials there) or, with kToOwner, to the
+  // slice's owner alone. Two instances rather than a runtime choice: the sink goes by value into
+  // the streaming loop (a function of its own), and the owner's arithmetic in it grew the
+  // kernel's stack frame from 384 to 1320 bytes and cost the one-shot path 4 us a call at batch
+  // 1 on 4 ranks (docs/perf.md, session 9).
+  template <bool kToOwner, class Coop>
+  WEFT_HOST_DEVICE static Status computeAndPush(const Coop& c, const CommView& v, const OpSeq& seq, DType dt,
+                                                const GemvShape& s, Range slices) {
+    const uint64_t sliceFloats = gemvSliceFloats(s.batch);  // even
+    streamSlices(c, dt, s, slices, [=, &c](Range rows, auto&& part) {
+      const uint64_t slice = rows.lo / kGemvSliceRows, base = slice * sliceFloats;
+      const auto live = static_cast<uint32_t>(rows.size());
+      auto at = [&](uint32_t f) { return f % kGemvSliceRows < live ? floatBits(part(f)) : 0u; };
+      auto pair = [&](uint64_t k) {
+        const auto f = static_cast<uint32_t>(2 * k - base);
+        return at(f) | (uint64_t{at(f + 1)} << 32);
+      };
+      const Range pairs{base / 2, (base + sliceFloats) / 2};
+      if constexpr (kToOwner) {
+        const auto owner = static_cast<int>(slice % static_cast<uint64_t>(v.nranks));
+        pushFlaggedTo(c, v, seq, pairs, (owner - v.rank + v.nranks) % v.nranks, 1, pair);
+      } else {
+        pushFlagged(c, v, seq, pairs, /*toSelf=*/true, pair);
+      }
+    });
+    return Status::kOk;
   }
 
   // This rank's float32 partial sums of slices `slices`: after each slice, every thread of the
