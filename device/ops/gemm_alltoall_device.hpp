@@ -80,11 +80,13 @@ struct GemmAllToAllOp {
   // item order: row-major, each such wave would read all of w and, with a short k, read it
   // again from memory every wave (w is larger than the L2 share it gets). So the rows are taken
   // kGroupRows at a time and each group column by column: a wave reads kGroupRows row tiles of
-  // a and a few column tiles of w, and w is read once per group.
+  // a and a few column tiles of w, and w is read once per group. 32 rather than 8 or 16: a wave
+  // then also spans more destinations (4096 tokens: 32 row tiles, all four ranks' rows), and the
+  // fused op ran 6% faster there (docs/perf.md, session 9).
   struct TilePlace {
     uint64_t row, col;
   };
-  static constexpr uint64_t kGroupRows = 16;
+  static constexpr uint64_t kGroupRows = 32;
   WEFT_HOST_DEVICE static TilePlace placeTile(uint64_t t, uint64_t rowTiles, uint64_t cols) {
     const uint64_t group = t / (kGroupRows * cols), in = t % (kGroupRows * cols);
     const uint64_t rows = minU64(kGroupRows, rowTiles - group * kGroupRows);  // the last group's may be fewer
