@@ -27,6 +27,9 @@ struct Options {
   int64_t gemvN = 8192;
   std::vector<int64_t> gemvK{8192, 28672};
   std::vector<int64_t> gemvBatch{1, 8, 32};
+  // gemv_allreduce: each op reads its own copy of w, from copies that together exceed L2 three
+  // times, as a decode step's layers do (otherwise w stays in L2 from one op to the next where it fits).
+  bool coldW = false;
   // gemm_alltoall shapes: rows per rank, k, h.
   std::vector<struct GemmShape> gemmShapes;
 };

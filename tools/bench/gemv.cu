@@ -9,6 +9,15 @@
 
 namespace weft::bench {
 
+namespace {
+size_t l2Bytes() {
+  int device = 0, bytes = 0;
+  cuda(cudaGetDevice(&device), "cudaGetDevice");
+  cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute(L2CacheSize)");
+  return static_cast<size_t>(bytes);
+}
+}  // namespace
+
 std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
   const cudaDataType_t ct = t.bytes == 4 ? CUDA_R_32F : t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -28,23 +37,33 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
         die("--k: " + std::to_string(k) + " does not split over " + std::to_string(c.nranks) + " ranks");
       GemvRow r{batch, o.gemvN, k};
       const int64_t kl = k / c.nranks, n = o.gemvN;
-      void *x, *w, *baseY;
+      void *x, *baseY;
+      const size_t wBytes = n * kl * t.bytes;
       cuda(cudaMalloc(&x, batch * kl * t.bytes), "cudaMalloc x");
-      cuda(cudaMalloc(&w, n * kl * t.bytes), "cudaMalloc w");
       cuda(cudaMalloc(&baseY, batch * n * t.bytes), "cudaMalloc y");
+      // w, and with --cold-w copies of it that together hold three times L2: each op then takes
+      // the next copy, which the ops since its last use have evicted.
+      const size_t copies =
+          o.coldW ? std::max<size_t>(2, (3 * l2Bytes() + wBytes - 1) / std::max<size_t>(wBytes, 1)) : 1;
+      std::vector<void*> ws(copies);
+      for (void*& p : ws) cuda(cudaMalloc(&p, wBytes), "cudaMalloc w");
       const uint64_t seed = 0x6e770000 + rows.size();
       fillKernel<<<1024, 256, 0, c.stream>>>(x, t.dev, seed, c.rank, batch * kl);
-      fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, seed + 1, c.rank, n * kl);
+      fillKernel<<<1024, 256, 0, c.stream>>>(ws[0], t.dev, seed + 1, c.rank, n * kl);
+      for (size_t i = 1; i < copies; ++i)
+        cuda(cudaMemcpyAsync(ws[i], ws[0], wBytes, cudaMemcpyDeviceToDevice, c.stream), "cudaMemcpyAsync w");
+      size_t turn = 0;
+      auto nextW = [&] { return ws[turn++ % copies]; };
       const float one = 1.f, zero = 0.f;
       auto weftOp = [&](weft_comm_t comm, void* y) {
-        if (weft_gemv_allreduce(comm, x, w, y, batch, n, kl, t.weft, c.stream) != WEFT_SUCCESS)
+        if (weft_gemv_allreduce(comm, x, nextW(), y, batch, n, kl, t.weft, c.stream) != WEFT_SUCCESS)
           die(std::string("weft: ") + weft_get_last_error(nullptr));
       };
       auto weft = [&] { weftOp(c.weft, c.weftRecv); };
       // Row-major y[batch, n] = x[batch, kl] . w[n, kl]^T is, column-major, Y(n x batch) = W^T X.
       auto gemv = [&] {
-        cublasOk(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, n, batch, kl, &one, w, ct, kl, x, ct, kl, &zero,
-                              baseY, ct, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        cublasOk(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, n, batch, kl, &one, nextW(), ct, kl, x, ct, kl,
+                              &zero, baseY, ct, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
       };
       auto allReduce = [&] {
@@ -77,7 +96,7 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       r.wBytes = static_cast<double>(n) * kl * t.bytes;
       rows.push_back(r);
       cudaFree(x);
-      cudaFree(w);
+      for (void* p : ws) cudaFree(p);
       cudaFree(baseY);
     }
   return rows;
@@ -85,8 +104,9 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
 
 void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& rows) {
   if (c.rank != 0) return;
-  std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s; baseline: cuBLAS GEMV + NCCL AllReduce\n", c.nranks,
-              o.dtype.c_str(), o.graph ? "graph mode" : "eager");
+  std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s, w %s; baseline: cuBLAS GEMV + NCCL AllReduce\n",
+              c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager",
+              o.coldW ? "cold (a copy per op, 3x L2 in all)" : "hot (one copy: in L2 where it fits)");
   // weft_us: weft_gemv_allreduce as the tuning table runs it; fused_us / rsag_us / unfused_us: each
   // path forced (fused, fused_rsag, unfused); speedup: the baseline over weft_us; gemv_us: cuBLAS's
   // GEMV alone; weft_gemv: weft's (the op on one rank); w_TB/s: weft's GEMV streaming w;

@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--k", o.gemvK, "gemv_allreduce: columns of w over all ranks (comma list)")->delimiter(',');
   app.add_option("--batch", o.gemvBatch, "gemv_allreduce: batch sizes, 1..64 (comma list)")->delimiter(',');
+  app.add_flag("--cold-w", o.coldW,
+               "gemv_allreduce: every op (weft's and the baseline's) reads w from a copy not in L2, as in decoding");
   std::vector<std::string> gemmShapes{"4096x2048x7168", "16384x2048x7168", "8192x14336x4096"};
   app.add_option("--shapes", gemmShapes, "gemm_alltoall: TOKENSxKxH per rank (comma list)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
