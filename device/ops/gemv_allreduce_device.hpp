@@ -50,7 +50,11 @@ struct GemvAllReduceOp {
   WEFT_HOST_DEVICE static uint32_t computeItems(uint64_t n, uint32_t groups) {
     return static_cast<uint32_t>(minU64(numSlices(n), groups == 0 ? 1 : groups));
   }
-  // Whether the slices can be reduced by their owners (slice s by rank s % nranks): every rank
+  // The rank that reduces slice `slice` where the owners do.
+  WEFT_HOST_DEVICE static int sliceOwner(uint64_t slice, int nranks) {
+    return static_cast<int>(slice % static_cast<uint64_t>(nranks));
+  }
+  // Whether the slices can be reduced by their owners (sliceOwner: slice s by rank s % nranks): every rank
   // must own one, so that every pair of ranks exchanges lines in every op (the flagged exchange
   // reuses its scratch on that condition).
   WEFT_HOST_DEVICE static bool fusedOwnersFit(uint64_t n, int nranks) {
@@ -73,7 +77,7 @@ struct GemvAllReduceOp {
     const uint64_t sliceFloats = gemvSliceFloats(s.batch);  // even
     const bool owners = d.arg[3] != 0;
     const int me = v.rank, nranks = v.nranks;
-    auto ownerOf = [=](uint64_t slice) { return static_cast<int>(slice % static_cast<uint64_t>(nranks)); };
+    auto ownerOf = [=](uint64_t slice) { return sliceOwner(slice, nranks); };
     if (item < items) {
       const Range mine = itemSlices(s.n, items, item);
       return owners ? computeAndPush<true>(c, v, seq, dt, s, mine) : computeAndPush<false>(c, v, seq, dt, s, mine);
@@ -131,8 +135,7 @@ struct GemvAllReduceOp {
       };
       const Range pairs{base / 2, (base + sliceFloats) / 2};
       if constexpr (kToOwner) {
-        const auto owner = static_cast<int>(slice % static_cast<uint64_t>(v.nranks));
-        pushFlaggedTo(c, v, seq, pairs, (owner - v.rank + v.nranks) % v.nranks, 1, pair);
+        pushFlaggedTo(c, v, seq, pairs, (sliceOwner(slice, v.nranks) - v.rank + v.nranks) % v.nranks, 1, pair);
       } else {
         pushFlagged(c, v, seq, pairs, /*toSelf=*/true, pair);
       }

@@ -93,7 +93,7 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       r.gemvUs = medianUs(c, o, gemv);
       r.weftGemvUs = medianUs(c, o, [&] { weftOp(solo.comm, solo.heap); });
       r.allReduceUs = medianUs(c, o, allReduce);
-      r.wBytes = static_cast<double>(n) * kl * t.bytes;
+      r.wBytes = static_cast<double>(wBytes);
       rows.push_back(r);
       cudaFree(x);
       for (void* p : ws) cudaFree(p);
