@@ -31,7 +31,7 @@
 #include "../dtype_device.hpp"
 #include "../vector_device.hpp"
 #include "flagged_exchange_device.hpp"
-#include "gemv_mma_device.hpp"
+#include "gemv_rows_device.hpp"
 
 namespace weft::dev {
 

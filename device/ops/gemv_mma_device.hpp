@@ -10,8 +10,9 @@
 // (2t, 2t + 1) and (2t + 8, 2t + 9) of each row, and we hand it elements 8t..8t+3 of both w and
 // x, then 8t+4..8t+7 in a second mma. Each 16-byte load of w is then two B operands as loaded (no
 // register moves on the w path, which is all the bytes); x's fragments are assembled once per
-// step and serve the four row groups. Batch 1 uses one row of sixteen: the tensor cores have the
-// throughput to spare, the memory system does not.
+// step and serve the four row groups. Batch 3 uses three rows of sixteen: the tensor cores have
+// the throughput to spare, the memory system does not. (Batch 1 and 2 stream w a row at a time
+// instead: gemv_rows_device.hpp, which also picks the stream by batch.)
 //
 // The 8 warps of the block split each slice's k steps (warp w takes steps w, w + 8, ...), and each
 // warp keeps kDepth steps of loads in flight in a ring of registers that runs on into the next
@@ -108,6 +109,51 @@ __device__ inline void multiply(const WFrag& wf, const XFrag<MB, kHigh>& f, floa
   }
 }
 
+// A stream's load cursor: block j (a multiple of the ring's depth) of the `per` steps of the run's
+// slice m; a lane's loads carry data in its first `live` steps of each slice.
+struct StepCursor {
+  uint32_t per, live, nslices;
+  uint32_t m = 0, j = 0;
+  // Steps of the cursor's block that carry data.
+  __device__ int left() const { return m < nslices ? static_cast<int>(live) - static_cast<int>(j) : 0; }
+  // To the next block of `depth` steps; true where that starts a slice (the rows move).
+  __device__ bool next(uint32_t depth) {
+    j += depth;
+    if (j < per) return false;
+    j = 0;
+    ++m;
+    return true;
+  }
+};
+
+// The loop of both streams: a ring of kDepth steps of w in registers that runs on into the next
+// slice, so that a slice's end does not drain the memory pipe. load(frag, u, left): step u of the
+// cursor's block into frag (data where u < left); aim(): the cursor moved to a new slice;
+// multiply(frag, j, on): step j of slice m (data where on); finish(m): slice m's sums are done.
+template <int kDepth, class Frag, class Load, class Aim, class Multiply, class Finish>
+__device__ inline void ringLoop(StepCursor& cur, Load&& load, Aim&& aim, Multiply&& multiply, Finish&& finish) {
+  aim();
+  Frag ring[kDepth];
+  int n = cur.left();
+  WEFT_UNROLL
+  for (int u = 0; u < kDepth; ++u) load(ring[u], u, n);
+  if (cur.next(kDepth)) aim();
+  for (uint32_t m = 0; m < cur.nslices; ++m) {
+    for (uint32_t j = 0; j < cur.per; j += kDepth) {
+      // The ring holds steps j.. of slice m, with data in the first `had` of them.
+      const int had = n;
+      n = cur.left();
+      WEFT_UNROLL
+      for (int u = 0; u < kDepth; ++u) {
+        multiply(ring[u], j + u, u < had);
+        load(ring[u], u, n);
+      }
+      if (cur.next(kDepth)) aim();
+    }
+    finish(m);
+  }
+}
+
 // Slices `slices` of y's partial sums, MB batch tiles of 16; after each slice, sink(rows, part)
 // with part(f) float f of the slice's partial sums (gemvSliceFloats). Every thread of the block
 // calls it, between barriers. Not inlined: its registers are then allocated for it alone (inlined
@@ -141,18 +187,18 @@ __device__ __noinline__ void stream(const BlockCoop c, const GemvShape s, const 
     xOn[mb][h] = b < s.batch;
     xp[mb][h] = s.x + b * rowBytes + first * 2;
   }
-  // The load cursor: step lj (a multiple of kDepth) of the run's slice lm, at wp[r] (row group r).
-  uint32_t lm = 0, lj = 0;
+  // The rows of the cursor's slice: wp[r] (row group r).
+  StepCursor cur{per, live, nslices};
   const uint8_t* wp[kGroups];
   auto aim = [&] {
     WEFT_UNROLL
     for (int r = 0; r < kGroups; ++r) {
-      const uint64_t row = minU64((slices.lo + lm) * kGemvSliceRows + 8 * r + g, s.n == 0 ? 0 : s.n - 1);
+      const uint64_t row = minU64((slices.lo + cur.m) * kGemvSliceRows + 8 * r + g, s.n == 0 ? 0 : s.n - 1);
       wp[r] = s.w + row * rowBytes + first * 2;
     }
   };
   auto loadW = [&](WFrag& f, int u, int left) {
-    const uint32_t off = (lj + u) * kAdvance;
+    const uint32_t off = (cur.j + u) * kAdvance;
     WEFT_UNROLL
     for (int r = 0; r < kGroups; ++r) f.w[r] = load16If<true>(wp[r] + off, u < left);
   };
@@ -162,16 +208,6 @@ __device__ __noinline__ void stream(const BlockCoop c, const GemvShape s, const 
     for (int mb = 0; mb < MB; ++mb) WEFT_UNROLL
     for (int h = 0; h < (kHigh ? 2 : 1); ++h) f.x[mb][h] = load16If<false>(xp[mb][h] + j * kAdvance, on && xOn[mb][h]);
     return f;
-  };
-  // Steps of the cursor's block that carry data, and the move to the next block.
-  auto left = [&] { return lm < nslices ? static_cast<int>(live) - static_cast<int>(lj) : 0; };
-  auto advance = [&] {
-    lj += kDepth;
-    if (lj == per) {
-      lj = 0;
-      ++lm;
-      aim();
-    }
   };
 
   // The warps' sums of a slice, folded in rounds: warps [0, S) store theirs in S slots, then each
@@ -219,39 +255,9 @@ __device__ __noinline__ void stream(const BlockCoop c, const GemvShape s, const 
     c.sync();  // the next slice's sums overwrite the slots
   };
 
-  aim();
-  WFrag ring[kDepth];
-  int n = left();
-  WEFT_UNROLL
-  for (int u = 0; u < kDepth; ++u) loadW(ring[u], u, n);
-  advance();
-  for (uint32_t m = 0; m < nslices; ++m) {
-    for (uint32_t j = 0; j < per; j += kDepth) {
-      // The ring holds steps j.. of slice m, with data in the first `had` of them.
-      const int had = n;
-      n = left();
-      WEFT_UNROLL
-      for (int u = 0; u < kDepth; ++u) {
-        multiply<T, MB, kHigh>(ring[u], loadX(j + u, u < had), acc);
-        loadW(ring[u], u, n);
-      }
-      advance();
-    }
-    finishSlice(m);
-  }
-}
-
-// stream() with the batch tiles the batch needs.
-template <DType T, class Sink>
-__device__ void streamAnyBatch(const BlockCoop& c, const GemvShape& s, Range slices, const Sink& sink) {
-  if (s.batch <= 8)
-    stream<T, 1, false>(c, s, slices, sink);
-  else if (s.batch <= 16)
-    stream<T, 1, true>(c, s, slices, sink);
-  else if (s.batch <= 32)
-    stream<T, 2, true>(c, s, slices, sink);
-  else
-    stream<T, 4, true>(c, s, slices, sink);
+  ringLoop<kDepth, WFrag>(
+      cur, loadW, aim, [&](const WFrag& f, uint32_t j, bool on) { multiply<T, MB, kHigh>(f, loadX(j, on), acc); },
+      finishSlice);
 }
 
 }  // namespace gemv
