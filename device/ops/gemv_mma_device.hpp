@@ -10,9 +10,8 @@
 // (2t, 2t + 1) and (2t + 8, 2t + 9) of each row, and we hand it elements 8t..8t+3 of both w and
 // x, then 8t+4..8t+7 in a second mma. Each 16-byte load of w is then two B operands as loaded (no
 // register moves on the w path, which is all the bytes); x's fragments are assembled once per
-// step and serve the four row groups. Batch 3 uses three rows of sixteen: the tensor cores have
-// the throughput to spare, the memory system does not. (Batch 1 and 2 stream w a row at a time
-// instead: gemv_rows_device.hpp, which also picks the stream by batch.)
+// step and serve the four row groups. It serves batches over 8 (batch 1-8 streams w in longer runs
+// of each row: gemv_rows_device.hpp, which also picks the stream by batch).
 //
 // The 8 warps of the block split each slice's k steps (warp w takes steps w, w + 8, ...), and each
 // warp keeps kDepth steps of loads in flight in a ring of registers that runs on into the next
@@ -83,26 +82,23 @@ __device__ inline bool fits(const BlockCoop& c, DType dt, const GemvShape& s) {
 }
 
 // One lane's operands of one step: w rows 8 r + g of the slice (in flight kDepth steps ahead),
-// and x rows 16 mb + g (+ 8 where kHigh: batches over 8), which L1 serves, loaded as used.
+// and x rows 16 mb + g and 16 mb + g + 8, which L1 serves, loaded as used.
 struct WFrag {
   Vec16 w[kGroups];
 };
-template <int MB, bool kHigh>
+template <int MB>
 struct XFrag {
-  Vec16 x[MB][kHigh ? 2 : 1];
+  Vec16 x[MB][2];
 };
 
-template <DType T, int MB, bool kHigh>
-__device__ inline void multiply(const WFrag& wf, const XFrag<MB, kHigh>& f, float (&acc)[kGroups][MB][4]) {
+template <DType T, int MB>
+__device__ inline void multiply(const WFrag& wf, const XFrag<MB>& f, float (&acc)[kGroups][MB][4]) {
   WEFT_UNROLL
   for (int mb = 0; mb < MB; ++mb) {
     WEFT_UNROLL
-    for (int h = 0; h < 2; ++h) {                                              // elements 0-3 of each vector, then 4-7
-      uint32_t a[4] = {f.x[mb][0].w[2 * h], 0u, f.x[mb][0].w[2 * h + 1], 0u};  // x rows g, then g + 8
-      if constexpr (kHigh) {
-        a[1] = f.x[mb][1].w[2 * h];
-        a[3] = f.x[mb][1].w[2 * h + 1];
-      }
+    for (int h = 0; h < 2; ++h) {  // elements 0-3 of each vector, then 4-7
+      const uint32_t a[4] = {f.x[mb][0].w[2 * h], f.x[mb][1].w[2 * h], f.x[mb][0].w[2 * h + 1],
+                             f.x[mb][1].w[2 * h + 1]};  // x rows g, then g + 8
       WEFT_UNROLL
       for (int r = 0; r < kGroups; ++r) mma16816<T>(acc[r][mb], a, wf.w[r].w[2 * h], wf.w[r].w[2 * h + 1]);
     }
@@ -160,7 +156,7 @@ __device__ inline void ringLoop(StepCursor& cur, Load&& load, Aim&& aim, Multipl
 // into the op kernel beside the other paths, ptxas spilled kilobytes). The sink comes by value and
 // should capture by value: its state is then this function's own, in registers, not words behind
 // a pointer that every store through a generic pointer would make it load again.
-template <DType T, int MB, bool kHigh, class Sink>
+template <DType T, int MB, class Sink>
 __device__ __noinline__ void stream(const BlockCoop c, const GemvShape s, const Range slices, Sink sink) {
   // Steps in flight per warp (2 KB of w each): 8 KB per warp, 64 KB per SM where the ring fits
   // the registers beside the accumulators.
@@ -203,10 +199,10 @@ __device__ __noinline__ void stream(const BlockCoop c, const GemvShape s, const 
     for (int r = 0; r < kGroups; ++r) f.w[r] = load16If<true>(wp[r] + off, u < left);
   };
   auto loadX = [&](uint32_t j, bool on) {
-    XFrag<MB, kHigh> f;
+    XFrag<MB> f;
     WEFT_UNROLL
     for (int mb = 0; mb < MB; ++mb) WEFT_UNROLL
-    for (int h = 0; h < (kHigh ? 2 : 1); ++h) f.x[mb][h] = load16If<false>(xp[mb][h] + j * kAdvance, on && xOn[mb][h]);
+    for (int h = 0; h < 2; ++h) f.x[mb][h] = load16If<false>(xp[mb][h] + j * kAdvance, on && xOn[mb][h]);
     return f;
   };
 
@@ -222,7 +218,7 @@ __device__ __noinline__ void stream(const BlockCoop c, const GemvShape s, const 
     WEFT_UNROLL
     for (int r = 0; r < kGroups; ++r) WEFT_UNROLL
     for (int mb = 0; mb < MB; ++mb) WEFT_UNROLL
-    for (int h = 0; h < (kHigh ? 2 : 1); ++h) {
+    for (int h = 0; h < 2; ++h) {
       const uint32_t b = 16 * mb + 8 * h + g;
       if (b < s.batch) {
         const uint32_t at = mine + 4 * (b * kGemvSliceRows + ((8 * r + 2 * t) ^ (8 * (b % 4))));
@@ -256,7 +252,7 @@ __device__ __noinline__ void stream(const BlockCoop c, const GemvShape s, const 
   };
 
   ringLoop<kDepth, WFrag>(
-      cur, loadW, aim, [&](const WFrag& f, uint32_t j, bool on) { multiply<T, MB, kHigh>(f, loadX(j, on), acc); },
+      cur, loadW, aim, [&](const WFrag& f, uint32_t j, bool on) { multiply<T, MB>(f, loadX(j, on), acc); },
       finishSlice);
 }
 
