@@ -34,10 +34,8 @@ namespace weft::dev {
 namespace gemv {
 
 constexpr uint32_t kRowStep = gpu::kWarpSize * 8;  // k per step: 512 bytes of each row a warp loads
-
-__device__ inline void storeShared(uint32_t a, float v) {
-  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory");
-}
+// The batches of streamRows<T, 1> and streamRows<T, 4> (2 P entries per mma); larger ones split k.
+constexpr uint32_t kRowsBatch1 = 2, kRowsBatch4 = 8;
 
 // Slices `slices` of y's partial sums, each load instruction of a warp reading P rows x 512 / P
 // bytes (P = 1: batch <= 2; P = 4: batch <= 8); after each slice, sink(rows, part) as for stream()
@@ -142,9 +140,9 @@ __device__ __noinline__ void streamRows(const BlockCoop c, const GemvShape s, co
 // The stream the batch needs: rows up to batch 8, k split over the warps beyond.
 template <DType T, class Sink>
 __device__ void streamAnyBatch(const BlockCoop& c, const GemvShape& s, Range slices, const Sink& sink) {
-  if (s.batch <= 2)
+  if (s.batch <= kRowsBatch1)
     streamRows<T, 1>(c, s, slices, sink);
-  else if (s.batch <= 8)
+  else if (s.batch <= kRowsBatch4)
     streamRows<T, 4>(c, s, slices, sink);
   else if (s.batch <= 16)
     stream<T, 1>(c, s, slices, sink);

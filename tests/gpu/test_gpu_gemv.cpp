@@ -39,8 +39,11 @@ TEST_P(GpuGemv, EveryDtypeAndShape) {
     ASSERT_NE(r.comm, nullptr);
     uint64_t s = seed;
     for (weft_dtype_t dt : {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16})
-      for (Shape shape : {Shape{1, 8192, 2048}, Shape{8, 8192, 512}, Shape{32, 8192, 256}, Shape{3, 301, 77},
-                          Shape{12, 1000, 1096}, Shape{64, 130, 24}, Shape{5, 0, 9}, Shape{2, 17, 0}}) {
+      // Tensor-core streams with tails in n and k (k a multiple of 8, not of a step): batch 2 and 6
+      // read w in row runs (one and four rows per load), 12 and 64 split k.
+      for (Shape shape :
+           {Shape{1, 8192, 2048}, Shape{8, 8192, 512}, Shape{32, 8192, 256}, Shape{3, 301, 77}, Shape{2, 97, 1000},
+            Shape{6, 75, 5000}, Shape{12, 1000, 1096}, Shape{64, 130, 24}, Shape{5, 0, 9}, Shape{2, 17, 0}}) {
         SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " batch " << shape.batch << " n " << shape.n << " k "
                                           << shape.k << " seed " << s);
         void* w = nullptr;
