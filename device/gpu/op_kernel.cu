@@ -58,6 +58,9 @@ __global__ void opKernel(CommView view, OpDesc desc) {
 }
 
 __global__ void gemvKernel(CommView view, OpDesc desc) {
+#if defined(WEFT_HAVE_MMA)
+  if (threadIdx.x < gpu::kWarpSize) GemvAllReduceOp::warmFirstSlice(desc, blockIdx.x, static_cast<int>(threadIdx.x));
+#endif
   const bool fused = static_cast<OpKind>(desc.kind) == OpKind::kGemvAllReduce;
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
