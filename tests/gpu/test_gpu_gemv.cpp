@@ -40,10 +40,13 @@ TEST_P(GpuGemv, EveryDtypeAndShape) {
     uint64_t s = seed;
     for (weft_dtype_t dt : {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16})
       // Tensor-core streams with tails in n and k (k a multiple of 8, not of a step): batch 2 and 6
-      // read w in row runs (one and four rows per load), 12 and 64 split k.
+      // read w in row runs (one and four rows per load); 9, 12, 24, 40 and 64 split k over the
+      // warps (one, two and four batch tiles of 16, partly filled; k below one step and past the
+      // last whole one).
       for (Shape shape :
            {Shape{1, 8192, 2048}, Shape{8, 8192, 512}, Shape{32, 8192, 256}, Shape{3, 301, 77}, Shape{2, 97, 1000},
-            Shape{6, 75, 5000}, Shape{12, 1000, 1096}, Shape{64, 130, 24}, Shape{5, 0, 9}, Shape{2, 17, 0}}) {
+            Shape{6, 75, 5000}, Shape{12, 1000, 1096}, Shape{9, 64, 136}, Shape{24, 200, 4104}, Shape{40, 97, 2056},
+            Shape{64, 130, 24}, Shape{5, 0, 9}, Shape{2, 17, 0}}) {
         SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " batch " << shape.batch << " n " << shape.n << " k "
                                           << shape.k << " seed " << s);
         void* w = nullptr;
@@ -91,27 +94,30 @@ TEST_P(GpuGemv, GraphCaptureAndReplay) {
   WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    const Shape shape{4, 1000, 300};
     Rank r = setUp(rank, n, id, 8 << 20);
     ASSERT_NE(r.comm, nullptr);
-    void* w = nullptr;
-    prepare(r, rank, WEFT_BFLOAT16, shape, seed, &w);
-    const cudaGraphExec_t exec = captureGraph(r.stream, [&] {
-      WEFT_ASSERT_OK(
-          weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, WEFT_BFLOAT16, r.stream));
-    });
-    ASSERT_NE(exec, nullptr);
-    for (int replay = 0; replay < 3; ++replay) {
-      const uint64_t s = seed + 2 * (replay + 1);
-      void* again = nullptr;
-      prepare(r, rank, WEFT_BFLOAT16, shape, s, &again);
-      WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
-      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-      EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * 2).data(), WEFT_BFLOAT16, s, n, shape.batch,
-                                     shape.n, shape.k))
-          << "replay " << replay;
+    // A row stream (batch 4) and the k-split one (batch 24).
+    for (const Shape shape : {Shape{4, 1000, 300}, Shape{24, 1000, 600}}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << shape.batch);
+      void* w = nullptr;
+      prepare(r, rank, WEFT_BFLOAT16, shape, seed, &w);
+      const cudaGraphExec_t exec = captureGraph(r.stream, [&] {
+        WEFT_ASSERT_OK(
+            weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, WEFT_BFLOAT16, r.stream));
+      });
+      ASSERT_NE(exec, nullptr);
+      for (int replay = 0; replay < 3; ++replay) {
+        const uint64_t s = seed + 2 * (replay + 1);
+        void* again = nullptr;
+        prepare(r, rank, WEFT_BFLOAT16, shape, s, &again);
+        WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
+        WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+        EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * 2).data(), WEFT_BFLOAT16, s, n,
+                                       shape.batch, shape.n, shape.k))
+            << "replay " << replay;
+      }
+      WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
     }
-    WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
     tearDown(r);
   };
   EXPECT_TRUE(runRanks(gpus(), body));
