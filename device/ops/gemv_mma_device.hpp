@@ -47,7 +47,7 @@ WEFT_HOST_DEVICE Range gemvRows(uint64_t n, Range slices) {
 // for row j), the last slice padded to the full length. y is batch-major too, so one batch
 // entry's run of floats is a run of y's row: the stores of y are coalesced, and the offsets are
 // shifts and masks.
-WEFT_HOST_DEVICE uint64_t gemvSliceFloats(uint32_t batch) { return uint64_t{kGemvSliceRows} * batch; }
+WEFT_HOST_DEVICE constexpr uint64_t gemvSliceFloats(uint32_t batch) { return uint64_t{kGemvSliceRows} * batch; }
 
 #if defined(WEFT_HAVE_MMA)
 namespace gemv {
@@ -78,10 +78,14 @@ __device__ inline void storeShared2(uint32_t a, float2 v) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v.x), "f"(v.y) : "memory");
 }
 
-// Whether the tensor-core path applies (otherwise the portable one runs).
-__device__ inline bool fits(const BlockCoop& c, DType dt, const GemvShape& s) {
-  return dt != DType::kFloat32 && c.warps() == kWarps && s.k % 8 == 0 && aligned16(s.w) && aligned16(s.x) &&
+// Whether a shape runs on tensor cores in a group of kWarps warps (otherwise the portable path runs).
+__device__ inline bool fitsShape(DType dt, const GemvShape& s) {
+  return dt != DType::kFloat32 && s.k % 8 == 0 && aligned16(s.w) && aligned16(s.x) &&
          2 * gemvSliceFloats(s.batch) <= kCoopFloats;
+}
+// Whether the tensor-core path applies in group c.
+__device__ inline bool fits(const BlockCoop& c, DType dt, const GemvShape& s) {
+  return c.warps() == kWarps && fitsShape(dt, s);
 }
 
 // One lane's operands of one step: w rows 8 r + g of the slice (in flight kDepth steps ahead),

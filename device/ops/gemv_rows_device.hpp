@@ -51,6 +51,8 @@ constexpr uint32_t kRowsBatch1 = 2, kRowsBatch4 = 8;
 template <DType T, int P, class Sink>
 __device__ __noinline__ void streamRows(const BlockCoop c, const GemvShape s, const Range slices, Sink sink) {
   static_assert(P == 1 || P == 4, "the sums' lanes below are written for P = 1 and 4");
+  static_assert(P * gemvSliceFloats(P == 1 ? kRowsBatch1 : kRowsBatch4) <= kCoopFloats,
+                "the P slots of a slice's sums fit the group's floats");
   constexpr int kDepth = 4;  // steps in flight per warp (2 KB of w each): 64 KB per SM
   constexpr int Q = 8 / P;   // chunks per row segment
   constexpr int kLoads = 4;  // load instructions per step
