@@ -119,9 +119,10 @@ struct GemvAllReduceOp {
   // Lane `lane` of a launched kernel's first warp, before anything else: asks L2 for the first
   // kWarmBytes of row `lane` of compute item `item`'s first slice, so that they are on their way
   // while the block reads the protocol counters (one round trip) and sets up its stream. Only
-  // where a tensor-core stream will read them (gemv::fitsShape) and rows are longer than that: with rows of 4 KB
-  // (k_local 2048) the warmed bytes are the whole first slice, half of w, and the op was 0.5 us slower cold and 1.2 us
-  // hot (4 H200); with rows of 8 and 14 KB it was 1.2-1.6 us faster (docs/perf.md, session 11).
+  // where a tensor-core stream will read them (gemv::fitsShape) and rows are longer than that:
+  // with rows of 4 KB (k_local 2048) the warmed bytes are the whole first slice, half of w, and
+  // the op was 0.5 us slower cold and 1.2 us hot (4 H200); with rows of 8 and 14 KB it was 1.2-1.6
+  // us faster (docs/perf.md, session 11).
   static constexpr uint64_t kWarmBytes = 4096;
   __device__ static void warmFirstSlice(const OpDesc& d, uint32_t item, int lane) {
     const GemvShape s = shape(d);
