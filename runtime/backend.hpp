@@ -35,6 +35,15 @@ class HeapMemory {
   std::unique_ptr<Impl> impl_;
 };
 
+// A GEMV's operands: y[batch, n] = x[batch, k] . w[n, k]^T, row-major, in `dt`.
+struct GemvOperands {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  void* y = nullptr;
+  uint64_t batch = 0, n = 0, k = 0;
+  dev::DType dt = dev::DType::kFloat32;
+};
+
 // The engine of one communicator, and how ops reach it.
 //   CPU:                worker threads poll the queue; the caller waits on the host.
 //   GPU, "launched":    each op is a kernel on the caller's stream (the default: nothing stays
@@ -66,6 +75,12 @@ class Engine {
   // Adds the op to the graph `stream` is capturing: at each replay it runs in graph order and reads
   // the engine's protocol counters then (they live on the device). The queue never sees it.
   void capture(const dev::OpDesc& desc, void* stream);
+  // The GEMV + AllReduce's `blas` path: the vendor BLAS's GEMV on `stream` (or into the graph it
+  // is capturing), ordered after the engine's earlier ops as an op of its own would be. Returns
+  // false, having done nothing, where this engine has no vendor BLAS (the CPU engine, the persistent
+  // engine, HIP builds) or the BLAS cannot take the shape; throws weft::Error if the BLAS fails.
+  // Called under the communicator's submit lock.
+  bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
   // Checks `stream` before anything is published (throws kInvalidArgument); returns whether it is
   // capturing a graph.
   static bool checkStream(void* stream);

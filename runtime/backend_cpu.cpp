@@ -98,6 +98,9 @@ dev::Status Engine::finish(uint64_t ticket, uint64_t stallNs) {
   return impl_->queue->wait(ticket, stallNs, 1000000000ull);
 }
 
+// No vendor BLAS on the CPU backend: the `blas` path runs weft's GEMV.
+bool Engine::vendorGemv(const GemvOperands&, void*, bool) { return false; }
+
 bool Engine::quiesce(double) { return true; }
 
 void Engine::raise(uint32_t dev::EngineControl::*word) {

@@ -10,6 +10,7 @@
 #include "backend.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "device/blas_host.hpp"
 #include "device/gpu_host.hpp"
 
 namespace weft {
@@ -96,9 +97,10 @@ struct Engine::Impl {
   int device = 0;
   int workers = 0;
   int threads = 256;
-  int gatherBlocks = 0;  // launched: resident blocks of the embedding kernel
-  int gemvBlocks = 0;    // launched: resident blocks of the GEMV kernel
-  int gemmBlocks = 0;    // resident blocks of the GEMM kernel
+  int gatherBlocks = 0;                   // launched: resident blocks of the embedding kernel
+  int gemvBlocks = 0;                     // launched: resident blocks of the GEMV kernel
+  int gemmBlocks = 0;                     // resident blocks of the GEMM kernel
+  std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
   std::mutex launchMutex;
 
   template <typename T>
@@ -244,6 +246,10 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, &e.gatherBlocks),
             "sizing the embedding kernel's grid");
     require(gpu::residentOpBlocks(dev::OpKind::kGemv, e.threads, &e.gemvBlocks), "sizing the GEMV kernel's grid");
+    // Without it the `blas` path runs weft's GEMV: slower where the table chose it, still correct.
+    if (gpu::VendorBlas::built())
+      if (const gpu::Outcome o = gpu::VendorBlas::create(&e.blas); !o)
+        WEFT_LOG(kWarn, kEngine, "no vendor BLAS for the GEMV + AllReduce's blas path: {}", o.message);
   }
   unregister.armed = false;
 }
@@ -296,6 +302,20 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stre
 }
 
 dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
+
+// Launched engine only: a kernel beside the persistent one would need an op's ticket to wait for
+// the engine's earlier ops (the GEMM's marker), and the tuning table measured launched ops.
+bool Engine::vendorGemv(const GemvOperands& g, void* stream, bool capturing) {
+  Impl& e = *impl_;
+  if (!e.blas || !gpu::VendorBlas::fits(g.batch, g.n, g.k)) return false;
+  gpu::Outcome o;
+  if (!capturing && e.lastStream && e.lastStream != stream) o = gpu::streamWaitEvent(stream, e.lastOp);
+  if (o) o = e.blas->gemv(g.x, g.w, g.y, g.batch, g.n, g.k, g.dt, stream);
+  if (o && !capturing) o = gpu::eventRecord(e.lastOp, stream);
+  require(o, "the vendor BLAS's GEMV (gemv_path blas)");
+  if (!capturing) e.lastStream = stream;
+  return true;
+}
 
 bool Engine::quiesce(double seconds) {
   Impl& e = *impl_;

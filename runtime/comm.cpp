@@ -113,7 +113,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
   // Every rank must take the same GEMV path (the fused op's items wait on their peers').
   checkAgree(all, &RankInfo::gemvTuning, "gemv_tuning_file (the table's fingerprint)", rank);
-  checkAgree(all, &RankInfo::gemvPath, "gemv_path (0 auto, 1 + GemvPath: 1 fused, 2 unfused, 3 fused_rsag)", rank);
+  checkAgree(all, &RankInfo::gemvPath, "gemv_path (0 auto, 1 + GemvPath: 1 fused, 2 unfused, 3 fused_rsag, 4 blas)",
+             rank);
 
   const bool forceProxy = s.getString("transport") == "proxy";
   std::string pathList;
@@ -212,10 +213,14 @@ uint64_t Comm::heapOffset(const void* p, uint64_t bytes, const char* arg) const 
                                           "symmetric heap)");
 }
 
-Code Comm::submit(const dev::OpDesc& d, void* stream, bool capturing) {
+void Comm::requireHealthy() const {
   std::string msg;
   if (Code e = asyncError(&msg); e != Code::kSuccess)
     throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
+}
+
+Code Comm::submit(const dev::OpDesc& d, void* stream, bool capturing) {
+  requireHealthy();
   uint64_t ticket;
   Status st;
   {
@@ -306,19 +311,30 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   d.nitems = dev::GemvAllReduceOp::numItems(d.tileElems);
   // Fused where the tuning table (or gemv_path) says so and every rank's float32 partials fit the
   // exchange's scratch (gemv_scratch_bytes); reduced by the slices' owners where asked and every rank owns a
-  // slice (else by every rank). Otherwise (and on one rank, or for an empty y) the GEMV writes y
-  // and an AllReduce of y follows.
+  // slice (else by every rank). Otherwise (and on one rank, or for an empty y) a GEMV writes y, the
+  // vendor BLAS's where the path is blas and the engine has one, else weft's, and an AllReduce of y
+  // follows. (Ranks may differ in which GEMV they run: it is local.)
   const GemvPath path = gemvForced_ ? *gemvForced_ : gemvTuning_.choose(nranks_, batch, n, k);
   const uint64_t partialBytes = dev::GemvAllReduceOp::numSlices(n) * dev::gemvSliceFloats(batch) * sizeof(float);
-  if (path != GemvPath::kUnfused && yBytes > 0 && exchangeFits(partialBytes, gemvScratch_)) {
+  const bool fused = path == GemvPath::kFused || path == GemvPath::kFusedRsag;
+  if (fused && yBytes > 0 && exchangeFits(partialBytes, gemvScratch_)) {
     d.arg[3] = path == GemvPath::kFusedRsag && dev::GemvAllReduceOp::fusedOwnersFit(n, nranks_) ? 1 : 0;
     return submit(d, stream, capturing);
   }
-  d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
-  d.nitems = d.tileElems;
-  const Code c = submit(d, stream, capturing);
+  Code c = Code::kSuccess;
+  if (path != GemvPath::kBlas || yBytes == 0 || !vendorGemv({x, w, y, batch, n, k, dt}, stream, capturing)) {
+    d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
+    d.nitems = d.tileElems;
+    c = submit(d, stream, capturing);
+  }
   if (nranks_ == 1 || yBytes == 0 || c != Code::kSuccess) return c;
   return allReduce(y, y, uint64_t{batch} * n, dt, stream);
+}
+
+bool Comm::vendorGemv(const GemvOperands& g, void* stream, bool capturing) {
+  requireHealthy();
+  std::lock_guard<std::mutex> lock(submitMutex_);
+  return engine_->vendorGemv(g, stream, capturing);
 }
 
 Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType dt, void* stream) {

@@ -64,8 +64,12 @@ class Comm {
 
  private:
   Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
+  // Throws the sticky failure of an earlier op, if any.
+  void requireHealthy() const;
   // Hands the op to the engine, or into the graph `stream` is capturing.
   Code submit(const dev::OpDesc& desc, void* stream, bool capturing);
+  // The GEMV + AllReduce's blas path: the vendor BLAS's GEMV, where the engine has one (else false).
+  bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
   uint64_t stallNs() const { return 2 * timeoutNs_ + 1000000000ull; }
   uint64_t heapOffset(const void* p, uint64_t bytes, const char* arg) const;

@@ -59,7 +59,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        0, 1 << 28},
       {"gemv_path", SettingType::kString, "auto",
        "GEMV + AllReduce: auto (the tuning table decides), fused (every rank reduces every slice), fused_rsag "
-       "(each slice's owner reduces it and sends it on), or unfused (GEMV, then AllReduce)"},
+       "(each slice's owner reduces it and sends it on), unfused (weft's GEMV, then AllReduce) or blas (the vendor "
+       "BLAS's GEMV, then AllReduce; as unfused where the engine has no vendor BLAS)"},
       {"gemv_tuning_file", SettingType::kString, "",
        "GEMV + AllReduce tuning table (rows: ranks batch_max n_max k_max path); empty: the built-in "
        "conf/gemv_tuning.tsv"},

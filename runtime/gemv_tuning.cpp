@@ -14,9 +14,11 @@ struct PathName {
   GemvPath path;
   const char* name;
 };
-constexpr PathName kPathNames[] = {
-    {GemvPath::kFused, "fused"}, {GemvPath::kFusedRsag, "fused_rsag"}, {GemvPath::kUnfused, "unfused"}};
-constexpr const char* kPathList = "fused, fused_rsag or unfused";
+constexpr PathName kPathNames[] = {{GemvPath::kFused, "fused"},
+                                   {GemvPath::kFusedRsag, "fused_rsag"},
+                                   {GemvPath::kUnfused, "unfused"},
+                                   {GemvPath::kBlas, "blas"}};
+constexpr const char* kPathList = "fused, fused_rsag, unfused or blas";
 
 std::optional<GemvPath> pathNamed(const std::string& name) {
   for (const PathName& p : kPathNames)

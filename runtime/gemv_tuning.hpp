@@ -1,5 +1,6 @@
-// The GEMV + AllReduce's choice among the fused op's two ways to reduce and the unfused pair
-// (weft's GEMV writing y, then an AllReduce of y), per world size and shape. The table is text, one row per line:
+// The GEMV + AllReduce's choice among the fused op's two ways to reduce and the unfused pairs
+// (a GEMV writing y, weft's or the vendor BLAS's, then weft's AllReduce of y), per world size and
+// shape. The table is text, one row per line:
 //
 //   ranks  batch_max  n_max  k_max  path      # '*' matches anything; k is k_local (per rank)
 //
@@ -17,8 +18,10 @@ namespace weft {
 
 // kFused: the fused op, every rank reducing every slice (one-shot); kFusedRsag: the fused op, each
 // slice reduced by its owner and sent on (reduce-scatter + all-gather: fewer bytes, one more hop);
-// kUnfused: weft's GEMV, then an AllReduce of y. (Numbered for the table's fingerprint.)
-enum class GemvPath { kFused = 0, kUnfused = 1, kFusedRsag = 2 };
+// kUnfused: weft's GEMV, then an AllReduce of y; kBlas: the vendor BLAS's GEMV (cuBLAS), then an
+// AllReduce of y, where the engine has one (launched GPU engines of CUDA builds), else as kUnfused.
+// (Numbered for the table's fingerprint.)
+enum class GemvPath { kFused = 0, kUnfused = 1, kFusedRsag = 2, kBlas = 3 };
 
 const char* gemvPathName(GemvPath p);
 // The gemv_path setting: nullopt for "auto", else the forced path; throws weft::Error (invalid

@@ -32,8 +32,9 @@ void gemvCase(weft_comm_t comm, void* y, int rank, int nranks, weft_dtype_t dt, 
   EXPECT_TRUE(checkGemvAllReduce(y, dt, seed, nranks, s.batch, s.n, s.k));
 }
 
-// (ranks, path): "fused", "fused_rsag" and "unfused" force the path (gemv_path; fused_rsag runs
-// one-shot where a rank would own no slice: the shapes have both); "no_scratch" asks for fused
+// (ranks, path): "fused", "fused_rsag", "unfused" and "blas" force the path (gemv_path; fused_rsag
+// runs one-shot where a rank would own no slice: the shapes have both; blas runs weft's GEMV, the
+// CPU engine having no vendor BLAS); "no_scratch" asks for fused
 // but sets gemv_scratch_bytes to 0, so the partials cannot be exchanged and the unfused path runs.
 class GemvAllReduce : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
@@ -57,7 +58,7 @@ TEST_P(GemvAllReduce, EveryDtypeAndShape) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GemvAllReduce,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values("fused", "fused_rsag", "unfused", "no_scratch")),
+                                            ::testing::Values("fused", "fused_rsag", "unfused", "blas", "no_scratch")),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
                          });

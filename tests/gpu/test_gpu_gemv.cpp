@@ -62,43 +62,53 @@ TEST_P(GpuGemv, EveryDtypeAndShape) {
 }
 
 // Each path forced (gemv_path), on shapes where the owners' reduction applies (every rank owns a
-// slice) and where it does not (64 x 130: 5 slices, so fused_rsag runs one-shot on more ranks).
+// slice) and where it does not (64 x 130: 5 slices, so fused_rsag runs one-shot on more ranks), and
+// empty ones. blas (cuBLAS's GEMV under the launched engine, weft's under the persistent one) in
+// every dtype.
 TEST_P(GpuGemv, EveryPathForced) {
   WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
-  for (const char* path : {"fused", "fused_rsag", "unfused"}) {
+  for (const std::string path : {"fused", "fused_rsag", "unfused", "blas"}) {
     const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-      setenv("WEFT_GEMV_PATH", path, 1);
+      setenv("WEFT_GEMV_PATH", path.c_str(), 1);
       Rank r = setUp(rank, n, id, 80 << 20);
       unsetenv("WEFT_GEMV_PATH");
       ASSERT_NE(r.comm, nullptr);
       uint64_t s = seed;
-      for (Shape shape : {Shape{1, 8192, 2048}, Shape{32, 8192, 256}, Shape{17, 161, 40}, Shape{64, 130, 24}}) {
-        SCOPED_TRACE(::testing::Message()
-                     << path << " batch " << shape.batch << " n " << shape.n << " k " << shape.k << " seed " << s);
-        void* w = nullptr;
-        prepare(r, rank, WEFT_BFLOAT16, shape, s += 2, &w);
-        WEFT_ASSERT_OK(
-            weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, WEFT_BFLOAT16, r.stream));
-        WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-        EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * 2).data(), WEFT_BFLOAT16, s, n,
-                                       shape.batch, shape.n, shape.k));
-      }
+      std::vector<weft_dtype_t> dtypes = {WEFT_BFLOAT16};
+      if (path == "blas") dtypes = {WEFT_FLOAT32, WEFT_FLOAT16, WEFT_BFLOAT16};
+      for (weft_dtype_t dt : dtypes)
+        for (Shape shape : {Shape{1, 8192, 2048}, Shape{32, 8192, 256}, Shape{17, 161, 40}, Shape{64, 130, 24},
+                            Shape{5, 0, 9}, Shape{2, 17, 0}}) {
+          SCOPED_TRACE(::testing::Message() << path << " " << dtypeName(dt) << " batch " << shape.batch << " n "
+                                            << shape.n << " k " << shape.k << " seed " << s);
+          void* w = nullptr;
+          prepare(r, rank, dt, shape, s += 2, &w);
+          WEFT_ASSERT_OK(weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, dt, r.stream));
+          WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+          EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * dtypeBytes(dt)).data(), dt, s, n,
+                                         shape.batch, shape.n, shape.k));
+        }
       tearDown(r);
     };
     EXPECT_TRUE(runRanks(gpus(), body)) << path;
   }
 }
 
+// As the tuning table runs it, and with the blas path forced (cuBLAS's GEMV and weft's AllReduce
+// captured together).
 TEST_P(GpuGemv, GraphCaptureAndReplay) {
   WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
+  std::string path;
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_GEMV_PATH", path.c_str(), 1);
     Rank r = setUp(rank, n, id, 8 << 20);
+    unsetenv("WEFT_GEMV_PATH");
     ASSERT_NE(r.comm, nullptr);
     // A row stream (batch 4) and the k-split one (batch 24).
     for (const Shape shape : {Shape{4, 1000, 300}, Shape{24, 1000, 600}}) {
-      SCOPED_TRACE(::testing::Message() << "batch " << shape.batch);
+      SCOPED_TRACE(::testing::Message() << path << " batch " << shape.batch);
       void* w = nullptr;
       prepare(r, rank, WEFT_BFLOAT16, shape, seed, &w);
       const cudaGraphExec_t exec = captureGraph(r.stream, [&] {
@@ -120,7 +130,10 @@ TEST_P(GpuGemv, GraphCaptureAndReplay) {
     }
     tearDown(r);
   };
-  EXPECT_TRUE(runRanks(gpus(), body));
+  for (const char* p : {"auto", "blas"}) {
+    path = p;
+    EXPECT_TRUE(runRanks(gpus(), body)) << path;
+  }
 }
 
 WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuGemv);

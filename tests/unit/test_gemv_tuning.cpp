@@ -52,7 +52,7 @@ TEST(GemvTuning, EveryBadRowIsNamedByOriginAndLine) {
 }
 
 TEST(GemvTuning, PathNamesRoundTripAndTheSettingNamesItself) {
-  for (GemvPath p : {GemvPath::kFused, GemvPath::kFusedRsag, GemvPath::kUnfused}) {
+  for (GemvPath p : {GemvPath::kFused, GemvPath::kFusedRsag, GemvPath::kUnfused, GemvPath::kBlas}) {
     EXPECT_EQ(gemvPathSetting(gemvPathName(p)), p);
     EXPECT_EQ(GemvTuning::parse(std::string("* * * * ") + gemvPathName(p), "t").choose(2, 1, 1, 1), p);
   }

@@ -50,10 +50,10 @@ struct Row {
 struct GemvRow {
   int64_t batch = 0, n = 0, k = 0;
   double weftUs = 0, baseUs = 0, gemvUs = 0, weftGemvUs = 0, allReduceUs = 0;  // medians per op
-  double fusedUs = 0, rsagUs = 0, unfusedUs = 0;  // each path forced (weftUs: the tuning table's choice)
-  double hostUs = 0;                              // host time per submission
-  double wBytes = 0;                              // bytes of w per rank
-  int64_t diff = -1;                              // elements off the baseline; -1: unchecked
+  double fusedUs = 0, rsagUs = 0, unfusedUs = 0, blasUs = 0;  // each path forced (weftUs: the table's choice)
+  double hostUs = 0;                                          // host time per submission
+  double wBytes = 0;                                          // bytes of w per rank
+  int64_t diff = -1;                                          // elements off the baseline; -1: unchecked
 };
 
 struct GemmRow {

@@ -27,9 +27,10 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   for (int64_t b : o.gemvBatch) maxBatch = std::max(maxBatch, b);
   const Solo solo(maxBatch * o.gemvN * t.bytes);
   // weft with each path forced, for the tuning table (conf/gemv_tuning.tsv).
-  const Peers fusedComm(c, "fused", maxBatch * o.gemvN * t.bytes),
-      rsagComm(c, "fused_rsag", maxBatch * o.gemvN * t.bytes), unfusedComm(c, "unfused", maxBatch * o.gemvN * t.bytes);
-  const Peers* forced[] = {&fusedComm, &rsagComm, &unfusedComm};
+  const size_t yMax = maxBatch * o.gemvN * t.bytes;
+  const Peers fusedComm(c, "fused", yMax), rsagComm(c, "fused_rsag", yMax), unfusedComm(c, "unfused", yMax),
+      blasComm(c, "blas", yMax);
+  const Peers* forced[] = {&fusedComm, &rsagComm, &unfusedComm, &blasComm};
   std::vector<GemvRow> rows;
   for (int64_t k : o.gemvK)
     for (int64_t batch : o.gemvBatch) {
@@ -89,6 +90,7 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       r.fusedUs = medianUs(c, o, [&] { weftOp(fusedComm.comm, fusedComm.heap); });
       r.rsagUs = medianUs(c, o, [&] { weftOp(rsagComm.comm, rsagComm.heap); });
       r.unfusedUs = medianUs(c, o, [&] { weftOp(unfusedComm.comm, unfusedComm.heap); });
+      r.blasUs = medianUs(c, o, [&] { weftOp(blasComm.comm, blasComm.heap); });
       r.baseUs = medianUs(c, o, baseline);
       r.gemvUs = medianUs(c, o, gemv);
       r.weftGemvUs = medianUs(c, o, [&] { weftOp(solo.comm, solo.heap); });
@@ -107,24 +109,26 @@ void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& 
   std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s, w %s; baseline: cuBLAS GEMV + NCCL AllReduce\n",
               c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager",
               o.coldW ? "cold (a copy per op, 3x L2 in all)" : "hot (one copy: in L2 where it fits)");
-  // weft_us: weft_gemv_allreduce as the tuning table runs it; fused_us / rsag_us / unfused_us: each
-  // path forced (fused, fused_rsag, unfused); speedup: the baseline over weft_us; gemv_us: cuBLAS's
+  // weft_us: weft_gemv_allreduce as the tuning table runs it; fused_us / rsag_us / unfused_us /
+  // blas_us: each path forced (fused, fused_rsag, unfused, blas); speedup: the baseline over weft_us; gemv_us: cuBLAS's
   // GEMV alone; weft_gemv: weft's (the op on one rank); w_TB/s: weft's GEMV streaming w;
   // weft/gemv: weft_us over cuBLAS's GEMV; #diff: elements off the baseline, over every path.
-  std::printf("%6s %6s %6s %9s %9s %9s %10s %9s %8s %9s %9s %9s %7s %9s %6s %8s\n", "batch", "n", "k", "weft_us",
-              "fused_us", "rsag_us", "unfused_us", "base_us", "speedup", "gemv_us", "weft_gemv", "allred_us", "w_TB/s",
-              "weft/gemv", "#diff", "host_us");
+  std::printf("%6s %6s %6s %9s %9s %9s %10s %9s %9s %8s %9s %9s %9s %7s %9s %6s %8s\n", "batch", "n", "k", "weft_us",
+              "fused_us", "rsag_us", "unfused_us", "blas_us", "base_us", "speedup", "gemv_us", "weft_gemv", "allred_us",
+              "w_TB/s", "weft/gemv", "#diff", "host_us");
   JsonRows json(c, o, "gemv_allreduce");
   for (const GemvRow& r : rows) {
-    std::printf("%6lld %6lld %6lld %9.2f %9.2f %9.2f %10.2f %9.2f %8.2f %9.2f %9.2f %9.2f %7.2f %9.2f %6lld %8.2f\n",
-                (long long)r.batch, (long long)r.n, (long long)r.k, r.weftUs, r.fusedUs, r.rsagUs, r.unfusedUs,
-                r.baseUs, r.baseUs / r.weftUs, r.gemvUs, r.weftGemvUs, r.allReduceUs, r.wBytes / (r.weftGemvUs * 1e6),
-                r.weftUs / r.gemvUs, (long long)r.diff, r.hostUs);
+    std::printf(
+        "%6lld %6lld %6lld %9.2f %9.2f %9.2f %10.2f %9.2f %9.2f %8.2f %9.2f %9.2f %9.2f %7.2f %9.2f %6lld %8.2f\n",
+        (long long)r.batch, (long long)r.n, (long long)r.k, r.weftUs, r.fusedUs, r.rsagUs, r.unfusedUs, r.blasUs,
+        r.baseUs, r.baseUs / r.weftUs, r.gemvUs, r.weftGemvUs, r.allReduceUs, r.wBytes / (r.weftGemvUs * 1e6),
+        r.weftUs / r.gemvUs, (long long)r.diff, r.hostUs);
     json.add([&](std::ostream& j) {
       j << ", \"batch\": " << r.batch << ", \"n\": " << r.n << ", \"k\": " << r.k << ", \"weft_us\": " << r.weftUs
         << ", \"fused_us\": " << r.fusedUs << ", \"rsag_us\": " << r.rsagUs << ", \"unfused_us\": " << r.unfusedUs
-        << ", \"baseline_us\": " << r.baseUs << ", \"gemv_us\": " << r.gemvUs << ", \"weft_gemv_us\": " << r.weftGemvUs
-        << ", \"allreduce_us\": " << r.allReduceUs << ", \"differing\": " << r.diff;
+        << ", \"blas_us\": " << r.blasUs << ", \"baseline_us\": " << r.baseUs << ", \"gemv_us\": " << r.gemvUs
+        << ", \"weft_gemv_us\": " << r.weftGemvUs << ", \"allreduce_us\": " << r.allReduceUs
+        << ", \"differing\": " << r.diff;
     });
   }
   std::fflush(stdout);

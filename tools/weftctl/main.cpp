@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   auto* tune = app.add_subcommand("tune", "Tuning tables in effect and what they choose");
   tune->require_subcommand(1);
   GemvShapeArgs shape;
-  auto* gemv = tune->add_subcommand("gemv", "GEMV + AllReduce: fused, fused_rsag or unfused, per world size and shape");
+  auto* gemv = tune->add_subcommand("gemv", "GEMV + AllReduce: fused, fused_rsag, unfused or blas, per world size and shape");
   auto* ranks = gemv->add_option("--ranks", shape.ranks, "Communicator size")->check(CLI::Range(1, 1 << 20));
   gemv->add_option("--batch", shape.batch, "Rows of x")->needs(ranks)->check(CLI::Range(1, 64));
   gemv->add_option("--n", shape.n, "Rows of w (y's width)")->needs(ranks)->check(CLI::PositiveNumber);

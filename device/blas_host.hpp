@@ -1,0 +1,40 @@
+// The vendor BLAS behind the GEMV + AllReduce's `blas` path: where weft's fused kernel loses (batch
+// 16-64, where cuBLAS's GEMM kernels beat weft's register stream), the GEMV runs as cuBLAS's and
+// weft's AllReduce follows. CUDA builds link cuBLAS; HIP builds have no vendor BLAS (Debian, where
+// weft builds, packages no hipBLAS or rocBLAS), so `built()` is false there and the path falls back
+// to weft's own GEMV. Host code; not compiled for the CPU backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "dtype_device.hpp"
+#include "gpu_host.hpp"
+
+namespace weft::gpu {
+
+class VendorBlas {
+ public:
+  // Whether this build has a vendor BLAS.
+  static bool built();
+  // Whether the BLAS takes the shape (its sizes are 32-bit).
+  static bool fits(uint64_t batch, uint64_t n, uint64_t k);
+  // A handle on the current device with a workspace of its own, so that the BLAS allocates nothing
+  // while a graph is being captured. kNotSupported where built() is false.
+  static Outcome create(std::unique_ptr<VendorBlas>* out);
+  ~VendorBlas();
+  VendorBlas(const VendorBlas&) = delete;
+  VendorBlas& operator=(const VendorBlas&) = delete;
+
+  // y[batch, n] = x[batch, k] . w[n, k]^T (row-major, w in torch's Linear layout), float32
+  // accumulation, on `stream` (or into the graph it captures). The caller checked fits().
+  Outcome gemv(const void* x, const void* w, void* y, uint64_t batch, uint64_t n, uint64_t k, dev::DType dt,
+               void* stream);
+
+ private:
+  VendorBlas() = default;
+  void* handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+}  // namespace weft::gpu
