@@ -1,10 +1,10 @@
-// weft::gpu::VendorBlas: cuBLAS on CUDA builds; none on HIP builds (see blas_host.hpp).
+// weft::gpu::VendorBlas: cuBLAS on CUDA builds that found it; none otherwise (see blas_host.hpp).
 #include <climits>
 #include <string>
 
 #include "../blas_host.hpp"
 
-#if defined(WEFT_BACKEND_CUDA)
+#if defined(WEFT_BACKEND_CUDA) && defined(WEFT_HAVE_CUBLAS)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #endif
@@ -15,7 +15,7 @@ bool VendorBlas::fits(uint64_t batch, uint64_t n, uint64_t k) {
   return batch > 0 && n > 0 && k > 0 && batch <= INT_MAX && n <= INT_MAX && k <= INT_MAX;
 }
 
-#if defined(WEFT_BACKEND_CUDA)
+#if defined(WEFT_BACKEND_CUDA) && defined(WEFT_HAVE_CUBLAS)
 
 namespace {
 
@@ -72,13 +72,13 @@ Outcome VendorBlas::gemv(const void* x, const void* w, void* y, uint64_t batch, 
   return o;
 }
 
-#else  // HIP: no vendor BLAS in this build
+#else  // no vendor BLAS in this build
 
 namespace {
 Outcome notBuilt() {
   Outcome o;
   o.fault = Fault::kNotSupported;
-  o.message = "this HIP build has no vendor BLAS (no hipBLAS or rocBLAS package to build against)";
+  o.message = "this build has no vendor BLAS (CUDA: cuBLAS was not found; HIP: Debian packages no hipBLAS or rocBLAS)";
   return o;
 }
 }  // namespace
