@@ -96,7 +96,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.hostHash = c->host_.hash;
   mine.tileBytes = c->tileBytes_;
   auto lines = [](int64_t bytes) { return (static_cast<uint64_t>(bytes) + 255) / 256 * 256; };
-  mine.oneShotBytes = lines(s.getInt("oneshot_max_bytes"));
+  mine.oneShotBytes = lines(s.isAuto("oneshot_max_bytes") ? autoOneShotBytes(nranks) : s.getInt("oneshot_max_bytes"));
   mine.gemvScratchBytes = lines(s.getInt("gemv_scratch_bytes"));
   mine.inboxSlots = static_cast<uint64_t>(s.getInt("inbox_slots"));
   mine.heapBytes = static_cast<uint64_t>(s.getInt("heap_bytes"));

@@ -51,8 +51,10 @@ const std::vector<SettingSpec>& settingSpecs() {
       {"tile_bytes", SettingType::kSize, kCpuBackend ? "64K" : "128K",
        "Largest tile (and the inbox slot size); ops are cut into ~64 tiles of at least 16K; a multiple of 256", 256,
        1 << 26},
-      {"oneshot_max_bytes", SettingType::kSize, kCpuBackend ? "64K" : "256K",
-       "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables", 0, 1 << 26},
+      {"oneshot_max_bytes", SettingType::kSize, "auto",
+       "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables; auto: 64K on "
+       "the CPU backend, on GPUs 1M for 2 ranks and 256K for more",
+       0, 1 << 26, true},
       {"gemv_scratch_bytes", SettingType::kSize, kCpuBackend ? "64K" : "2M",
        "Largest float32 partials (32-row slices x batch x 4 bytes) the fused GEMV + AllReduce exchanges; "
        "larger runs unfused. The exchange's scratch is 4 x nranks times the larger of this and oneshot_max_bytes",
@@ -134,6 +136,7 @@ const SettingSpec& spec(const std::string& name) {
 }
 
 void validate(const SettingSpec& s, const SettingValue& v) {
+  if (s.autoValue && v.text == "auto") return;
   const std::string where =
       std::string(s.name) + " (from " + (v.origin.empty() ? sourceName(v.source) : v.origin) + ")";
   double num = 0;
@@ -233,6 +236,16 @@ const SettingValue& Settings::value(const char* name) const {
 int64_t Settings::getInt(const char* name) const {
   const SettingValue& v = value(name);
   return parseInteger(name, v.text, spec(name).type == SettingType::kSize);
+}
+
+bool Settings::isAuto(const char* name) const { return spec(name).autoValue && value(name).text == "auto"; }
+
+// Measured on H200 (docs/perf.md, session 13): on 2 ranks one-shot beats reduce-scatter +
+// all-gather up to 1 MB (512 KB: 8.7 against 13.1 us); on 4 ranks it reads three peers' inputs per
+// element and was not measured past 256 KB.
+uint64_t autoOneShotBytes(int nranks) {
+  if (kCpuBackend) return 64 << 10;
+  return nranks <= 2 ? 1 << 20 : 256 << 10;
 }
 
 double Settings::getDouble(const char* name) const { return parseDouble(name, value(name).text); }

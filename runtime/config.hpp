@@ -24,6 +24,7 @@ struct SettingSpec {
   const char* help;
   double min = 0;  // inclusive bounds for numbers
   double max = 0;
+  bool autoValue = false;  // "auto" is accepted too: the runtime chooses (the help says how)
 };
 
 // The table itself.
@@ -49,12 +50,17 @@ class Settings {
   double getDouble(const char* name) const;
   const std::string& getString(const char* name) const;
   const SettingValue& value(const char* name) const;
+  // Whether a setting that takes "auto" has it.
+  bool isAuto(const char* name) const;
   const std::string& configFile() const { return configFile_; }
 
  private:
   std::map<std::string, SettingValue> values_;
   std::string configFile_;
 };
+
+// oneshot_max_bytes = auto: the one-shot AllReduce's largest input on `nranks` ranks.
+uint64_t autoOneShotBytes(int nranks);
 
 // Parses a flat TOML subset: `key = value` lines, '#' comments, optional [weft] section headers,
 // quoted strings, integers with optional KiB/MiB/GiB suffix in quotes, floats, booleans. Throws

@@ -46,6 +46,24 @@ TEST(Config, PrecedenceIsApiThenEnvThenFileThenDefault) {
   std::remove(file.c_str());
 }
 
+TEST(Config, AutoOnlyWhereTheSettingTakesIt) {
+  const Settings s = Settings::resolve({}, Env{}.fn());
+  EXPECT_TRUE(s.isAuto("oneshot_max_bytes"));
+  EXPECT_FALSE(s.isAuto("heap_bytes"));
+  const Settings sized = Settings::resolve({{"oneshot_max_bytes", "512K"}}, Env{}.fn());
+  EXPECT_FALSE(sized.isAuto("oneshot_max_bytes"));
+  EXPECT_EQ(sized.getInt("oneshot_max_bytes"), 512 << 10);
+  try {
+    Settings::resolve({{"heap_bytes", "auto"}}, Env{}.fn());
+    FAIL() << "accepted heap_bytes = auto";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("heap_bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Settings::resolve({{"oneshot_max_bytes", "automatic"}}, Env{}.fn()), Error);
+  EXPECT_GT(autoOneShotBytes(2), 0u);
+  EXPECT_GE(autoOneShotBytes(2), autoOneShotBytes(4)) << "one-shot reads every peer's input: fewer ranks, larger";
+}
+
 TEST(Config, BadValuesNameTheSettingAndWhereItCameFrom) {
   Env env{{{"WEFT_PERSISTENT_CTAS", "0"}}};
   try {
