@@ -1,6 +1,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "bench.hpp"
@@ -67,11 +69,39 @@ Context setUp(const Options& o) {
   return c;
 }
 
+namespace {
+
+// Sets an environment variable for a communicator's init (settings without a weft_config_t field
+// come from the environment) and puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
 Solo::Solo(size_t bytes) {
   weft_unique_id_t id;
   weftOk(weft_get_unique_id(&id), "weft_get_unique_id (one-rank communicator)");
   weft_config_t config = WEFT_CONFIG_INITIALIZER;
   config.heap_bytes = bytes + (16u << 20);
+  // weft's own GEMV, whatever the tuning table would run on one rank.
+  const ScopedEnv path("WEFT_GEMV_PATH", "unfused");
   weftOk(weft_comm_init_rank(&comm, 1, id, 0, &config), "weft_comm_init_rank (one-rank communicator)");
   weftOk(weft_mem_alloc(comm, bytes, &heap), "weft_mem_alloc (one-rank communicator)");
 }
@@ -87,10 +117,10 @@ Peers::Peers(Context& c, const char* gemvPath, size_t bytes) {
   shareFromRank0(c, id.internal, sizeof id.internal, "share the second communicator's id");
   weft_config_t config = WEFT_CONFIG_INITIALIZER;
   config.heap_bytes = bytes + (16u << 20);
-  setenv("WEFT_GEMV_PATH", gemvPath, 1);  // settings without a weft_config_t field come from the environment
-  const weft_result_t r = weft_comm_init_rank(&comm, c.nranks, id, c.rank, &config);
-  unsetenv("WEFT_GEMV_PATH");
-  weftOk(r, "weft_comm_init_rank (second communicator)");
+  {
+    const ScopedEnv path("WEFT_GEMV_PATH", gemvPath);
+    weftOk(weft_comm_init_rank(&comm, c.nranks, id, c.rank, &config), "weft_comm_init_rank (second communicator)");
+  }
   weftOk(weft_mem_alloc(comm, bytes, &heap), "weft_mem_alloc (second communicator)");
 }
 
