@@ -29,6 +29,16 @@ void prepare(Rank& r, int rank, weft_dtype_t dt, Shape s, uint64_t seed, void** 
   WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, s.batch * s.n * es));
 }
 
+// One op on fresh inputs for `seed` (x, w and a poisoned y), checked against the float64 reference.
+void runAndCheck(Rank& r, int rank, int nranks, weft_dtype_t dt, Shape s, uint64_t seed) {
+  void* w = nullptr;
+  prepare(r, rank, dt, s, seed, &w);
+  WEFT_ASSERT_OK(weft_gemv_allreduce(r.comm, r.input, w, r.heap, s.batch, s.n, s.k, dt, r.stream));
+  WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+  EXPECT_TRUE(
+      checkGemvAllReduce(toHost(r.heap, s.batch * s.n * dtypeBytes(dt)).data(), dt, seed, nranks, s.batch, s.n, s.k));
+}
+
 class GpuGemv : public GpusAndEngine {};
 
 TEST_P(GpuGemv, EveryDtypeAndShape) {
@@ -48,13 +58,8 @@ TEST_P(GpuGemv, EveryDtypeAndShape) {
             Shape{6, 75, 5000}, Shape{12, 1000, 1096}, Shape{9, 64, 136}, Shape{24, 200, 4104}, Shape{40, 97, 2056},
             Shape{64, 130, 24}, Shape{5, 0, 9}, Shape{2, 17, 0}}) {
         SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " batch " << shape.batch << " n " << shape.n << " k "
-                                          << shape.k << " seed " << s);
-        void* w = nullptr;
-        prepare(r, rank, dt, shape, s += 2, &w);
-        WEFT_ASSERT_OK(weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, dt, r.stream));
-        WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-        EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * dtypeBytes(dt)).data(), dt, s, n,
-                                       shape.batch, shape.n, shape.k));
+                                          << shape.k << " seed " << s + 2);
+        runAndCheck(r, rank, n, dt, shape, s += 2);
       }
     tearDown(r);
   };
@@ -81,13 +86,8 @@ TEST_P(GpuGemv, EveryPathForced) {
         for (Shape shape : {Shape{1, 8192, 2048}, Shape{32, 8192, 256}, Shape{17, 161, 40}, Shape{64, 130, 24},
                             Shape{5, 0, 9}, Shape{2, 17, 0}}) {
           SCOPED_TRACE(::testing::Message() << path << " " << dtypeName(dt) << " batch " << shape.batch << " n "
-                                            << shape.n << " k " << shape.k << " seed " << s);
-          void* w = nullptr;
-          prepare(r, rank, dt, shape, s += 2, &w);
-          WEFT_ASSERT_OK(weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, dt, r.stream));
-          WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-          EXPECT_TRUE(checkGemvAllReduce(toHost(r.heap, shape.batch * shape.n * dtypeBytes(dt)).data(), dt, s, n,
-                                         shape.batch, shape.n, shape.k));
+                                            << shape.n << " k " << shape.k << " seed " << s + 2);
+          runAndCheck(r, rank, n, dt, shape, s += 2);
         }
       tearDown(r);
     };
