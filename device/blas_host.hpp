@@ -1,6 +1,6 @@
 // The vendor BLAS behind the GEMV + AllReduce's `blas` path: where weft's fused kernel loses (batch
-// 16-64, where cuBLAS's GEMM kernels beat weft's register stream), the GEMV runs as cuBLAS's and
-// weft's AllReduce follows. CUDA builds link cuBLAS (where CMake finds it); HIP builds have no
+// 9-64, where cuBLAS's GEMM kernels beat weft's k-split register stream), the GEMV runs as cuBLAS's
+// and weft's AllReduce follows. CUDA builds link cuBLAS (where CMake finds it); HIP builds have no
 // vendor BLAS (Debian, where weft builds, packages no hipBLAS or rocBLAS), so `built()` is false
 // there and the path falls back to weft's own GEMV. Host code; not compiled for the CPU backend.
 #pragma once
