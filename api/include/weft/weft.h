@@ -142,10 +142,12 @@ WEFT_API weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void
  * sum_k x_r[b, k] * w_r[j, k]. x: [batch, k_local] and w: [n, k_local] (torch.nn.Linear layout),
  * row-major, on the device; y: [batch, n] in the symmetric heap, the full sum on every rank when
  * the stream gets past the op. batch is 1..64; n and k_local may be 0 (y is then zeros, or
- * nothing). Accumulation is float32 throughout, partial sums cross ranks in float32, and every
- * rank adds them in rank order, so all ranks hold identical bits. x and w must not overlap y.
- * Fused (one kernel computes and exchanges) while batch * n * 4 bytes fit `oneshot_max_bytes`;
- * larger outputs run the GEMV and then weft_allreduce of y. */
+ * nothing). Accumulation is float32; every rank ends with identical bits. x and w must not
+ * overlap y. The tuning table (conf/gemv_tuning.tsv, or `gemv_tuning_file`; `gemv_path` forces a
+ * path) picks, per world size and shape: fused (one kernel computes and exchanges float32 partial
+ * sums, while they fit `gemv_scratch_bytes`), or a GEMV writing y in dtype (weft's, or on CUDA
+ * builds under the launched engine cuBLAS's: the `blas` path, the table's choice from batch 9)
+ * followed by weft_allreduce of y. */
 WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w, void* y, int64_t batch,
                                            int64_t n, int64_t k_local, weft_dtype_t dtype, void* stream);
 
