@@ -145,7 +145,12 @@ void validate(const SettingSpec& s, const SettingValue& v) {
       num = static_cast<double>(parseInteger(where, v.text, false));
       break;
     case SettingType::kSize:
-      num = static_cast<double>(parseInteger(where, v.text, true));
+      try {
+        num = static_cast<double>(parseInteger(where, v.text, true));
+      } catch (const Error& e) {
+        if (!s.autoValue) throw;
+        throw Error(e.code(), std::string(e.what()) + " (nor auto)");
+      }
       break;
     case SettingType::kDouble:
       num = parseDouble(where, v.text);
