@@ -12,7 +12,9 @@ namespace weft::dev {
 
 struct AllReduceOneShotOp {
   static constexpr uint64_t kPairsPerItem = 256;  // at least: one pair per thread of a 256-thread block
-  static constexpr uint32_t kMaxItems = 64;
+  // At most a launched op's grid (persistent_ctas, 128). 64 left half of it idle from 128 KB up:
+  // 128 made 256 KB-1 MB 8-13% faster on 2 H200 (docs/perf.md, session 13).
+  static constexpr uint32_t kMaxItems = 128;
 
   WEFT_HOST_DEVICE static uint64_t pairs(uint64_t bytes) { return ceilDiv(bytes, kLlPayloadBytes); }
   WEFT_HOST_DEVICE static uint32_t numItems(uint64_t bytes) {
