@@ -53,7 +53,7 @@ const std::vector<SettingSpec>& settingSpecs() {
        1 << 26},
       {"oneshot_max_bytes", SettingType::kSize, "auto",
        "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables; auto: 64K on "
-       "the CPU backend, on GPUs 1M for 2 ranks and 256K for more",
+       "the CPU backend, on GPUs 1M up to 4 ranks and 256K for more",
        0, 1 << 26, true},
       {"gemv_scratch_bytes", SettingType::kSize, kCpuBackend ? "64K" : "2M",
        "Largest float32 partials (32-row slices x batch x 4 bytes) the fused GEMV + AllReduce exchanges; "
@@ -245,12 +245,12 @@ int64_t Settings::getInt(const char* name) const {
 
 bool Settings::isAuto(const char* name) const { return spec(name).autoValue && value(name).text == "auto"; }
 
-// Measured on H200 (docs/perf.md, session 13): on 2 ranks one-shot beats reduce-scatter +
-// all-gather up to 1 MB (512 KB: 8.7 against 13.1 us); on 4 ranks it reads three peers' inputs per
-// element and was not measured past 256 KB.
+// Measured on H200 (docs/perf.md, session 13): one-shot beats reduce-scatter + all-gather up to
+// 1 MB on 2 ranks (512 KB: 8.7 against 13.1 us) and on 4 (512 KB: 15.2 against 25.9 us; 1 MB 25.4
+// against 27.5); more ranks are unmeasured, and one-shot reads every peer's input per element.
 uint64_t autoOneShotBytes(int nranks) {
   if (kCpuBackend) return 64 << 10;
-  return nranks <= 2 ? 1 << 20 : 256 << 10;
+  return nranks <= 4 ? 1 << 20 : 256 << 10;
 }
 
 double Settings::getDouble(const char* name) const { return parseDouble(name, value(name).text); }
