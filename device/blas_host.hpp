@@ -33,8 +33,8 @@ class VendorBlas {
 
  private:
   VendorBlas() = default;
-  void* handle_ = nullptr;
-  void* workspace_ = nullptr;
+  [[maybe_unused]] void* handle_ = nullptr;  // unused in builds without a vendor BLAS
+  [[maybe_unused]] void* workspace_ = nullptr;
 };
 
 }  // namespace weft::gpu
