@@ -39,6 +39,15 @@ void runAndCheck(Rank& r, int rank, int nranks, weft_dtype_t dt, Shape s, uint64
       checkGemvAllReduce(toHost(r.heap, s.batch * s.n * dtypeBytes(dt)).data(), dt, seed, nranks, s.batch, s.n, s.k));
 }
 
+// setUp with the GEMV path forced (gemv_path, read from the environment at init; each rank is a
+// process of its own).
+Rank setUpWithPath(int rank, int n, const weft_unique_id_t& id, size_t heapBytes, const std::string& path) {
+  setenv("WEFT_GEMV_PATH", path.c_str(), 1);
+  Rank r = setUp(rank, n, id, heapBytes);
+  unsetenv("WEFT_GEMV_PATH");
+  return r;
+}
+
 class GpuGemv : public GpusAndEngine {};
 
 TEST_P(GpuGemv, EveryDtypeAndShape) {
@@ -75,9 +84,7 @@ TEST_P(GpuGemv, EveryPathForced) {
   const uint64_t seed = freshSeed();
   for (const std::string path : {"fused", "fused_rsag", "unfused", "blas"}) {
     const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-      setenv("WEFT_GEMV_PATH", path.c_str(), 1);
-      Rank r = setUp(rank, n, id, 80 << 20);
-      unsetenv("WEFT_GEMV_PATH");
+      Rank r = setUpWithPath(rank, n, id, 80 << 20, path);
       ASSERT_NE(r.comm, nullptr);
       uint64_t s = seed;
       std::vector<weft_dtype_t> dtypes = {WEFT_BFLOAT16};
@@ -102,9 +109,7 @@ TEST_P(GpuGemv, GraphCaptureAndReplay) {
   const uint64_t seed = freshSeed();
   std::string path;
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    setenv("WEFT_GEMV_PATH", path.c_str(), 1);
-    Rank r = setUp(rank, n, id, 8 << 20);
-    unsetenv("WEFT_GEMV_PATH");
+    Rank r = setUpWithPath(rank, n, id, 8 << 20, path);
     ASSERT_NE(r.comm, nullptr);
     // A row stream (batch 4) and the k-split one (batch 24).
     for (const Shape shape : {Shape{4, 1000, 300}, Shape{24, 1000, 600}}) {
