@@ -26,20 +26,30 @@ WEFT_HOST_DEVICE void llStore(uint64_t* p, uint64_t payload, uint32_t flag) {
 #endif
 }
 
+// Reads the line pair at p once, without waiting: its two halves, for llCarries.
+WEFT_HOST_DEVICE void llPeek(const uint64_t* p, uint64_t* a, uint64_t* b) {
+#if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
+#else
+  *a = gpu::atomicLoad<gpu::Order::kRelaxed>(p);
+  *b = gpu::atomicLoad<gpu::Order::kRelaxed>(p + 1);
+#endif
+}
+
+// Whether the halves a and b of a line pair both carry `flag`; if so, *payload gets its 8 bytes.
+WEFT_HOST_DEVICE bool llCarries(uint64_t a, uint64_t b, uint32_t flag, uint64_t* payload) {
+  if (static_cast<uint32_t>(a >> 32) != flag || static_cast<uint32_t>(b >> 32) != flag) return false;
+  *payload = (a & 0xffffffffull) | (b << 32);
+  return true;
+}
+
 // Reads the line pair at p: true, with the payload, once both halves carry `flag`. *seenFlag gets
 // the flag of the first half (for failure records).
 WEFT_HOST_DEVICE bool llLoad(const uint64_t* p, uint32_t flag, uint64_t* payload, uint32_t* seenFlag) {
   uint64_t a, b;
-#if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
-  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-#else
-  a = gpu::atomicLoad<gpu::Order::kRelaxed>(p);
-  b = gpu::atomicLoad<gpu::Order::kRelaxed>(p + 1);
-#endif
+  llPeek(p, &a, &b);
   *seenFlag = static_cast<uint32_t>(a >> 32);
-  if (static_cast<uint32_t>(a >> 32) != flag || static_cast<uint32_t>(b >> 32) != flag) return false;
-  *payload = (a & 0xffffffffull) | (b << 32);
-  return true;
+  return llCarries(a, b, flag, payload);
 }
 
 }  // namespace weft::dev
