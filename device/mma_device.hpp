@@ -57,16 +57,8 @@ __device__ inline Vec16 load16If(const uint8_t* p, bool on) {
 }
 #undef WEFT_LOAD16_IF
 
-// Asks L2 for [p, p + bytes) through the copy engine where there is one (sm_90): one instruction
-// for kilobytes, nothing to wait for. p and bytes: multiples of 16.
-__device__ inline void prefetchL2(const void* p, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
+// Asks L2 for the 128-byte line at p (through the load/store unit; nothing to wait for).
+__device__ inline void prefetchLineL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 }  // namespace weft::dev
 

@@ -59,7 +59,7 @@ __global__ void opKernel(CommView view, OpDesc desc) {
 
 __global__ void gemvKernel(CommView view, OpDesc desc) {
 #if defined(WEFT_HAVE_MMA)
-  if (threadIdx.x < gpu::kWarpSize) GemvAllReduceOp::warmFirstSlice(desc, blockIdx.x, static_cast<int>(threadIdx.x));
+  GemvAllReduceOp::warmFirstSlice(desc, blockIdx.x, threadIdx.x, blockDim.x);
 #endif
   const bool fused = static_cast<OpKind>(desc.kind) == OpKind::kGemvAllReduce;
   __shared__ float tile[kCoopFloats];

@@ -116,20 +116,28 @@ struct GemvAllReduceOp {
   }
 
 #if defined(WEFT_HAVE_MMA)
-  // Lane `lane` of a launched kernel's first warp, before anything else: asks L2 for the first
-  // kWarmBytes of row `lane` of compute item `item`'s first slice, so that they are on their way
-  // while the block reads the protocol counters (one round trip) and sets up its stream. Only
-  // where a tensor-core stream will read them (gemv::fitsShape) and rows are longer than that:
-  // with rows of 4 KB (k_local 2048) the warmed bytes are the whole first slice, half of w, and
-  // the op was 0.5 us slower cold and 1.2 us hot (4 H200); with rows of 8 and 14 KB it was 1.2-1.6
-  // us faster (docs/perf.md, session 11).
+  // Thread `thread` of a launched kernel's block, before anything else: asks L2 for the first
+  // bytes of each row of compute item `item`'s first slice (half the row, at most kWarmBytes), a
+  // 128-byte line per prefetch, in the order the block's stream will read them, so that they are on
+  // their way while the leader reads the protocol counters (one round trip) and the block sets up
+  // its stream. Only where a tensor-core stream will read them (gemv::fitsShape). Measured on 4 and
+  // 2 H200 (docs/perf.md, sessions 11 and 14): with rows of 4 KB (k_local 2048) warming 2 KB of
+  // each took 0.6 us off the op, and the whole row, through the copy engine, put 0.5 us on (its L2
+  // lookups of half of w cost more than the latency they hid); with rows of 8 and 14 KB, 4 KB of
+  // each is worth 0.5-1.6 us, and 2 KB only part of that.
   static constexpr uint64_t kWarmBytes = 4096;
-  __device__ static void warmFirstSlice(const OpDesc& d, uint32_t item, int lane) {
+  __device__ static void warmFirstSlice(const OpDesc& d, uint32_t item, uint32_t thread, uint32_t threads) {
     const GemvShape s = shape(d);
     const auto dt = static_cast<DType>(d.dtype);
-    if (item >= d.tileElems || !gemv::fitsShape(dt, s) || s.k * 2 <= kWarmBytes) return;
-    const uint64_t row = itemSlices(s.n, d.tileElems, item).lo * kGemvSliceRows + static_cast<uint64_t>(lane);
-    if (row < s.n) prefetchL2(s.w + row * s.k * 2, static_cast<uint32_t>(kWarmBytes));
+    if (item >= d.tileElems || !gemv::fitsShape(dt, s)) return;
+    const uint64_t rowBytes = s.k * 2, lines = minU64(rowBytes / 2, kWarmBytes) / 128;
+    const uint64_t first = itemSlices(s.n, d.tileElems, item).lo * kGemvSliceRows;
+    // Line i: step i / (4 x 32) of the stream (512 bytes of each row), row i / 4 % 32, its line i % 4.
+    constexpr uint64_t kStepLines = kGemvSliceRows * 4;
+    for (uint64_t i = thread; i < kStepLines * ceilDiv(lines, 4); i += threads) {
+      const uint64_t row = first + i % kStepLines / 4, line = i / kStepLines * 4 + i % 4;
+      if (row < s.n && line < lines) prefetchLineL2(s.w + row * rowBytes + line * 128);
+    }
   }
 #endif
 
