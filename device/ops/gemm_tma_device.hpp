@@ -2,8 +2,11 @@
 // a 4-stage ring in shared memory, each stage completing on an mbarrier, and the block's two
 // warpgroups multiply them with wgmma m64n256k16 (64 rows each, the whole 256 columns). No
 // thread issues a load of its own and no barrier stops the block between slices: a warpgroup
-// waits only for the slice it is about to multiply, and one thread refills a stage as soon as
-// both warpgroups' multiplies of it are done, three slices ahead of the multiply being issued.
+// waits only for the slice it is about to multiply. Each warp counts its release of a stage in
+// shared memory once its multiply of it is done, and the warp whose release completes the count
+// refills the stage, three slices ahead of the multiply being issued. (A single refilling thread
+// that waited for both warpgroups held its own warpgroup back whenever the other lagged: the
+// release count made the GEMM alone 1-2% faster at k 14336, docs/perf.md, session 14.)
 //
 // The slices land as the tensor cores read them, with the 128-byte swizzle: a's [128 rows][64 k]
 // is K-major (row r at r * 128, 16-byte chunk c at c ^ (r % 8)); w's [64 k][256 columns] is
@@ -38,7 +41,7 @@ constexpr int kTmaABytes = kM * kTmaK * 2;                        // a's slice: 
 constexpr int kTmaWBlockBytes = kTmaK * 128;                      // w: 64 k rows x 64 columns
 constexpr int kTmaStageBytes = kTmaABytes + 4 * kTmaWBlockBytes;  // 48 KB
 constexpr int kTmaPipeBytes = kTmaStages * kTmaStageBytes;        // 192 KB
-constexpr int kTmaBarrierBytes = 2 * kTmaStages * 8;              // full[] and empty[] after the ring
+constexpr int kTmaBarrierBytes = 2 * kTmaStages * 8;              // full[] mbarriers, release counts
 static_assert(kM * kStagedPitch * 2 <= kTmaPipeBytes, "the staged tile reuses the ring's memory");
 
 #if defined(WEFT_HAVE_WGMMA_TILE)
@@ -65,6 +68,17 @@ __device__ inline void barrierWait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+__device__ inline void storeShared32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+// Counts one release of a ring stage at `addr` and returns the count before it. Acquire-release
+// within the block: the releasing warp's multiplies of the stage are done (wgmma.wait_group)
+// before, and whoever sees the last release overwrites the stage after.
+__device__ inline uint32_t releaseShared(uint32_t addr) {
+  uint32_t before;
+  asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;" : "=r"(before) : "r"(addr) : "memory");
+  return before;
+}
 // Makes the mbarriers' initialisation visible to the copy engine.
 __device__ inline void fenceBarrierInit() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 
@@ -89,10 +103,10 @@ __device__ inline void tmaLoad3(uint32_t dst, const TensorMap& map, int32_t x, i
 template <DType T>
 __device__ void tmaTile(uint8_t* smem, const GemmMaps& maps, uint64_t k, uint64_t e, uint64_t row0, uint64_t col0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
-  const bool producer = threadIdx.x == 0;
   const uint32_t pipe = sharedAddress(smem);
-  const uint32_t full = pipe + kTmaPipeBytes, empty = full + kTmaStages * 8;
+  const uint32_t full = pipe + kTmaPipeBytes, released = full + kTmaStages * 8;
   const int slices = static_cast<int>((k + kTmaK - 1) / kTmaK);
+  constexpr uint32_t kWarps = kThreads / 32;
   auto load = [&](int kt) {
     const uint32_t stage = pipe + (kt % kTmaStages) * kTmaStageBytes, bar = full + (kt % kTmaStages) * 8;
     const auto kk = static_cast<int32_t>(kt * kTmaK);
@@ -108,10 +122,10 @@ __device__ void tmaTile(uint8_t* smem, const GemmMaps& maps, uint64_t k, uint64_
   // barrier. The mbarriers start afresh each tile (the last tile left none of them pending).
   fenceAsyncShared();
   __syncthreads();
-  if (producer) {
+  if (threadIdx.x == 0) {
     for (int s = 0; s < kTmaStages; ++s) {
       barrierInit(full + s * 8, 1);
-      barrierInit(empty + s * 8, 2);  // one arrival per warpgroup
+      storeShared32(released + s * 8, 0);
     }
     fenceBarrierInit();
     for (int kt = 0; kt < kTmaStages && kt < slices; ++kt) load(kt);
@@ -131,14 +145,11 @@ __device__ void tmaTile(uint8_t* smem, const GemmMaps& maps, uint64_t k, uint64_
     wgmmaCommit();
     wgmmaWait<1>();  // the previous slice's multiply is done; this one's runs on
     if (kt == 0) continue;
-    // Slice kt - 1's stage is free once both warpgroups are done with it: refill it with slice
-    // kt - 1 + kTmaStages.
+    // Slice kt - 1's stage is free once all 8 warps' multiplies of it are done: the warp whose
+    // release is the 8th refills it with slice kt - 1 + kTmaStages. Nobody waits for a stage.
     const int ps = (kt - 1) % kTmaStages;
-    if ((threadIdx.x & 127) == 0) barrierArrive(empty + ps * 8);
-    if (producer && kt - 1 + kTmaStages < slices) {
-      barrierWait(empty + ps * 8, ((kt - 1) / kTmaStages) & 1);
+    if (lane == 0 && releaseShared(released + ps * 8) % kWarps == kWarps - 1 && kt - 1 + kTmaStages < slices)
       load(kt - 1 + kTmaStages);
-    }
   }
   wgmmaWait<0>();
   __syncthreads();  // every multiply is done: the ring becomes the staged tile
