@@ -53,48 +53,59 @@ WEFT_HOST_DEVICE void pushFlagged(const Coop& c, const CommView& v, const OpSeq&
 // per pair), then finish(k, acc). This rank's own payload comes from own(k), or, with
 // `selfInScratch`, from its own area where pushFlagged(toSelf) left it.
 //
-// A pair's lines from up to kPeek ranks are read at once, without waiting, and then folded in rank
-// order, waiting only for a line not yet landed: where they all have, that is one memory latency
-// per kPeek ranks, not one per rank (the fused GEMV's reduce items, which mostly find their lines
-// landed: 0.5 us off batch 1 on 4 H200, docs/perf.md, session 14). More pairs per thread at once
-// made the one-shot AllReduce slower at every size (session 14).
+// With kPeek > 1 a pair's lines from up to kPeek ranks are read at once, without waiting, and
+// then folded in rank order, waiting only for a line not yet landed: where they all have, that is
+// one memory latency per kPeek ranks, not one per rank. The fused GEMV's reduce items, which run
+// after the compute items and mostly find their lines landed, peek 4 (with the warmed first slice,
+// 1.1 us off batch 1 on 4 H200, docs/perf.md, session 14). The one-shot AllReduce reduces right
+// after it pushes, when the peers' lines have rarely landed: peeking made it 0.25-0.6 us slower at
+// 64 KB-1 MB there, so it waits for one rank's line at a time (kPeek 1).
 struct EveryRank {
   WEFT_HOST_DEVICE Range operator()(uint64_t) const { return Range{0, UINT64_MAX}; }
 };
-template <class Acc, class Coop, class Own, class Add, class Finish, class From = EveryRank>
+template <class Acc, int kPeek, class Coop, class Own, class Add, class Finish, class From = EveryRank>
 WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
                                       bool selfInScratch, Own&& own, Add&& add, Finish&& finish,
                                       From&& from = EveryRank{}) {
-  constexpr int kPeek = 4;
   const auto flag = static_cast<uint32_t>(seq.epoch);
+  auto fromScratch = [&](int src) { return src != v.rank || selfInScratch; };
+  auto waitFor = [&](int src, uint64_t k, uint64_t* x) {
+    return llWait(v, flaggedPair(v, seq, v.rank, src, k), flag, x, WaitSite{seq.op, item, src, WaitWhat::kInboxData});
+  };
   Status st = Status::kOk;
   for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += static_cast<uint64_t>(c.size())) {
     Acc acc{};
     const Range f = from(k);
     const auto last = static_cast<int>(minU64(f.hi, static_cast<uint64_t>(v.nranks)));
     for (auto s0 = static_cast<int>(f.lo); s0 < last && st == Status::kOk; s0 += kPeek) {
-      // Line halves, or this rank's own payload in a[i] where it is not in the scratch.
-      uint64_t a[kPeek], b[kPeek];
-      auto fromScratch = [&](int src) { return src != v.rank || selfInScratch; };
-      WEFT_UNROLL
-      for (int i = 0; i < kPeek; ++i) {
-        const int src = s0 + i;
-        a[i] = b[i] = 0;
-        if (src >= last) continue;
-        if (fromScratch(src))
-          llPeek(flaggedPair(v, seq, v.rank, src, k), &a[i], &b[i]);
+      if constexpr (kPeek == 1) {
+        uint64_t x = 0;
+        if (fromScratch(s0))
+          st = waitFor(s0, k, &x);
         else
-          a[i] = own(k);
-      }
-      WEFT_UNROLL
-      for (int i = 0; i < kPeek; ++i) {
-        const int src = s0 + i;
-        if (src >= last || st != Status::kOk) continue;
-        uint64_t x = a[i];
-        if (fromScratch(src) && !llCarries(a[i], b[i], flag, &x))
-          st = llWait(v, flaggedPair(v, seq, v.rank, src, k), flag, &x,
-                      WaitSite{seq.op, item, src, WaitWhat::kInboxData});
+          x = own(k);
         add(acc, x);
+      } else {
+        // Line halves, or this rank's own payload in a[i] where it is not in the scratch.
+        uint64_t a[kPeek], b[kPeek];
+        WEFT_UNROLL
+        for (int i = 0; i < kPeek; ++i) {
+          const int src = s0 + i;
+          a[i] = b[i] = 0;
+          if (src >= last) continue;
+          if (fromScratch(src))
+            llPeek(flaggedPair(v, seq, v.rank, src, k), &a[i], &b[i]);
+          else
+            a[i] = own(k);
+        }
+        WEFT_UNROLL
+        for (int i = 0; i < kPeek; ++i) {
+          const int src = s0 + i;
+          if (src >= last || st != Status::kOk) continue;
+          uint64_t x = a[i];
+          if (fromScratch(src) && !llCarries(a[i], b[i], flag, &x)) st = waitFor(src, k, &x);
+          add(acc, x);
+        }
       }
     }
     if (st == Status::kOk) finish(k, acc);
@@ -108,7 +119,7 @@ template <class Acc, class Coop, class Own, class Add, class Finish>
 WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
                                         Own&& own, Add&& add, Finish&& finish) {
   pushFlagged(c, v, seq, r, false, own);
-  return reduceFlagged<Acc>(c, v, seq, item, r, false, own, add, finish);
+  return reduceFlagged<Acc, 1>(c, v, seq, item, r, false, own, add, finish);
 }
 
 }  // namespace weft::dev

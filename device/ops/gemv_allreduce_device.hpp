@@ -90,7 +90,7 @@ struct GemvAllReduceOp {
       float v[2];
     };
     uint8_t* y = v.at(me, d.recv);
-    return reduceFlagged<Acc>(
+    return reduceFlagged<Acc, 4>(
         c, v, seq, item, Range{slices.lo * pairsPerSlice, slices.hi * pairsPerSlice}, /*selfInScratch=*/true,
         [](uint64_t) { return uint64_t{0}; },
         [](Acc& acc, uint64_t x) {
