@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "device/blas_host.hpp"
 #include "device/gpu_host.hpp"
+#include "device/ops/allreduce_oneshot_device.hpp"
 
 namespace weft {
 
@@ -99,6 +100,7 @@ struct Engine::Impl {
   int threads = 256;
   int gatherBlocks = 0;                   // launched: resident blocks of the embedding kernel
   int gemvBlocks = 0;                     // launched: resident blocks of the GEMV kernel
+  int oneShotBlocks = 0;                  // launched: resident blocks of the collectives' kernel
   int gemmBlocks = 0;                     // resident blocks of the GEMM kernel
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
   std::mutex launchMutex;
@@ -157,8 +159,9 @@ struct Engine::Impl {
 
   // `workers` blocks per op, but the ops whose speed is the loads in flight on every block the
   // device holds at once: the embedding op (its only cross-block waits are on blocks that never
-  // wait: the peers' item 0 and this rank's data items, so a grid larger than resident is safe)
-  // and the GEMV (see launchOp).
+  // wait: the peers' item 0 and this rank's data items, so a grid larger than resident is safe),
+  // the GEMV (see launchOp), and the one-shot AllReduce, up to its items and what is resident (its
+  // items wait only on the peers' items of the same index, never on another block of this rank).
   // The GEMM op is always a kernel of its own.
   int groupsFor(dev::OpKind kind) const {
     if (kind == dev::OpKind::kGemmAllToAll) return gemmBlocks;
@@ -169,6 +172,8 @@ struct Engine::Impl {
       case dev::OpKind::kGemv:
       case dev::OpKind::kGemvAllReduce:
         return std::max(workers, gemvBlocks);
+      case dev::OpKind::kAllReduceOneShot:
+        return std::max(workers, std::min(oneShotBlocks, static_cast<int>(dev::AllReduceOneShotOp::kMaxItems)));
       default:
         return workers;
     }
@@ -246,6 +251,8 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, &e.gatherBlocks),
             "sizing the embedding kernel's grid");
     require(gpu::residentOpBlocks(dev::OpKind::kGemv, e.threads, &e.gemvBlocks), "sizing the GEMV kernel's grid");
+    require(gpu::residentOpBlocks(dev::OpKind::kAllReduceOneShot, e.threads, &e.oneShotBlocks),
+            "sizing the one-shot AllReduce's grid");
     // Without it the `blas` path runs weft's GEMV: slower where the table chose it, still correct.
     if (gpu::VendorBlas::built())
       if (const gpu::Outcome o = gpu::VendorBlas::create(&e.blas); !o)
@@ -345,8 +352,9 @@ std::string Engine::describe() const {
                 " threads, idle exit after " + std::to_string(impl_->view.idleNs / 1000) + " us"
           : "a kernel of up to " + std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) +
                 " threads per op (" + std::to_string(groupsFor(dev::OpKind::kEmbeddingAllToAll)) +
-                " for an embedding op, " + std::to_string(groupsFor(dev::OpKind::kGemvAllReduce)) +
-                " for a GEMV), on the caller's stream";
+                " for an embedding op, " + std::to_string(groupsFor(dev::OpKind::kGemvAllReduce)) + " for a GEMV, " +
+                std::to_string(groupsFor(dev::OpKind::kAllReduceOneShot)) +
+                " for a one-shot AllReduce), on the caller's stream";
   const std::string gemm =
       ", a GEMM + All-to-All as its own kernel of " + std::to_string(impl_->gemmBlocks) + " blocks";
   return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how + gemm;
