@@ -50,15 +50,11 @@ static_assert(kM * kStagedPitch * 2 <= kTmaPipeBytes, "the staged tile reuses th
 __device__ inline void barrierInit(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-__device__ inline void barrierArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
 __device__ inline void barrierExpectBytes(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 // Waits for the phase of parity `parity` to complete. The phases complete as the copy engine
-// lands bytes or the block's own warpgroups finish a multiply: hardware progress within the
-// block, as bounded as a __syncthreads.
+// lands bytes: hardware progress within the block, as bounded as a __syncthreads.
 __device__ inline void barrierWait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\n"
