@@ -16,6 +16,28 @@ namespace weft::dev {
 // mbarriers, wgmma descriptors, ld/st.shared).
 __device__ inline uint32_t sharedAddress(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
+// Shared memory by its own address space (sharedAddress): a pointer that reaches a function as a
+// generic one costs an address-space check per access.
+__device__ inline float loadShared(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+__device__ inline float2 loadShared2(uint32_t a) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+  return v;
+}
+__device__ inline void storeShared(uint32_t a, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory");
+}
+__device__ inline void storeShared(uint32_t a, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
+}
+__device__ inline void storeShared2(uint32_t a, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v.x), "f"(v.y) : "memory");
+}
+
 // d += a . b for one 16 x 8 x 16 step of element type T (bf16 or fp16). Fragments as the PTX ISA
 // lays them out for lane (g = lane / 4, t = lane % 4): a = rows g and g + 8 at k 2t and 2t + 8,
 // b = column g at k 2t and 2t + 8, d = rows g and g + 8 at columns 2t, 2t + 1.

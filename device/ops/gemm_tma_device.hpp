@@ -64,9 +64,6 @@ __device__ inline void barrierWait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-__device__ inline void storeShared32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
 // Counts one release of a ring stage at `addr` and returns the count before it. Acquire-release
 // within the block: the releasing warp's multiplies of the stage are done (wgmma.wait_group)
 // before, and whoever sees the last release overwrites the stage after.
@@ -121,7 +118,7 @@ __device__ void tmaTile(uint8_t* smem, const GemmMaps& maps, uint64_t k, uint64_
   if (threadIdx.x == 0) {
     for (int s = 0; s < kTmaStages; ++s) {
       barrierInit(full + s * 8, 1);
-      storeShared32(released + s * 8, 0);
+      storeShared(released + s * 8, 0u);
     }
     fenceBarrierInit();
     for (int kt = 0; kt < kTmaStages && kt < slices; ++kt) load(kt);

@@ -59,25 +59,6 @@ constexpr int kGroups = kGemvSliceRows / 8;  // the slice's 8-row groups of w (t
 // Slots the fold of the warps' sums uses: 4 where they fit the group's shared floats, else 2.
 __device__ inline int foldSlots(uint32_t batch) { return 4 * gemvSliceFloats(batch) <= kCoopFloats ? 4 : 2; }
 
-// Shared memory by its own address space (sharedAddress): the slots' pointer reaches stream() as a
-// generic one, and generic accesses cost an address-space check each.
-__device__ inline float loadShared(uint32_t a) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-  return v;
-}
-__device__ inline float2 loadShared2(uint32_t a) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
-  return v;
-}
-__device__ inline void storeShared(uint32_t a, float v) {
-  asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory");
-}
-__device__ inline void storeShared2(uint32_t a, float2 v) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v.x), "f"(v.y) : "memory");
-}
-
 // Whether a shape runs on tensor cores in a group of kWarps warps (otherwise the portable path runs).
 __device__ inline bool fitsShape(DType dt, const GemvShape& s) {
   return dt != DType::kFloat32 && s.k % 8 == 0 && aligned16(s.w) && aligned16(s.x) &&
