@@ -9,6 +9,7 @@
 #include "coop_device.hpp"
 #include "gpu.hpp"
 #include "heap_layout_device.hpp"
+#include "line_device.hpp"
 #include "ll_device.hpp"
 #include "queue_device.hpp"
 #include "vector_device.hpp"
@@ -32,6 +33,10 @@ struct CommView {
   }
   WEFT_HOST_DEVICE uint8_t* at(int owner, uint64_t offset) const { return heap[owner] + offset; }
 };
+// Every kernel takes the view by value, and the GEMV kernel sits at its register limit: 8 more
+// bytes here once moved ptxas to 1 KB more stack in it and made the fused GEMV 20% slower
+// (docs/perf.md, session 15). Grow the view only with a GEMV benchmark run beside it.
+static_assert(sizeof(CommView) == 88, "CommView is in every kernel's parameters: see the note above");
 
 // An op's protocol numbers, the same on every rank (from OpCounters, engine_device.hpp).
 struct OpSeq {
@@ -174,6 +179,39 @@ WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t
     *seen = seenFlag;
     return ok;
   });
+}
+
+// Waits until the 128-byte line at `line` carries `flag` (line_device.hpp); *s gets this thread's
+// share of it. On a GPU the whole warp calls it together (a thread with no line passes null and
+// only keeps step), polls its lines with one load each, and gets one status: the line's lanes read
+// in one instruction, so the flag lane seeing `flag` vouches for the others' words. The stop and
+// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone.
+WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64_t flag, LineShare* s,
+                                 const WaitSite& site) {
+#if defined(WEFT_DEVICE_PASS)
+  const int lane = static_cast<int>(threadIdx.x) % gpu::kWarpSize;
+  uint64_t seen = flag;
+  auto landed = [&] { return gpu::warpAll(line == nullptr || linePeek(line, s, lane, flag, &seen)); };
+  if (landed()) return Status::kOk;
+  const uint64_t start = gpu::nowNs();
+  for (uint32_t spins = 1;; ++spins) {
+    gpu::relax(spins);
+    if (landed()) return Status::kOk;
+    if ((spins & 63) != 0) continue;
+    auto st = Status::kOk;
+    if (lane == 0) {
+      st = stopReason(v);
+      if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
+    }
+    st = static_cast<Status>(gpu::warpBroadcast(static_cast<uint32_t>(st), 0));
+    if (st == Status::kOk) continue;
+    const int stale = gpu::warpFirst(line != nullptr && seen != flag);  // the lane that saw an old flag
+    if (st != Status::kPeerFailed && lane == (stale < 0 ? 0 : stale)) recordFailure(v, site, st, flag, seen);
+    return st;
+  }
+#else
+  return pollUntil(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
+#endif
 }
 
 // The whole group waits; every thread gets the leader's result (memory is acquired by the leader

@@ -148,8 +148,9 @@ WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticke
   gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
 }
 
-// The plain collectives: all a launched collective's kernel needs to carry (gpu/op_kernel.cu).
-template <class Coop>
+// The plain collectives: all a launched collective's kernel needs to carry (gpu/op_kernel.cu),
+// which leaves the one-shot AllReduce out (kOneShot false): it has kernels of its own there.
+template <class Coop, bool kOneShot = true>
 WEFT_HOST_DEVICE Status runCollectiveItem(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                           uint32_t item) {
   switch (static_cast<OpKind>(d.kind)) {
@@ -158,7 +159,8 @@ WEFT_HOST_DEVICE Status runCollectiveItem(const Coop& c, const CommView& v, cons
     case OpKind::kAllToAll:
       return AllToAllOp::run(c, v, d, seq, item);
     case OpKind::kAllReduceOneShot:
-      return AllReduceOneShotOp::run(c, v, d, seq, item);
+      if constexpr (kOneShot) return AllReduceOneShotOp::run(c, v, d, seq, item);
+      return Status::kOk;
     default:
       return Status::kOk;
   }

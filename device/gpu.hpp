@@ -193,6 +193,45 @@ WEFT_HOST_DEVICE float warpSum(float v) {
   return v;
 }
 
+// Warp-collective helpers: every thread of the warp calls them together (CPU: a warp of one).
+// Whether v holds in every thread of the warp.
+WEFT_HOST_DEVICE bool warpAll(bool v) {
+#if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  return __all_sync(0xffffffffu, v) != 0;
+#elif defined(WEFT_DEVICE_PASS)
+  return __all(v) != 0;
+#else
+  return v;
+#endif
+}
+// Thread `from`'s v, in every thread.
+WEFT_HOST_DEVICE uint32_t warpBroadcast(uint32_t v, int from) {
+#if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  return __shfl_sync(0xffffffffu, v, from);
+#elif defined(WEFT_DEVICE_PASS)
+  return static_cast<uint32_t>(__shfl(static_cast<int>(v), from));
+#else
+  (void)from;
+  return v;
+#endif
+}
+// The lowest thread of the warp where v holds, or -1.
+WEFT_HOST_DEVICE int warpFirst(bool v) {
+#if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  return __ffs(__ballot_sync(0xffffffffu, v)) - 1;
+#elif defined(WEFT_DEVICE_PASS)
+  return __ffsll(static_cast<unsigned long long>(__ballot(v))) - 1;
+#else
+  return v ? 0 : -1;
+#endif
+}
+// Reconverges the warp (before stores whose lanes must go out in one instruction).
+WEFT_HOST_DEVICE void warpSync() {
+#if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
+  __syncwarp();
+#endif
+}
+
 // Back-off inside a polling loop; `spins` counts the polls so far. On the CPU backend the
 // workers of several ranks share few cores, so polling escalates from a pause to a sleep.
 WEFT_HOST_DEVICE void relax(uint32_t spins) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gpu.hpp"
+#include "line_device.hpp"
 
 namespace weft::dev {
 
@@ -80,9 +81,21 @@ struct HeapLayout {
     return oneShotBase() + (static_cast<uint64_t>(peer) * 2 + parity) * oneShotScratchBytes();
   }
   WEFT_HOST_DEVICE uint64_t oneShotScratchBytes() const { return 2 * oneShotBytes; }
+  // The one-shot AllReduce's 128-byte lines (line_device.hpp) that `peer` writes, for ops of the
+  // given parity: each area holds an input of oneShotBytes. Apart from the 8-byte lines above: a
+  // stale 128-byte line holds raw payload, which an 8-byte line's reader could take for a flag.
+  // (Sized from oneShotBytes, not a field of its own: the layout travels in every kernel's
+  // parameters, and 8 more bytes of them cost the GEMV kernel 1 KB of stack, docs/perf.md.)
+  WEFT_HOST_DEVICE uint64_t lineDataOffset(int peer, uint32_t parity) const {
+    return oneShotDataOffset(static_cast<int>(nranks), 0) +
+           (static_cast<uint64_t>(peer) * 2 + parity) * lineScratchBytes();
+  }
+  WEFT_HOST_DEVICE uint64_t lineScratchBytes() const {
+    return (linesFor(oneShotBytes) * kLineBytes + 255) & ~uint64_t{255};
+  }
   // Bytes of the whole control area; user allocations start here (page aligned).
   WEFT_HOST_DEVICE uint64_t controlBytes() const {
-    uint64_t end = oneShotDataOffset(static_cast<int>(nranks), 0);
+    uint64_t end = lineDataOffset(static_cast<int>(nranks), 0);
     return (end + 4095) & ~uint64_t{4095};
   }
 

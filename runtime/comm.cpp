@@ -12,6 +12,7 @@
 #include "device/ops/alltoall_device.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemv_allreduce_device.hpp"
+#include "weft/version.h"
 
 namespace weft {
 
@@ -30,6 +31,7 @@ struct RankInfo {
   uint64_t heapBytes;
   uint64_t gemvTuning;  // the table's fingerprint
   uint64_t gemvPath;    // 0 auto, 1 + GemvPath forced
+  uint64_t oneShotLinesFrom;
   int32_t pid;
   char hostname[60];
 };
@@ -75,6 +77,20 @@ uint32_t tileElemsFor(uint64_t bytes, uint64_t targetTiles, uint64_t maxTileByte
   return static_cast<uint32_t>(tile / elemBytes);
 }
 
+// oneshot_protocol: when the one-shot AllReduce sends 128-byte lines. HIP keeps the 8-byte lines:
+// nothing here shows that its GPUs move a warp's 128-byte access as one unit. `auto` takes them
+// once there are bytes to save: below ~128 KB sent in all the 8-byte lines were 0.1 us faster on 2
+// and 4 H200 (docs/perf.md, session 15).
+constexpr uint64_t kLinesFromBytesSent = 128 << 10;
+
+uint64_t oneShotLinesSetting(const std::string& v) {
+  const bool hip = std::string(WEFT_BUILD_GPU) == "hip";
+  if (v == "ll128" && hip)
+    throw Error(Code::kNotSupported, "oneshot_protocol: ll128 is not supported by HIP builds (use ll or auto)");
+  if (v == "ll128") return kLinesAlways;
+  return v == "auto" && !hip ? kLinesFromBytesSent : kLinesNever;
+}
+
 bool spansOverlap(const void* a, uint64_t aBytes, const void* b, uint64_t bBytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
@@ -89,6 +105,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->checkIndices_ = s.getInt("check_indices") != 0;
   c->gemvTuning_ = GemvTuning::load(s.getString("gemv_tuning_file"));
   c->gemvForced_ = gemvPathSetting(s.getString("gemv_path"));
+  c->oneShotLinesFrom_ = oneShotLinesSetting(s.getString("oneshot_protocol"));
   c->host_ = localHost();
   c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));
 
@@ -96,12 +113,15 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.hostHash = c->host_.hash;
   mine.tileBytes = c->tileBytes_;
   auto lines = [](int64_t bytes) { return (static_cast<uint64_t>(bytes) + 255) / 256 * 256; };
-  mine.oneShotBytes = lines(s.isAuto("oneshot_max_bytes") ? autoOneShotBytes(nranks) : s.getInt("oneshot_max_bytes"));
+  mine.oneShotBytes =
+      lines(s.isAuto("oneshot_max_bytes") ? autoOneShotBytes(nranks, c->oneShotLinesFrom_ != kLinesNever)
+                                          : s.getInt("oneshot_max_bytes"));
   mine.gemvScratchBytes = lines(s.getInt("gemv_scratch_bytes"));
   mine.inboxSlots = static_cast<uint64_t>(s.getInt("inbox_slots"));
   mine.heapBytes = static_cast<uint64_t>(s.getInt("heap_bytes"));
   mine.gemvTuning = c->gemvTuning_.fingerprint();
   mine.gemvPath = c->gemvForced_ ? 1 + static_cast<uint64_t>(*c->gemvForced_) : 0;
+  mine.oneShotLinesFrom = c->oneShotLinesFrom_;
   mine.pid = static_cast<int32_t>(getpid());
   snprintf(mine.hostname, sizeof mine.hostname, "%s", c->host_.hostname.c_str());
   std::vector<RankInfo> all(nranks);
@@ -109,6 +129,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   checkAgree(all, &RankInfo::tileBytes, "tile_bytes", rank);
   checkAgree(all, &RankInfo::oneShotBytes, "oneshot_max_bytes", rank);
   checkAgree(all, &RankInfo::gemvScratchBytes, "gemv_scratch_bytes", rank);
+  checkAgree(all, &RankInfo::oneShotLinesFrom, "oneshot_protocol (as the bytes sent from which it takes ll128)", rank);
   checkAgree(all, &RankInfo::inboxSlots, "inbox_slots", rank);
   checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
   // Every rank must take the same GEMV path (the fused op's items wait on their peers').
@@ -260,7 +281,9 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   // Small inputs: one-shot (one exchange, latency-bound); the rest: reduce-scatter + all-gather.
   if (exchangeFits(bytes, oneShotMax_)) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
-    d.nitems = dev::AllReduceOneShotOp::numItems(bytes);
+    const bool lines = bytes * static_cast<uint64_t>(nranks_ - 1) >= oneShotLinesFrom_;
+    d.arg[dev::AllReduceOneShotOp::kArgLines] = lines ? 1 : 0;
+    d.nitems = dev::AllReduceOneShotOp::numItems(bytes, lines);
     return submit(d, stream, capturing);
   }
   // Reduce-scatter works on one shard per rank: its tiles are what the workers share.

@@ -24,6 +24,9 @@
 
 namespace weft {
 
+// oneshot_protocol as a threshold on the bytes a one-shot AllReduce sends (input x peers).
+constexpr uint64_t kLinesAlways = 0, kLinesNever = UINT64_MAX;
+
 class Comm {
  public:
   // Collective. Throws weft::Error.
@@ -99,6 +102,9 @@ class Comm {
   uint64_t tileBytes_ = 0;
   uint64_t oneShotMax_ = 0;   // oneshot_max_bytes: the one-shot AllReduce's largest input
   uint64_t gemvScratch_ = 0;  // gemv_scratch_bytes: the fused GEMV's largest partials
+  // oneshot_protocol: the one-shot AllReduce sends 128-byte lines from this many bytes sent in all
+  // (input x peers); kLinesNever: never.
+  uint64_t oneShotLinesFrom_ = kLinesNever;
   bool checkIndices_ = true;
   GemvTuning gemvTuning_;
   std::optional<GemvPath> gemvForced_;  // the gemv_path setting, unless auto

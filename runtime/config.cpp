@@ -53,8 +53,13 @@ const std::vector<SettingSpec>& settingSpecs() {
        1 << 26},
       {"oneshot_max_bytes", SettingType::kSize, "auto",
        "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables; auto: 64K on "
-       "the CPU backend, on GPUs 1M up to 4 ranks and 256K for more",
+       "the CPU backend; on GPUs with 128-byte lines (oneshot_protocol) 4M on 2 ranks, 2M on 3-4, 256K on more; "
+       "with 8-byte lines 1M up to 4 ranks, 256K on more",
        0, 1 << 26, true},
+      {"oneshot_protocol", SettingType::kString, "auto",
+       "Wire format of the one-shot AllReduce: ll128 (128-byte lines, 120 payload bytes each; needs NVLink between "
+       "GPUs), ll (8 payload bytes in 16) or auto (ll128 from 128 KB sent in all on CUDA GPUs and the CPU backend, "
+       "ll on HIP)"},
       {"gemv_scratch_bytes", SettingType::kSize, kCpuBackend ? "64K" : "2M",
        "Largest float32 partials (32-row slices x batch x 4 bytes) the fused GEMV + AllReduce exchanges; "
        "larger runs unfused. The exchange's scratch is 4 x nranks times the larger of this and oneshot_max_bytes",
@@ -158,6 +163,8 @@ void validate(const SettingSpec& s, const SettingValue& v) {
     case SettingType::kString:
       if (std::string(s.name) == "transport" && v.text != "auto" && v.text != "p2p" && v.text != "proxy")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, p2p or proxy");
+      if (std::string(s.name) == "oneshot_protocol" && v.text != "auto" && v.text != "ll" && v.text != "ll128")
+        throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ll or ll128");
       if (std::string(s.name) == "engine" && v.text != "launched" && v.text != "persistent")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not launched or persistent");
       return;
@@ -248,9 +255,14 @@ bool Settings::isAuto(const char* name) const { return spec(name).autoValue && v
 // Measured on H200 (docs/perf.md, session 13): one-shot beats reduce-scatter + all-gather up to
 // 1 MB on 2 ranks (512 KB: 8.7 against 13.1 us) and on 4 (512 KB: 15.2 against 25.9 us; 1 MB 25.4
 // against 27.5); more ranks are unmeasured, and one-shot reads every peer's input per element.
-uint64_t autoOneShotBytes(int nranks) {
+uint64_t autoOneShotBytes(int nranks, bool lines) {
   if (kCpuBackend) return 64 << 10;
-  return nranks <= 4 ? 1 << 20 : 256 << 10;
+  // 128-byte lines on H200 (docs/perf.md, session 15): one-shot beat reduce-scatter + all-gather
+  // up to 4M on 2 ranks (20.8 against 24.3 us; even at 8M) and 2M on 4 (27.7 against 32.9; 51.9
+  // against 41.5 at 4M). The 8-byte lines, with twice the bytes, break even at 1M.
+  if (lines && nranks == 2) return 4 << 20;
+  if (nranks <= 4) return lines ? 2 << 20 : 1 << 20;
+  return 256 << 10;
 }
 
 double Settings::getDouble(const char* name) const { return parseDouble(name, value(name).text); }

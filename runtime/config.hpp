@@ -59,8 +59,9 @@ class Settings {
   std::string configFile_;
 };
 
-// oneshot_max_bytes = auto: the one-shot AllReduce's largest input on `nranks` ranks.
-uint64_t autoOneShotBytes(int nranks);
+// oneshot_max_bytes = auto: the one-shot AllReduce's largest input on `nranks` ranks (`lines`: in
+// 128-byte lines).
+uint64_t autoOneShotBytes(int nranks, bool lines);
 
 // Parses a flat TOML subset: `key = value` lines, '#' comments, optional [weft] section headers,
 // quoted strings, integers with optional KiB/MiB/GiB suffix in quotes, floats, booleans. Throws

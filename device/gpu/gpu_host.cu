@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "../gpu_host.hpp"
+#include "../ops/allreduce_oneshot_device.hpp"
 #include "../ops/gemm_alltoall_device.hpp"
 #include "persistent_kernel.hpp"
 
@@ -197,21 +198,25 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
 
 namespace {
 using OpKernel = void (*)(dev::CommView, dev::OpDesc);
-// The kernel of every kind but the GEMM's, whose kernel takes the tensor maps too.
-OpKernel kernelOf(dev::OpKind kind) {
+// The kernel of every kind but the GEMM's, whose kernel takes the tensor maps too. `lines`: the
+// one-shot AllReduce's wire format (its occupancy is asked for with 128-byte lines, the kernel
+// with the more registers).
+OpKernel kernelOf(dev::OpKind kind, bool lines) {
   switch (kind) {
     case dev::OpKind::kGemv:
     case dev::OpKind::kGemvAllReduce:
       return dev::gemvKernel;
     case dev::OpKind::kEmbeddingAllToAll:
       return dev::embeddingKernel;
+    case dev::OpKind::kAllReduceOneShot:
+      return lines ? dev::oneShotLinesKernel : dev::oneShotKernel;
     default:
       return dev::opKernel;
   }
 }
 const void* kernelAddress(dev::OpKind kind) {
   return kind == dev::OpKind::kGemmAllToAll ? reinterpret_cast<const void*>(dev::gemmKernel)
-                                            : reinterpret_cast<const void*>(kernelOf(kind));
+                                            : reinterpret_cast<const void*>(kernelOf(kind, true));
 }
 
 // Whether the GEMM kernel this device runs is the sm_90a build (the copy engine's tile): the
@@ -285,7 +290,8 @@ Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks,
     if (Outcome o = encodeGemmMaps(desc, &maps); !o) return o;
     dev::gemmKernel<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc, maps);
   } else {
-    kernelOf(kind)<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc);
+    const OpKernel kernel = kernelOf(kind, desc.arg[dev::AllReduceOneShotOp::kArgLines] != 0);
+    kernel<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc);
   }
   return check(GPU(GetLastError)(), "launch of an op kernel");
 }

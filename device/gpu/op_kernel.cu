@@ -53,9 +53,22 @@ __device__ void runLaunched(const CommView& view, const OpDesc& desc, float* til
 __global__ void opKernel(CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
-    return runCollectiveItem(c, view, desc, seq, item);
+    return runCollectiveItem<BlockCoop, false>(c, view, desc, seq, item);
   });
 }
+
+// The one-shot AllReduce, a kernel per wire format: a kernel's registers are those of its
+// hungriest path, and the 128-byte lines' loop wants more than the 8-byte lines' (127 against
+// 110), which made the latter's small inputs 0.1 us slower where they shared one.
+template <bool kLines>
+__device__ void runOneShot(const CommView& view, const OpDesc& desc) {
+  __shared__ float tile[kCoopFloats];
+  runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    return AllReduceOneShotOp::runIn<kLines>(c, view, desc, seq, item);
+  });
+}
+__global__ void oneShotKernel(CommView view, OpDesc desc) { runOneShot<false>(view, desc); }
+__global__ void oneShotLinesKernel(CommView view, OpDesc desc) { runOneShot<true>(view, desc); }
 
 __global__ void gemvKernel(CommView view, OpDesc desc) {
 #if defined(WEFT_HAVE_MMA)

@@ -8,8 +8,12 @@ namespace weft::dev {
 // One launch per communicator (and again after an idle exit); grid = resident workers.
 __global__ void persistentKernel(CommView view, uint64_t firstTicket);
 // One launch per op, on the caller's stream (eager or captured into a graph): the plain
-// collectives, the GEMV ops (OpKind::kGemv, kGemvAllReduce) and the embedding op.
+// collectives, the one-shot AllReduce, the GEMV ops (OpKind::kGemv, kGemvAllReduce) and the
+// embedding op.
 __global__ void opKernel(CommView view, OpDesc desc);
+// The one-shot AllReduce (OpKind::kAllReduceOneShot) in 8-byte lines, and in 128-byte lines.
+__global__ void oneShotKernel(CommView view, OpDesc desc);
+__global__ void oneShotLinesKernel(CommView view, OpDesc desc);
 __global__ void gemvKernel(CommView view, OpDesc desc);
 __global__ void embeddingKernel(CommView view, OpDesc desc);
 // `maps`: a's and w's tensor maps (the sm_90a tile loads through them; unused elsewhere).

@@ -1,38 +1,58 @@
-// One-shot sum AllReduce, for small inputs where latency, not bandwidth, is the cost: the input,
-// cut into line pairs of 8 bytes, is the payload of one flagged exchange
-// (flagged_exchange_device.hpp); every rank sums all inputs in rank order and float32 and writes
+// One-shot sum AllReduce, for small inputs where latency, not bandwidth, is the cost: every rank
+// sends its whole input to every peer, then sums all inputs in rank order and float32 and writes
 // its own output. Peers never touch this rank's output, so in place needs nothing more: a thread
-// reads its input pairs before it writes them.
+// reads its input words before it writes them.
+//
+// Two wire formats, chosen by the host per op (`oneshot_protocol`, OpDesc arg[kArgLines]):
+//   - 128-byte lines (line_device.hpp): 120 payload bytes a line; by default on CUDA GPUs (NVLink)
+//     and the CPU backend once an op sends 128 KB in all;
+//   - 8-byte flagged lines (ll_device.hpp): 8 payload bytes in 16, the one flagged exchange the
+//     fused GEMV also uses (flagged_exchange_device.hpp); smaller ops, HIP, and GPUs on PCIe.
 #pragma once
 
+#include "../line_device.hpp"
 #include "../vector_device.hpp"
 #include "flagged_exchange_device.hpp"
 
 namespace weft::dev {
 
 struct AllReduceOneShotOp {
+  static constexpr int kArgLines = 0;             // OpDesc arg: nonzero for 128-byte lines
   static constexpr uint64_t kPairsPerItem = 256;  // at least: one pair per thread of a 256-thread block
+  static constexpr uint64_t kLinesPerItem = 16;   // at least: half a 256-thread block's lines
   // The launched grid is as many blocks, where that many are resident (two per SM on H200). 64
   // items left half of a 128-block grid idle: 128 made 256 KB-1 MB 8-13% faster on 2 H200
   // (docs/perf.md, session 13); 256 halves each thread's chain of loads again (session 14).
   static constexpr uint32_t kMaxItems = 256;
 
   WEFT_HOST_DEVICE static uint64_t pairs(uint64_t bytes) { return ceilDiv(bytes, kLlPayloadBytes); }
-  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t bytes) {
-    const uint64_t n = ceilDiv(pairs(bytes), kPairsPerItem);
+  // The units (8-byte line pairs, or 128-byte lines) an input of `bytes` travels in.
+  WEFT_HOST_DEVICE static uint64_t units(uint64_t bytes, bool lines) { return lines ? linesFor(bytes) : pairs(bytes); }
+  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t bytes, bool lines) {
+    const uint64_t n = ceilDiv(units(bytes, lines), lines ? kLinesPerItem : kPairsPerItem);
     return n == 0 ? 1u : n > kMaxItems ? kMaxItems : static_cast<uint32_t>(n);
   }
-  // The line pairs work item `item` of `nitems` owns.
-  WEFT_HOST_DEVICE static Range itemPairs(uint64_t bytes, uint32_t nitems, uint32_t item) {
-    const uint64_t per = ceilDiv(pairs(bytes), nitems);
-    return Range{minU64(pairs(bytes), per * item), minU64(pairs(bytes), per * (item + 1))};
+  // The units work item `item` of `nitems` owns.
+  WEFT_HOST_DEVICE static Range itemUnits(uint64_t bytes, bool lines, uint32_t nitems, uint32_t item) {
+    const uint64_t all = units(bytes, lines), per = ceilDiv(all, nitems);
+    return Range{minU64(all, per * item), minU64(all, per * (item + 1))};
   }
-
   template <class Coop>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
-    return withDType(static_cast<DType>(d.dtype),
-                     [&](auto tag) { return runAs<Coop, decltype(tag)::value>(c, v, d, seq, item); });
+    return d.arg[kArgLines] ? runIn<true>(c, v, d, seq, item) : runIn<false>(c, v, d, seq, item);
+  }
+  // In the wire format the descriptor names (kLines: d.arg[kArgLines]), for a kernel of its own.
+  template <bool kLines, class Coop>
+  WEFT_HOST_DEVICE static Status runIn(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                       uint32_t item) {
+    return withDType(static_cast<DType>(d.dtype), [&](auto tag) {
+      constexpr DType T = decltype(tag)::value;
+      if constexpr (kLines)
+        return runLines<Coop, T>(c, v, d, seq, item);
+      else
+        return runPairs<Coop, T>(c, v, d, seq, item);
+    });
   }
 
  private:
@@ -50,8 +70,8 @@ struct AllReduceOneShotOp {
     for (uint64_t b = at; b < bytes && b < at + kLlPayloadBytes; ++b) p[b] = static_cast<uint8_t>(x >> (8 * (b - at)));
   }
   template <class Coop, DType T>
-  WEFT_HOST_DEVICE static Status runAs(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
-                                       uint32_t item) {
+  WEFT_HOST_DEVICE static Status runPairs(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                          uint32_t item) {
     struct Acc {
       float lanes[8];
     };
@@ -59,7 +79,7 @@ struct AllReduceOneShotOp {
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
     return exchangeFlagged<Acc>(
-        c, v, seq, item, itemPairs(bytes, d.nitems, item), [&](uint64_t k) { return loadPair(send, bytes, k); },
+        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), [&](uint64_t k) { return loadPair(send, bytes, k); },
         [](Acc& acc, uint64_t x) {
           Vec16 w{};
           w.w[0] = static_cast<uint32_t>(x);
@@ -70,6 +90,86 @@ struct AllReduceOneShotOp {
           const Vec16 sum = pack<T>(acc.lanes);
           storePair(out, bytes, k, sum.w[0] | (uint64_t{sum.w[1]} << 32));
         });
+  }
+
+  // Where rank `sender`'s line k lies in rank `owner`'s line area for the op's epoch.
+  WEFT_HOST_DEVICE static uint64_t* linePtr(const CommView& v, const OpSeq& seq, int owner, int sender, uint64_t k) {
+    const auto parity = static_cast<uint32_t>(seq.epoch & 1);
+    return reinterpret_cast<uint64_t*>(v.at(owner, v.layout.lineDataOffset(sender, parity)) + k * kLineBytes);
+  }
+
+  // The 128-byte line format. Lines go round the group a warp at a time (kLinesPerWarp lines per
+  // warp and step), so that a line's lanes always store and poll together: every loop bound below
+  // is the same in every thread of a warp. First every line of the item goes to every peer (no
+  // fence, no signal: the flag travels with the data), then each line's sum is taken in rank order.
+  // Epoch e's flag word is e itself: lines in an area are only ever 128-byte lines, and stale ones
+  // carry an earlier epoch of the same parity (or zero), so the reuse argument of the 8-byte lines
+  // (flagged_exchange_device.hpp) holds as is.
+  template <class Coop, DType T>
+  WEFT_HOST_DEVICE static Status runLines(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                          uint32_t item) {
+    const uint64_t bytes = d.count * dtypeSize(T), flag = seq.epoch;
+    const auto* send = reinterpret_cast<const uint8_t*>(d.send);
+    uint8_t* out = v.at(v.rank, d.recv);
+    const Range r = itemUnits(bytes, true, d.nitems, item);
+    const int lane = c.lane();
+    const auto step = static_cast<uint64_t>(c.warps()) * kLinesPerWarp;
+    const uint64_t first = r.lo + static_cast<uint64_t>(c.warp()) * kLinesPerWarp;
+    auto lineOf = [&](uint64_t base) { return base + static_cast<uint64_t>(lane) / kLineLanes; };
+    // Payload word j of line k is word 15k + j of the input.
+    auto own = [&](uint64_t k, LineShare* s) {
+      WEFT_UNROLL
+      for (int i = 0; i < kLanesPerThread; ++i) {
+        const int q = lineLane(i, lane);
+        const uint64_t word = k * kLinePayloadWords + 2 * static_cast<uint64_t>(q);
+        s->w[2 * i] = loadPair(send, bytes, word);
+        s->w[2 * i + 1] = laneHasSecondWord(q) ? loadPair(send, bytes, word + 1) : 0;
+      }
+    };
+    for (uint64_t base = first; base < r.hi; base += step) {
+      const uint64_t k = lineOf(base);
+      LineShare s{};
+      if (k < r.hi) own(k, &s);
+      gpu::warpSync();
+      if (k < r.hi)
+        for (int p = 1; p < v.nranks; ++p)
+          lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);
+    }
+    Status st = Status::kOk;
+    for (uint64_t base = first; base < r.hi && st == Status::kOk; base += step) {
+      const uint64_t k = lineOf(base);
+      float acc[kLanesPerThread][8] = {};
+      for (int src = 0; src < v.nranks && st == Status::kOk; ++src) {
+        LineShare s{};
+        if (src == v.rank) {
+          if (k < r.hi) own(k, &s);
+        } else {
+          st = lineWait(v, k < r.hi ? linePtr(v, seq, v.rank, src, k) : nullptr, flag, &s,
+                        WaitSite{seq.op, item, src, WaitWhat::kInboxData});
+        }
+        WEFT_UNROLL
+        for (int i = 0; i < kLanesPerThread; ++i) accumulate<T>(acc[i], wordsVec(s.w[2 * i], s.w[2 * i + 1]));
+      }
+      if (st != Status::kOk || k >= r.hi) continue;
+      WEFT_UNROLL
+      for (int i = 0; i < kLanesPerThread; ++i) {
+        const int q = lineLane(i, lane);
+        const uint64_t word = k * kLinePayloadWords + 2 * static_cast<uint64_t>(q);
+        const Vec16 sum = pack<T>(acc[i]);
+        storePair(out, bytes, word, sum.w[0] | (uint64_t{sum.w[1]} << 32));
+        if (laneHasSecondWord(q)) storePair(out, bytes, word + 1, sum.w[2] | (uint64_t{sum.w[3]} << 32));
+      }
+    }
+    // The warp that failed recorded why; the whole group reports the communicator as failed.
+    return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
+  }
+  WEFT_HOST_DEVICE static Vec16 wordsVec(uint64_t a, uint64_t b) {
+    Vec16 w{};
+    w.w[0] = static_cast<uint32_t>(a);
+    w.w[1] = static_cast<uint32_t>(a >> 32);
+    w.w[2] = static_cast<uint32_t>(b);
+    w.w[3] = static_cast<uint32_t>(b >> 32);
+    return w;
   }
 };
 

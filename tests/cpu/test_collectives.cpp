@@ -91,22 +91,28 @@ TEST_P(Collectives, TinyTilesStressFlowControl) {
 }
 
 // Back-to-back one-shot AllReduces of varying size: each reuses every pair's scratch, so a sender
-// that overtook a slow receiver would corrupt it were the scratch areas not kept apart by epoch parity.
+// that overtook a slow receiver would corrupt it were the scratch areas not kept apart by epoch
+// parity. Both wire formats: 8-byte lines and 128-byte lines (whose tails end mid-line).
 TEST_P(Collectives, OneShotScratchIsReusedSafely) {
   const uint64_t seed = freshSeed();
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_comm_t comm = initRank(rank, n, id);
-    ASSERT_NE(comm, nullptr);
-    Buffers b;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 64 << 10, &b.heap));
-    for (int op = 0; op < 60; ++op) {
-      const weft_dtype_t dt = kDtypes[op % 3];
-      const int64_t count = 1 + (op * 997) % ((64 << 10) / dtypeBytes(dt));
-      allReduceCase(comm, b, rank, n, dt, count, seed + op, op % 4 == 0);
-    }
-    WEFT_ASSERT_OK(weft_comm_destroy(comm));
-  };
-  EXPECT_TRUE(runRanks(GetParam(), body));
+  for (const char* protocol : {"ll", "ll128"}) {
+    SCOPED_TRACE(protocol);
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      setenv("WEFT_ONESHOT_PROTOCOL", protocol, 1);
+      weft_comm_t comm = initRank(rank, n, id);
+      ASSERT_NE(comm, nullptr);
+      Buffers b;
+      WEFT_ASSERT_OK(weft_mem_alloc(comm, 64 << 10, &b.heap));
+      for (int op = 0; op < 60; ++op) {
+        const weft_dtype_t dt = kDtypes[op % 3];
+        const int64_t count = 1 + (op * 997) % ((64 << 10) / dtypeBytes(dt));
+        allReduceCase(comm, b, rank, n, dt, count, seed + op, op % 4 == 0);
+      }
+      WEFT_ASSERT_OK(weft_mem_free(comm, b.heap));
+      WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    };
+    EXPECT_TRUE(runRanks(GetParam(), body));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(1, 2, 3, 4),

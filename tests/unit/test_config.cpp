@@ -69,8 +69,13 @@ TEST(Config, AutoOnlyWhereTheSettingTakesIt) {
   const std::string automatic = resolveError({{"oneshot_max_bytes", "automatic"}}).what();
   EXPECT_NE(automatic.find("oneshot_max_bytes"), std::string::npos) << automatic;
   EXPECT_NE(automatic.find("nor auto"), std::string::npos) << automatic;
-  EXPECT_GT(autoOneShotBytes(2), 0u);
-  EXPECT_GE(autoOneShotBytes(2), autoOneShotBytes(4)) << "one-shot reads every peer's input: fewer ranks, larger";
+  for (bool lines : {false, true}) {
+    EXPECT_GT(autoOneShotBytes(2, lines), 0u);
+    EXPECT_GE(autoOneShotBytes(2, lines), autoOneShotBytes(4, lines))
+        << "one-shot reads every peer's input: fewer ranks, larger";
+    EXPECT_GE(autoOneShotBytes(4, lines), autoOneShotBytes(8, lines));
+  }
+  EXPECT_GE(autoOneShotBytes(4, true), autoOneShotBytes(4, false)) << "128-byte lines carry twice the payload";
 }
 
 TEST(Config, BadValuesNameTheSettingAndWhereItCameFrom) {
@@ -82,6 +87,9 @@ TEST(Config, BadValuesNameTheSettingAndWhereItCameFrom) {
   EXPECT_THROW(Settings::resolve({{"tile_bytes", "1000"}}, Env{}.fn()), Error) << "not a multiple of 256";
   EXPECT_THROW(Settings::resolve({{"engine", "turbo"}}, Env{}.fn()), Error);
   EXPECT_THROW(Settings::resolve({{"transport", "smoke-signals"}}, Env{}.fn()), Error);
+  const std::string protocol = resolveError({{"oneshot_protocol", "ll64"}}).what();
+  EXPECT_NE(protocol.find("oneshot_protocol"), std::string::npos) << protocol;
+  EXPECT_NE(protocol.find("not auto, ll or ll128"), std::string::npos) << protocol;
   EXPECT_THROW(Settings::resolve({{"no_such_setting", "1"}}, Env{}.fn()), Error);
 }
 

@@ -91,19 +91,37 @@ TEST(HeapLayout, OneShotScratchAreasAreDisjointAndInsideTheControlArea) {
   }
 }
 
-TEST(OneShot, ItemsCoverEveryLinePairOnce) {
-  for (uint64_t bytes : {0ull, 1ull, 7ull, 8ull, 9ull, 2047ull, 16384ull, 262144ull, 1000001ull}) {
-    const uint32_t items = AllReduceOneShotOp::numItems(bytes);
-    EXPECT_GE(items, 1u);
-    EXPECT_LE(items, AllReduceOneShotOp::kMaxItems);
-    uint64_t next = 0;
-    for (uint32_t i = 0; i < items; ++i) {
-      const Range r = AllReduceOneShotOp::itemPairs(bytes, items, i);
-      EXPECT_EQ(r.lo, next) << bytes;
-      next = r.hi;
-    }
-    EXPECT_EQ(next, AllReduceOneShotOp::pairs(bytes)) << bytes;
+TEST(HeapLayout, LineAreasFollowTheOneShotScratchAndFitTheirInput) {
+  for (uint32_t n : {1u, 2u, 5u}) {
+    HeapLayout L{n, 2, 4096, 768};
+    EXPECT_GE(L.lineScratchBytes(), linesFor(L.oneShotBytes) * kLineBytes) << "every line of the largest input";
+    uint64_t prevEnd = L.oneShotDataOffset(static_cast<int>(n), 0);
+    for (uint32_t p = 0; p < n; ++p)
+      for (uint32_t parity : {0u, 1u}) {
+        const uint64_t at = L.lineDataOffset(static_cast<int>(p), parity);
+        EXPECT_GE(at, prevEnd) << "apart from the 8-byte lines";
+        EXPECT_EQ(at % kLineBytes, 0u) << "a line is one aligned 128-byte access";
+        prevEnd = at + L.lineScratchBytes();
+      }
+    EXPECT_LE(prevEnd, L.controlBytes());
   }
+}
+
+TEST(OneShot, ItemsCoverEveryUnitOnce) {
+  for (bool lines : {false, true})
+    for (uint64_t bytes : {0ull, 1ull, 7ull, 8ull, 9ull, 119ull, 121ull, 2047ull, 16384ull, 262144ull, 1000001ull}) {
+      const uint32_t items = AllReduceOneShotOp::numItems(bytes, lines);
+      EXPECT_GE(items, 1u);
+      EXPECT_LE(items, AllReduceOneShotOp::kMaxItems);
+      uint64_t next = 0;
+      for (uint32_t i = 0; i < items; ++i) {
+        const Range r = AllReduceOneShotOp::itemUnits(bytes, lines, items, i);
+        EXPECT_EQ(r.lo, next) << bytes;
+        next = r.hi;
+      }
+      EXPECT_EQ(next, lines ? linesFor(bytes) : AllReduceOneShotOp::pairs(bytes)) << bytes;
+      EXPECT_GE(AllReduceOneShotOp::units(bytes, lines) * (lines ? kLinePayloadBytes : kLlPayloadBytes), bytes);
+    }
 }
 
 }  // namespace
