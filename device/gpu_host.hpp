@@ -27,6 +27,9 @@ struct IpcHandle {
 Outcome deviceCount(int* count);
 Outcome currentDevice(int* device);
 Outcome deviceName(int device, std::string* name);
+// Whether this process's current GPU has an active NVLink (asked of NVML, loaded at run time);
+// false where it has none, where NVML cannot tell, and on HIP.
+bool nvlinkActive();
 Outcome deviceMalloc(void** ptr, size_t bytes);
 Outcome deviceFree(void* ptr);
 Outcome memsetDevice(void* ptr, int value, size_t bytes);

@@ -84,6 +84,10 @@ class Engine {
   // Checks `stream` before anything is published (throws kInvalidArgument); returns whether it is
   // capturing a graph.
   static bool checkStream(void* stream);
+  // Whether the one-shot AllReduce's 128-byte lines hold between this process's device and its
+  // local peers (device/line_device.hpp): always on the CPU; on a GPU where it has an active
+  // NVLink (a warp's 128-byte store is not split on the way; over PCIe nothing says so).
+  static bool linesSafe();
   // How many worker groups run an op of `kind` at once. The ops whose items are streams (the
   // embedding op's bags, the GEMV's slices) cut their work into about this many items, one per
   // group, so that no group waits on a barrier between items.

@@ -76,6 +76,8 @@ Engine::~Engine() {
   impl_->queue->completeUnfinished();
 }
 
+bool Engine::linesSafe() { return true; }
+
 bool Engine::checkStream(void* stream) {
   if (stream)
     throw Error(Code::kInvalidArgument,

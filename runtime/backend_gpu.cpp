@@ -286,6 +286,8 @@ Engine::~Engine() {
   gpu::hostUnregister(e.queue->memory());
 }
 
+bool Engine::linesSafe() { return gpu::nvlinkActive(); }
+
 bool Engine::checkStream(void* stream) {
   bool capturing = false;
   require(gpu::streamIsCapturing(stream, &capturing), "stream: cannot query its capture state", Code::kInvalidArgument);

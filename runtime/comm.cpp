@@ -77,18 +77,18 @@ uint32_t tileElemsFor(uint64_t bytes, uint64_t targetTiles, uint64_t maxTileByte
   return static_cast<uint32_t>(tile / elemBytes);
 }
 
-// oneshot_protocol: when the one-shot AllReduce sends 128-byte lines. HIP keeps the 8-byte lines:
-// nothing here shows that its GPUs move a warp's 128-byte access as one unit. `auto` takes them
-// once there are bytes to save: below ~128 KB sent in all the 8-byte lines were 0.1 us faster on 2
-// and 4 H200 (docs/perf.md, session 15).
+// oneshot_protocol: when the one-shot AllReduce sends 128-byte lines. `auto` takes them where the
+// engine says they hold (the CPU; a CUDA GPU with an active NVLink: Engine::linesSafe), once there
+// are bytes to save: below ~128 KB sent in all the 8-byte lines were 0.1 us faster on 2 and 4 H200
+// (docs/perf.md, session 15). HIP keeps the 8-byte lines: nothing here shows that its GPUs move a
+// warp's 128-byte access as one unit.
 constexpr uint64_t kLinesFromBytesSent = 128 << 10;
 
 uint64_t oneShotLinesSetting(const std::string& v) {
-  const bool hip = std::string(WEFT_BUILD_GPU) == "hip";
-  if (v == "ll128" && hip)
+  if (v == "ll128" && std::string(WEFT_BUILD_GPU) == "hip")
     throw Error(Code::kNotSupported, "oneshot_protocol: ll128 is not supported by HIP builds (use ll or auto)");
   if (v == "ll128") return kLinesAlways;
-  return v == "auto" && !hip ? kLinesFromBytesSent : kLinesNever;
+  return v == "auto" && Engine::linesSafe() ? kLinesFromBytesSent : kLinesNever;
 }
 
 bool spansOverlap(const void* a, uint64_t aBytes, const void* b, uint64_t bBytes) {
@@ -146,7 +146,10 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
                   "transport: p2p was asked for, but rank " + std::to_string(r) + " is on host " + all[r].hostname);
     pathList += (r ? ", " : "") + std::to_string(r) + ":" + transport::pathName(c->paths_.back());
   }
-  WEFT_LOG(kInfo, kInit, "rank {}: paths to peers {}", rank, pathList);
+  WEFT_LOG(kInfo, kInit, "rank {}: paths to peers {}; one-shot AllReduce in {}", rank, pathList,
+           c->oneShotLinesFrom_ == kLinesNever    ? "8-byte lines"
+           : c->oneShotLinesFrom_ == kLinesAlways ? "128-byte lines"
+                                                  : "128-byte lines from 128 KB sent");
 
   c->layout_.nranks = static_cast<uint32_t>(nranks);
   c->layout_.inboxSlots = static_cast<uint32_t>(mine.inboxSlots);

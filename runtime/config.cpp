@@ -58,8 +58,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        0, 1 << 26, true},
       {"oneshot_protocol", SettingType::kString, "auto",
        "Wire format of the one-shot AllReduce: ll128 (128-byte lines, 120 payload bytes each; needs NVLink between "
-       "GPUs), ll (8 payload bytes in 16) or auto (ll128 from 128 KB sent in all on CUDA GPUs and the CPU backend, "
-       "ll on HIP)"},
+       "GPUs), ll (8 payload bytes in 16) or auto (ll128 from 128 KB sent in all on the CPU backend and on CUDA "
+       "GPUs with an active NVLink, else ll)"},
       {"gemv_scratch_bytes", SettingType::kSize, kCpuBackend ? "64K" : "2M",
        "Largest float32 partials (32-row slices x batch x 4 bytes) the fused GEMV + AllReduce exchanges; "
        "larger runs unfused. The exchange's scratch is 4 x nranks times the larger of this and oneshot_max_bytes",

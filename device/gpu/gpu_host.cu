@@ -11,6 +11,7 @@
 
 #if defined(WEFT_BACKEND_CUDA)
 #include <cuda.h>
+#include <dlfcn.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #define GPU(name) cuda##name
@@ -70,6 +71,40 @@ Outcome deviceName(int device, std::string* name) {
   Outcome o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
   if (o) *name = prop.name;
   return o;
+}
+
+bool nvlinkActive() {
+#if defined(WEFT_BACKEND_CUDA)
+  // NVML ships with the driver (the toolkit here has no header): the few entry points used, by
+  // their stable C ABI. 0 is NVML_SUCCESS and NVML_FEATURE_ENABLED is 1; H100/H200 have 18 links.
+  constexpr unsigned kMaxLinks = 18;
+  using Call = int (*)();
+  using HandleByBusId = int (*)(const char*, void**);
+  using LinkState = int (*)(void*, unsigned, int*);
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return false;
+  const auto init = reinterpret_cast<Call>(dlsym(lib, "nvmlInit_v2"));
+  const auto shutdown = reinterpret_cast<Call>(dlsym(lib, "nvmlShutdown"));
+  const auto byBusId = reinterpret_cast<HandleByBusId>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+  const auto linkState = reinterpret_cast<LinkState>(dlsym(lib, "nvmlDeviceGetNvLinkState"));
+  bool active = false;
+  if (init && shutdown && byBusId && linkState && init() == 0) {
+    int device = 0;
+    char busId[32] = {};
+    void* handle = nullptr;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetPCIBusId(busId, sizeof busId, device) == cudaSuccess &&
+        byBusId(busId, &handle) == 0)
+      for (unsigned link = 0; link < kMaxLinks && !active; ++link) {
+        int enabled = 0;
+        active = linkState(handle, link, &enabled) == 0 && enabled == 1;
+      }
+    shutdown();
+  }
+  dlclose(lib);
+  return active;
+#else
+  return false;
+#endif
 }
 
 Outcome deviceMalloc(void** ptr, size_t bytes) {
