@@ -11,9 +11,9 @@
 
 #if defined(WEFT_BACKEND_CUDA)
 #include <cuda.h>
-#include <dlfcn.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #define GPU(name) cuda##name
 using gpuError_t = cudaError_t;
 using gpuStream_t = cudaStream_t;
