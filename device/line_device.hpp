@@ -3,10 +3,10 @@
 // store each, in one instruction (the flag in the last lane's second word), and read it back
 // alike; a receiver that sees the flag sees the whole line. That holds because a warp's aligned
 // 128-byte access moves as one unit between SMs and memory over NVLink (what NCCL's LL128 relies
-// on); it does not hold over PCIe, so hosts whose GPUs talk over PCIe keep the 8-byte lines of
-// ll_device.hpp (`oneshot_protocol = ll`). On the CPU backend one thread owns a whole line and
-// orders it itself: payload words relaxed, then the flag with release; the reader acquires the
-// flag first.
+// on); nothing promises it over PCIe, so GPUs without an active NVLink keep the 8-byte lines of
+// ll_device.hpp (`oneshot_protocol = auto` asks NVML; Engine::linesSafe). On the CPU backend one
+// thread owns a whole line and orders it itself: payload words relaxed, then the flag with
+// release; the reader acquires the flag first.
 //
 // The price is 8 bytes in 128 (the 8-byte lines pay half), which is what moves the one-shot
 // AllReduce's 256 KB-1 MB inputs from NVLink bandwidth-bound to latency-bound.
@@ -18,8 +18,7 @@
 
 namespace weft::dev {
 
-constexpr uint32_t kLineBytes = 128;
-constexpr uint32_t kLineWords = 16;
+constexpr uint32_t kLineBytes = 128;  // 16 words
 constexpr uint32_t kLinePayloadWords = 15;
 constexpr uint32_t kLinePayloadBytes = kLinePayloadWords * 8;
 constexpr uint32_t kLineLanes = 8;  // 16 bytes each
@@ -40,7 +39,8 @@ struct LineShare {
   uint64_t w[2 * kLanesPerThread];
 };
 
-// The lane (0-7) that share slot i (i < kLanesPerThread) of thread `lane` (its lane in the warp) is.
+// The lane (0-7) of its line that a thread at warp lane `lane` holds in its share's slot i
+// (i < kLanesPerThread).
 WEFT_HOST_DEVICE int lineLane(int i, int lane) {
 #if defined(WEFT_DEVICE_PASS)
   (void)i;
