@@ -61,6 +61,28 @@ TEST_P(GpuCollectives, EveryDtypeAndCount) {
   EXPECT_TRUE(runRanks(gpus(), body));
 }
 
+// The one-shot AllReduce in each wire format at every size (auto picks by size), back to back so
+// that both parities of the scratch are reused: lines that end mid-line, one line, many per item.
+TEST_P(GpuCollectives, OneShotInEitherWireFormat) {
+  WEFT_REQUIRE_GPUS(gpus());
+  const uint64_t seed = freshSeed();
+  for (const char* protocol : {"ll", "ll128"}) {
+    SCOPED_TRACE(protocol);
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      setenv("WEFT_ONESHOT_PROTOCOL", protocol, 1);
+      setenv("WEFT_ONESHOT_MAX_BYTES", "1M", 1);
+      Rank r = setUp(rank, n, id, 1 << 20);
+      ASSERT_NE(r.comm, nullptr);
+      uint64_t s = seed;
+      for (weft_dtype_t dt : kDtypes)
+        for (int64_t count : {1, 7, 30, 31, 61, 1237, 65539, 262139})
+          if (count * dtypeBytes(dt) <= (1 << 20)) allReduceCase(r, rank, n, dt, count, ++s, count % 2 == 0);
+      tearDown(r);
+    };
+    EXPECT_TRUE(runRanks(gpus(), body));
+  }
+}
+
 TEST_P(GpuCollectives, SixtyFourMiB) {
   WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
