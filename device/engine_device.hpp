@@ -148,9 +148,10 @@ WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticke
   gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
 }
 
-// The plain collectives: all a launched collective's kernel needs to carry (gpu/op_kernel.cu),
-// which leaves the one-shot AllReduce out (kOneShot false): it has kernels of its own there.
-template <class Coop, bool kOneShot = true>
+// The plain collectives. A launched collective's kernel (gpu/op_kernel.cu) carries them with the
+// one-shot AllReduce in 8-byte lines only (kLines false): its 128-byte lines have a kernel of
+// their own there.
+template <class Coop, bool kLines = true>
 WEFT_HOST_DEVICE Status runCollectiveItem(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                           uint32_t item) {
   switch (static_cast<OpKind>(d.kind)) {
@@ -159,8 +160,8 @@ WEFT_HOST_DEVICE Status runCollectiveItem(const Coop& c, const CommView& v, cons
     case OpKind::kAllToAll:
       return AllToAllOp::run(c, v, d, seq, item);
     case OpKind::kAllReduceOneShot:
-      if constexpr (kOneShot) return AllReduceOneShotOp::run(c, v, d, seq, item);
-      return Status::kOk;
+      if constexpr (kLines) return AllReduceOneShotOp::run(c, v, d, seq, item);
+      return AllReduceOneShotOp::runIn<false>(c, v, d, seq, item);
     default:
       return Status::kOk;
   }

@@ -234,8 +234,8 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
 namespace {
 using OpKernel = void (*)(dev::CommView, dev::OpDesc);
 // The kernel of every kind but the GEMM's, whose kernel takes the tensor maps too. `lines`: the
-// one-shot AllReduce's wire format (its occupancy is asked for with 128-byte lines, the kernel
-// with the more registers).
+// one-shot AllReduce's wire format (its occupancy is asked of the 128-byte lines' kernel; on H200
+// both kernels hold two blocks per SM).
 OpKernel kernelOf(dev::OpKind kind, bool lines) {
   switch (kind) {
     case dev::OpKind::kGemv:
@@ -244,7 +244,7 @@ OpKernel kernelOf(dev::OpKind kind, bool lines) {
     case dev::OpKind::kEmbeddingAllToAll:
       return dev::embeddingKernel;
     case dev::OpKind::kAllReduceOneShot:
-      return lines ? dev::oneShotLinesKernel : dev::oneShotKernel;
+      return lines ? dev::oneShotLinesKernel : dev::opKernel;
     default:
       return dev::opKernel;
   }

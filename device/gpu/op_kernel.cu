@@ -57,18 +57,16 @@ __global__ void opKernel(CommView view, OpDesc desc) {
   });
 }
 
-// The one-shot AllReduce, a kernel per wire format: a kernel's registers are those of its
-// hungriest path, and the 128-byte lines' loop wants more than the 8-byte lines' (127 against
-// 110), which made the latter's small inputs 0.1 us slower where they shared one.
-template <bool kLines>
-__device__ void runOneShot(const CommView& view, const OpDesc& desc) {
+// The one-shot AllReduce in 128-byte lines, a kernel of its own: a kernel's registers are those of
+// its hungriest path, and this loop wants more than the 8-byte lines' (opKernel). With both in
+// opKernel (127 registers) the 8-byte lines' small inputs were 0.1-0.2 us slower; in a kernel of
+// their own (70 registers) 0.3 us slower after a GEMV (docs/perf.md, session 15).
+__global__ void oneShotLinesKernel(CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
-    return AllReduceOneShotOp::runIn<kLines>(c, view, desc, seq, item);
+    return AllReduceOneShotOp::runIn<true>(c, view, desc, seq, item);
   });
 }
-__global__ void oneShotKernel(CommView view, OpDesc desc) { runOneShot<false>(view, desc); }
-__global__ void oneShotLinesKernel(CommView view, OpDesc desc) { runOneShot<true>(view, desc); }
 
 __global__ void gemvKernel(CommView view, OpDesc desc) {
 #if defined(WEFT_HAVE_MMA)

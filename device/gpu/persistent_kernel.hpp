@@ -11,8 +11,8 @@ __global__ void persistentKernel(CommView view, uint64_t firstTicket);
 // collectives, the one-shot AllReduce, the GEMV ops (OpKind::kGemv, kGemvAllReduce) and the
 // embedding op.
 __global__ void opKernel(CommView view, OpDesc desc);
-// The one-shot AllReduce (OpKind::kAllReduceOneShot) in 8-byte lines, and in 128-byte lines.
-__global__ void oneShotKernel(CommView view, OpDesc desc);
+// The one-shot AllReduce (OpKind::kAllReduceOneShot) in 128-byte lines (opKernel runs it in
+// 8-byte lines).
 __global__ void oneShotLinesKernel(CommView view, OpDesc desc);
 __global__ void gemvKernel(CommView view, OpDesc desc);
 __global__ void embeddingKernel(CommView view, OpDesc desc);
