@@ -100,7 +100,7 @@ struct Engine::Impl {
   int threads = 256;
   int gatherBlocks = 0;                   // launched: resident blocks of the embedding kernel
   int gemvBlocks = 0;                     // launched: resident blocks of the GEMV kernel
-  int oneShotBlocks = 0;                  // launched: resident blocks of the collectives' kernel
+  int oneShotBlocks = 0;                  // launched: resident blocks of the one-shot kernels
   int gemmBlocks = 0;                     // resident blocks of the GEMM kernel
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
   std::mutex launchMutex;

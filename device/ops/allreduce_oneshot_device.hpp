@@ -80,16 +80,8 @@ struct AllReduceOneShotOp {
     uint8_t* out = v.at(v.rank, d.recv);
     return exchangeFlagged<Acc>(
         c, v, seq, item, itemUnits(bytes, false, d.nitems, item), [&](uint64_t k) { return loadPair(send, bytes, k); },
-        [](Acc& acc, uint64_t x) {
-          Vec16 w{};
-          w.w[0] = static_cast<uint32_t>(x);
-          w.w[1] = static_cast<uint32_t>(x >> 32);
-          accumulate<T>(acc.lanes, w);
-        },
-        [&](uint64_t k, const Acc& acc) {
-          const Vec16 sum = pack<T>(acc.lanes);
-          storePair(out, bytes, k, sum.w[0] | (uint64_t{sum.w[1]} << 32));
-        });
+        [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
+        [&](uint64_t k, const Acc& acc) { storePair(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
   }
 
   // Where rank `sender`'s line k lies in rank `owner`'s line area for the op's epoch.
@@ -116,12 +108,13 @@ struct AllReduceOneShotOp {
     const auto step = static_cast<uint64_t>(c.warps()) * kLinesPerWarp;
     const uint64_t first = r.lo + static_cast<uint64_t>(c.warp()) * kLinesPerWarp;
     auto lineOf = [&](uint64_t base) { return base + static_cast<uint64_t>(lane) / kLineLanes; };
-    // Payload word j of line k is word 15k + j of the input.
+    // Lane q of line k holds payload words 2q and 2q + 1 of the line: input words 15k + 2q on.
+    auto firstWord = [](uint64_t k, int q) { return k * kLinePayloadWords + 2 * static_cast<uint64_t>(q); };
     auto own = [&](uint64_t k, LineShare* s) {
       WEFT_UNROLL
       for (int i = 0; i < kLanesPerThread; ++i) {
         const int q = lineLane(i, lane);
-        const uint64_t word = k * kLinePayloadWords + 2 * static_cast<uint64_t>(q);
+        const uint64_t word = firstWord(k, q);
         s->w[2 * i] = loadPair(send, bytes, word);
         s->w[2 * i + 1] = laneHasSecondWord(q) ? loadPair(send, bytes, word + 1) : 0;
       }
@@ -154,14 +147,18 @@ struct AllReduceOneShotOp {
       WEFT_UNROLL
       for (int i = 0; i < kLanesPerThread; ++i) {
         const int q = lineLane(i, lane);
-        const uint64_t word = k * kLinePayloadWords + 2 * static_cast<uint64_t>(q);
+        const uint64_t word = firstWord(k, q);
         const Vec16 sum = pack<T>(acc[i]);
-        storePair(out, bytes, word, sum.w[0] | (uint64_t{sum.w[1]} << 32));
-        if (laneHasSecondWord(q)) storePair(out, bytes, word + 1, sum.w[2] | (uint64_t{sum.w[3]} << 32));
+        storePair(out, bytes, word, vecWord(sum, 0));
+        if (laneHasSecondWord(q)) storePair(out, bytes, word + 1, vecWord(sum, 1));
       }
     }
     // The warp that failed recorded why; the whole group reports the communicator as failed.
     return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
+  }
+  // Two 8-byte words as a vector (a first), and word i (0 or 1) of a vector.
+  WEFT_HOST_DEVICE static uint64_t vecWord(const Vec16& v, int i) {
+    return v.w[2 * i] | (uint64_t{v.w[2 * i + 1]} << 32);
   }
   WEFT_HOST_DEVICE static Vec16 wordsVec(uint64_t a, uint64_t b) {
     Vec16 w{};
