@@ -45,7 +45,7 @@ struct Shape {
 };
 // {200, 1032, 520, 2} and {512, 1032, 520, 1}: 17 k slices, so the sm_90a tile's 4-stage ring
 // wraps four times (the second over a whole grid of 4 x 3 tiles); {300, 40, 264, 1} has 3 row
-// tiles, an odd group; {1024, 136, 264, 2} has 8 row tiles that an expert's end cuts.
+// tiles, an odd group; {1024, 136, 264, 2} has 8 row tiles and two experts (random ends).
 constexpr Shape kShapes[] = {{300, 40, 264, 1},   {37, 8, 8, 1},      {1, 16, 136, 3}, {520, 264, 264, 3},
                              {5, 0, 16, 1},       {0, 8, 24, 1},      {9, 24, 0, 2},   {200, 1032, 520, 2},
                              {512, 1032, 520, 1}, {1024, 136, 264, 2}};
