@@ -147,9 +147,10 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     pathList += (r ? ", " : "") + std::to_string(r) + ":" + transport::pathName(c->paths_.back());
   }
   WEFT_LOG(kInfo, kInit, "rank {}: paths to peers {}; one-shot AllReduce in {}", rank, pathList,
-           c->oneShotLinesFrom_ == kLinesNever    ? "8-byte lines"
-           : c->oneShotLinesFrom_ == kLinesAlways ? "128-byte lines"
-                                                  : "128-byte lines from 128 KB sent");
+           c->oneShotLinesFrom_ == kLinesNever ? std::string("8-byte lines")
+           : c->oneShotLinesFrom_ == kLinesAlways
+               ? std::string("128-byte lines")
+               : "128-byte lines from " + std::to_string(c->oneShotLinesFrom_ >> 10) + " KB sent");
 
   c->layout_.nranks = static_cast<uint32_t>(nranks);
   c->layout_.inboxSlots = static_cast<uint32_t>(mine.inboxSlots);
