@@ -93,6 +93,19 @@ struct GemmAllToAllOp {
     return TilePlace{group * kGroupRows + in % rows, in / rows};
   }
 
+  // Rank r starts at the row tiles an even split would send to rank r + 1, and so on around: the
+  // ranks' tiles at any moment go to different ranks instead of all to rank 0 first (any order is
+  // correct; this one only spreads the traffic). Data item `item`'s first row and column.
+  struct TileAt {
+    uint64_t row0, col0;
+  };
+  WEFT_HOST_DEVICE static TileAt tileAt(const CommView& v, const OpDesc& d, uint64_t tokens, uint32_t item) {
+    const uint64_t rowTiles = ceilDiv(tokens, kTileM);
+    const TilePlace place = placeTile(item - 1, rowTiles, d.tileElems);
+    const uint64_t shift = rowTiles * static_cast<uint64_t>(v.rank + 1) / static_cast<uint64_t>(v.nranks);
+    return TileAt{((place.row + shift) % rowTiles) * kTileM, place.col * kTileN};
+  }
+
   // `maps`: the tensor maps of a and w, where the tile loads through them (sm_90a; the kernel's
   // parameter), else null.
   template <class Coop>
@@ -155,6 +168,17 @@ struct GemmAllToAllOp {
     return g.expertEnds ? static_cast<uint64_t>(g.expertEnds[e]) : g.tokens;
   }
 
+ public:
+  // The expert after e with rows in the row tile from row0, or g.experts if none (the experts'
+  // rows follow each other: the search stops at the first that reaches past the tile).
+  WEFT_HOST_DEVICE static uint64_t nextExpert(const GemmArgs& g, uint64_t e, uint64_t row0) {
+    const uint64_t row1 = minU64(g.tokens, row0 + kTileM);
+    for (uint64_t f = e; f + 1 < g.experts && expertEnd(g, f) < row1; ++f)
+      if (maxU64(expertEnd(g, f), row0) < minU64(row1, expertEnd(g, f + 1))) return f + 1;
+    return g.experts;
+  }
+
+ private:
   // The first expert whose rows reach past `row` (leader: a binary search; the offsets are
   // checked by item 0, and until the verdict says they are sound any answer in range will do).
   template <class Coop>
@@ -181,25 +205,20 @@ struct GemmAllToAllOp {
     const GemmArgs g = args(d);
     const DType dt = static_cast<DType>(d.dtype);
     const uint64_t es = dtypeSize(dt), cols = d.tileElems;
-    const uint64_t rowTiles = ceilDiv(g.tokens, kTileM);
-    const TilePlace place = placeTile(item - 1, rowTiles, cols);
-    // Rank r starts at the row tiles an even split would send to rank r + 1, and so on around:
-    // the ranks' tiles at any moment go to different ranks instead of all to rank 0 first (any
-    // order is correct; this one only spreads the traffic).
-    const uint64_t shift = rowTiles * static_cast<uint64_t>(v.rank + 1) / static_cast<uint64_t>(v.nranks);
-    const uint64_t row0 = ((place.row + shift) % rowTiles) * kTileM, col0 = place.col * kTileN;
+    const TileAt at = tileAt(v, d, g.tokens, item);
+    const uint64_t row0 = at.row0, col0 = at.col0;
     const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + kTileN);
     const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
     auto* rowPtr = reinterpret_cast<uint8_t**>(r.words + routeWords(v.nranks));
     RouteVerdict verdict;
     bool routed = *routeTag(r) == routeTagOf(seq);  // a sound route of this op, read by an earlier tile
-    for (uint64_t e = firstExpert(c, g, row0); e < g.experts; ++e) {
-      const uint64_t end = expertEnd(g, e);
-      const uint64_t lo = e ? static_cast<uint64_t>(expertEnd(g, e - 1)) : 0;
-      const uint64_t eLo = lo < row0 ? row0 : lo, eHi = minU64(row1, end);
+    for (uint64_t e = firstExpert(c, g, row0); e < g.experts; e = nextExpert(g, e, row0)) {
+      const uint64_t lo = e ? expertEnd(g, e - 1) : 0;
+      const uint64_t eLo = maxU64(lo, row0), eHi = minU64(row1, expertEnd(g, e));
       if (eLo < eHi) {
         const uint8_t* w = g.w + e * g.k * g.h * es;
-        computeTile(c, dt, g, maps, e, w, row0, col0);
+        tile::Accum acc;
+        computeTile(c, v, d, dt, g, maps, item, e, w, row0, col0, acc);
 #if defined(WEFT_DEVICE_PASS)
         if (c.leader()) countUncounted(v, seq, r, cols);  // the last part's stores drained meanwhile
 #endif
@@ -217,10 +236,9 @@ struct GemmAllToAllOp {
           rowPtr[i] = v.at(dest, d.recv) + static_cast<uint64_t>(r.base()[dest] + row - r.start()[dest]) * g.h * es;
         }
         c.sync();
-        storeTile(c, dt, g, w, rowPtr, row0, eLo, eHi, col0, col1);
+        storeTile(c, dt, g, w, acc, rowPtr, row0, eLo, eHi, col0, col1);
         settle(c, v, seq, r, eLo, eHi, cols);
       }
-      if (end >= row1) break;
     }
 #if defined(WEFT_DEVICE_PASS)
     // The block's last data item (items go to blocks in strides of the grid, the op's last item
@@ -260,37 +278,72 @@ struct GemmAllToAllOp {
     p[0] = p[1] = 0;
   }
 
-  // Computes the tile (row0, col0) of a @ w where it can be staged (tensor cores); elsewhere
+  // The multiply after expert e's rows of data item `item` (whose tile starts at row0, col0): the
+  // next expert with rows in the tile, else the first of the block's next data item (items go to
+  // blocks in strides of the grid), else none: dataTile's way, in advance. Where dataTile goes
+  // another way (it gives up on an unsound route), tmaTile drops what was loaded for this.
+  template <class Coop>
+  WEFT_HOST_DEVICE static tile::TileKey nextMultiply(const Coop& c, const CommView& v, const OpDesc& d,
+                                                     const GemmArgs& g, uint32_t item, uint64_t e, uint64_t row0,
+                                                     uint64_t col0) {
+    if (const uint64_t f = nextExpert(g, e, row0); f < g.experts) return key(f, row0, col0);
+#if defined(WEFT_DEVICE_PASS)
+    const uint32_t after = item + gridDim.x;
+#else
+    const uint32_t after = d.nitems;  // the CPU engine claims items as it goes
+#endif
+    if (after + 1 >= d.nitems) return tile::TileKey{};
+    const TileAt t = tileAt(v, d, g.tokens, after);
+    return key(firstExpert(c, g, t.row0), t.row0, t.col0);
+  }
+  WEFT_HOST_DEVICE static tile::TileKey key(uint64_t e, uint64_t row0, uint64_t col0) {
+    return tile::TileKey{static_cast<int32_t>(e), static_cast<int32_t>(row0), static_cast<int32_t>(col0), 1};
+  }
+
+  // Computes the tile (row0, col0) of a @ w where tensor cores do: into `acc` (sm_90a; the ring
+  // also starts loading the block's next multiply) or staged in shared memory (sm_80). Elsewhere
   // storeTile computes each element as it stores it.
   template <class Coop>
-  WEFT_HOST_DEVICE static void computeTile(const Coop& c, DType dt, const GemmArgs& g, const tile::GemmMaps* maps,
-                                           uint64_t e, const uint8_t* w, uint64_t row0, uint64_t col0) {
+  WEFT_HOST_DEVICE static void computeTile(const Coop& c, const CommView& v, const OpDesc& d, DType dt,
+                                           const GemmArgs& g, const tile::GemmMaps* maps, uint32_t item, uint64_t e,
+                                           const uint8_t* w, uint64_t row0, uint64_t col0, tile::Accum& acc) {
 #if defined(WEFT_HAVE_TMA_TILE)
     (void)w;
     uint8_t* smem = tile::pipelineAt(c.floats() + kCoopFloats);
+    const tile::TileKey next = nextMultiply(c, v, d, g, item, e, row0, col0);
     if (dt == DType::kBFloat16)
-      tile::tmaTile<DType::kBFloat16>(smem, *maps, g.k, e, row0, col0);
+      tile::tmaTile<DType::kBFloat16>(acc, smem, *maps, g.k, key(e, row0, col0), next);
     else
-      tile::tmaTile<DType::kFloat16>(smem, *maps, g.k, e, row0, col0);
+      tile::tmaTile<DType::kFloat16>(acc, smem, *maps, g.k, key(e, row0, col0), next);
 #elif defined(WEFT_HAVE_MMA_TILE)
-    (void)maps, (void)e;
+    (void)v, (void)d, (void)maps, (void)item, (void)e, (void)acc;
     uint8_t* smem = tile::pipelineAt(c.floats() + kCoopFloats);
     if (dt == DType::kBFloat16)
       tile::mmaTile<DType::kBFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
     else
       tile::mmaTile<DType::kFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
 #else
-    (void)c, (void)dt, (void)g, (void)maps, (void)e, (void)w, (void)row0, (void)col0;
+    (void)c, (void)v, (void)d, (void)dt, (void)g, (void)maps, (void)item, (void)e, (void)w, (void)row0, (void)col0,
+        (void)acc;
 #endif
   }
 
   // Rows [eLo, eHi) and columns [col0, col1) of the tile, each row to rowPtr[row - row0].
   template <class Coop>
   WEFT_HOST_DEVICE static void storeTile(const Coop& c, DType dt, const GemmArgs& g, const uint8_t* w,
-                                         uint8_t* const* rowPtr, uint64_t row0, uint64_t eLo, uint64_t eHi,
-                                         uint64_t col0, uint64_t col1) {
-#if defined(WEFT_HAVE_MMA_TILE)
-    (void)w, (void)dt;
+                                         const tile::Accum& acc, uint8_t* const* rowPtr, uint64_t row0, uint64_t eLo,
+                                         uint64_t eHi, uint64_t col0, uint64_t col1) {
+#if defined(WEFT_HAVE_TMA_TILE)
+    (void)g, (void)w;
+    uint8_t* smem = tile::pipelineAt(c.floats() + kCoopFloats);
+    const auto first = static_cast<uint32_t>(eLo - row0), last = static_cast<uint32_t>(eHi - row0);
+    const auto chunks = static_cast<uint32_t>((col1 - col0) / 8);  // h is a multiple of 8 elements
+    if (dt == DType::kBFloat16)
+      tile::tmaStoreRows<DType::kBFloat16>(acc, smem, rowPtr, first, last, col0 * 2, chunks);
+    else
+      tile::tmaStoreRows<DType::kFloat16>(acc, smem, rowPtr, first, last, col0 * 2, chunks);
+#elif defined(WEFT_HAVE_MMA_TILE)
+    (void)w, (void)dt, (void)acc;
     // A warp per row at a time, a lane per 16 bytes (a tile row is at most 32 of them: h is a
     // multiple of 8 elements): 512 contiguous bytes a store, and no division on the way.
     static_assert(kTileN * 2 == 32 * 16, "a tile row is a warp's 16-byte stores");
@@ -303,6 +356,7 @@ struct GemmAllToAllOp {
     for (uint32_t r = first + static_cast<uint32_t>(c.rank()) / 32; r < last; r += static_cast<uint32_t>(c.size()) / 32)
       store16(rowPtr[r] + colBytes, *reinterpret_cast<const Vec16*>(from + r * tile::kStagedPitch * 2));
 #else
+    (void)acc;
     const uint64_t width = col1 - col0;
     for (uint64_t i = c.rank(); i < (eHi - eLo) * width; i += c.size()) {
       const uint64_t row = eLo + i / width, col = col0 + i % width;

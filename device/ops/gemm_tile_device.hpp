@@ -6,7 +6,7 @@
 // columns past `h` load as zeros. The tile ends converted to the element type in shared memory
 // (staged), so that it leaves as whole 16-byte row chunks: a tile's rows go to whichever ranks
 // own them, and peer memory wants full, contiguous stores. On sm_90a the copy engine and wgmma
-// compute the same tile instead (gemm_tma_device.hpp), staged alike.
+// compute the same tile instead (gemm_tma_device.hpp), and it leaves from the accumulators.
 #pragma once
 
 #include "../dtype_device.hpp"
@@ -25,6 +25,16 @@ constexpr int kPipeAlign = 1024;  // wgmma's 128-byte swizzle repeats every 1024
 WEFT_HOST_DEVICE uint8_t* pipelineAt(void* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kPipeAlign - 1) & ~uintptr_t{kPipeAlign - 1});
 }
+
+// One multiply of a block: the tile at rows row0.., columns col0.. of a @ w[e] (the sm_90a tile
+// loads the next one's first slices during the current one: gemm_tma_device.hpp).
+struct TileKey {
+  int32_t e, row0, col0;
+  uint32_t valid;
+  WEFT_HOST_DEVICE bool operator==(const TileKey& o) const {
+    return e == o.e && row0 == o.row0 && col0 == o.col0 && valid == o.valid;
+  }
+};
 
 #if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA) && __CUDA_ARCH__ >= 800
 #define WEFT_HAVE_MMA_TILE 1

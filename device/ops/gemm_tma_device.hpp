@@ -8,6 +8,14 @@
 // that waited for both warpgroups held its own warpgroup back whenever the other lagged: the
 // release count made the GEMM alone 1-2% faster at k 14336, docs/perf.md, session 14.)
 //
+// The ring lives as long as the kernel: its slices are numbered across the block's multiplies,
+// and the releases of a multiply's last four slices load the first four of the block's next
+// multiply (the caller names it), which so arrive while this one's rows leave. The rows leave
+// from the accumulators, a warp's 16 rows by 64 columns at a time through 2 KB of shared memory
+// of its own, as whole 128-byte row pieces: no barrier of the block, and the ring is never
+// reused for them. (Before session 17 the tile was staged in the ring's memory, so every
+// multiply began with the copy engine's full latency.)
+//
 // The slices land as the tensor cores read them, with the 128-byte swizzle: a's [128 rows][64 k]
 // is K-major (row r at r * 128, 16-byte chunk c at c ^ (r % 8)); w's [64 k][256 columns] is
 // N-major, four 64-column blocks of [64 k][128 bytes] swizzled alike. Rows past `tokens`, k past
@@ -41,11 +49,27 @@ constexpr int kTmaABytes = kM * kTmaK * 2;                        // a's slice: 
 constexpr int kTmaWBlockBytes = kTmaK * 128;                      // w: 64 k rows x 64 columns
 constexpr int kTmaStageBytes = kTmaABytes + 4 * kTmaWBlockBytes;  // 48 KB
 constexpr int kTmaPipeBytes = kTmaStages * kTmaStageBytes;        // 192 KB
-constexpr int kTmaBarrierBytes = 2 * kTmaStages * 8;              // full[] mbarriers, release counts
-static_assert(kM * kStagedPitch * 2 <= kTmaPipeBytes, "the staged tile reuses the ring's memory");
+constexpr int kTmaControlBytes = 128;                             // full[] mbarriers, release counts, the RingState
+constexpr int kTmaWarpOutBytes = 16 * 128;                        // a warp's 16 rows x 64 columns on their way out
+constexpr int kTmaOutBytes = kThreads / 32 * kTmaWarpOutBytes;    // 16 KB
+constexpr int kTmaSharedBytes = kTmaPipeBytes + kTmaControlBytes + kTmaOutBytes;  // after pipelineAt
+
+// Where the ring stands between two multiplies (thread 0 keeps it): the number of the next one's
+// first slice, how many of its slices are already loading, and whose they are.
+struct RingState {
+  uint32_t next, ahead;
+  TileKey key;
+};
+static_assert(2 * kTmaStages * 8 + sizeof(RingState) <= kTmaControlBytes, "the ring's control fits");
 
 #if defined(WEFT_HAVE_WGMMA_TILE)
 #define WEFT_HAVE_TMA_TILE 1
+
+// A thread's accumulators of the tile between its multiply and its stores: 64 x 256 per
+// warpgroup, as wgmma lays them out.
+struct Accum {
+  float d[128];
+};
 
 __device__ inline void barrierInit(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -74,6 +98,14 @@ __device__ inline uint32_t releaseShared(uint32_t addr) {
 }
 // Makes the mbarriers' initialisation visible to the copy engine.
 __device__ inline void fenceBarrierInit() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ inline Vec16 loadShared16(uint32_t a) {
+  Vec16 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "r"(a)
+               : "memory");
+  return v;
+}
 
 __device__ inline void tmaLoad2(uint32_t dst, const TensorMap& map, int32_t x, int32_t y, uint32_t bar) {
   asm volatile(
@@ -90,46 +122,104 @@ __device__ inline void tmaLoad3(uint32_t dst, const TensorMap& map, int32_t x, i
       : "memory");
 }
 
-// The tile at (row0, col0) of a @ w[e] (k deep), staged in `smem` (kTmaPipeBytes + kTmaBarrierBytes,
-// 1024-byte aligned) as [kM][kStagedPitch] elements of T, as mmaTile stages it. Every thread of
-// the block (kThreads: two warpgroups) calls it.
+// The ring in `smem` (kTmaSharedBytes, 1024-byte aligned): its stages, then the full[] mbarriers,
+// the release counts (a word per stage, 8 bytes apart) and the RingState, then the warps' output.
+struct Ring {
+  uint32_t pipe;
+  __device__ explicit Ring(uint8_t* smem) : pipe(sharedAddress(smem)) {}
+  __device__ uint32_t stage(uint32_t slice) const { return pipe + slice % kTmaStages * kTmaStageBytes; }
+  __device__ uint32_t full(uint32_t slice) const { return pipe + kTmaPipeBytes + slice % kTmaStages * 8; }
+  __device__ uint32_t released(uint32_t slice) const {
+    return pipe + kTmaPipeBytes + (kTmaStages + slice % kTmaStages) * 8;
+  }
+  // The phase of a stage's mbarrier that slice `slice` completes.
+  __device__ static uint32_t parity(uint32_t slice) { return slice / kTmaStages & 1; }
+  __device__ static RingState* state(uint8_t* smem) {
+    return reinterpret_cast<RingState*>(smem + kTmaPipeBytes + 2 * kTmaStages * 8);
+  }
+  __device__ uint32_t out(int warp) const { return pipe + kTmaPipeBytes + kTmaControlBytes + warp * kTmaWarpOutBytes; }
+};
+
+// Once per kernel, thread 0, before the block's first barrier: the mbarriers, no slice loading.
+__device__ inline void ringInit(uint8_t* smem) {
+  const Ring ring(smem);
+  for (uint32_t s = 0; s < kTmaStages; ++s) {
+    barrierInit(ring.full(s), 1);
+    storeShared(ring.released(s), 0u);
+  }
+  *Ring::state(smem) = RingState{0, 0, TileKey{}};
+  fenceBarrierInit();
+}
+
+// Thread 0 (which keeps the state): waits for the slices loaded ahead for a multiply that never
+// came, so that nothing lands in the ring after the block is done with it (or the kernel ends).
+__device__ inline void ringDrain(uint8_t* smem) {
+  const Ring ring(smem);
+  RingState* st = Ring::state(smem);
+  for (uint32_t g = st->next; g < st->next + st->ahead; ++g) barrierWait(ring.full(g), Ring::parity(g));
+  st->next += st->ahead;
+  st->ahead = 0;
+}
+
+// The tile `key` (rows key.row0.., columns key.col0.., expert key.e) of a @ w[e], k deep, into
+// `acc`; `next`: the block's next multiply if it is known (its first slices load during this
+// one), else invalid. Every thread of the block (kThreads: two warpgroups) calls it; between two
+// calls the block meets at a barrier (the caller's).
 template <DType T>
-__device__ void tmaTile(uint8_t* smem, const GemmMaps& maps, uint64_t k, uint64_t e, uint64_t row0, uint64_t col0) {
+__device__ void tmaTile(Accum& acc, uint8_t* smem, const GemmMaps& maps, uint64_t k, const TileKey& key,
+                        const TileKey& next) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
-  const uint32_t pipe = sharedAddress(smem);
-  const uint32_t full = pipe + kTmaPipeBytes, released = full + kTmaStages * 8;
-  const int slices = static_cast<int>((k + kTmaK - 1) / kTmaK);
+  const Ring ring(smem);
+  const auto slices = static_cast<uint32_t>((k + kTmaK - 1) / kTmaK);
+  float(&d)[128] = acc.d;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.f;
+  if (slices == 0) return;
   constexpr uint32_t kWarps = kThreads / 32;
-  auto load = [&](int kt) {
-    const uint32_t stage = pipe + (kt % kTmaStages) * kTmaStageBytes, bar = full + (kt % kTmaStages) * 8;
-    const auto kk = static_cast<int32_t>(kt * kTmaK);
+  RingState* state = Ring::state(smem);
+  uint32_t base = state->next, ahead = state->ahead;
+  const uint32_t stale = ahead != 0 && !(state->key == key) ? ahead : 0;  // loaded for another multiply
+  base += stale;
+  ahead -= stale;
+  const uint32_t nextAhead = next.valid ? (slices < kTmaStages ? slices : kTmaStages) : 0;
+  // Slice j of multiply `of` into global slice g's stage.
+  auto load = [&](uint32_t g, const TileKey& of, uint32_t j) {
+    const auto kk = static_cast<int32_t>(j * kTmaK);
+    const uint32_t stage = ring.stage(g), bar = ring.full(g);
     barrierExpectBytes(bar, kTmaStageBytes);
-    tmaLoad2(stage, maps.a, kk, static_cast<int32_t>(row0), bar);
+    tmaLoad2(stage, maps.a, kk, of.row0, bar);
 #pragma unroll
     for (int b = 0; b < 4; ++b)
-      tmaLoad3(stage + kTmaABytes + b * kTmaWBlockBytes, maps.w, static_cast<int32_t>(col0 + 64 * b), kk,
-               static_cast<int32_t>(e), bar);
+      tmaLoad3(stage + kTmaABytes + b * kTmaWBlockBytes, maps.w, of.col0 + 64 * b, kk, of.e, bar);
   };
-  // The ring's memory held the previous tile's staged rows, written and read by ordinary
-  // accesses: ordered before the copy engine's writes by a proxy fence in every thread, then the
-  // barrier. The mbarriers start afresh each tile (the last tile left none of them pending).
-  fenceAsyncShared();
-  __syncthreads();
+  // Global slice g: this multiply's slice g - base, or the next one's first ones, or nothing. A
+  // refill's latency is the loop's: its branches pick between loads with their operands in
+  // registers (a pointer to either key put them on the stack and cost the loop 4.5%).
+  auto issue = [&](uint32_t g) {
+    const uint32_t j = g - base;
+    if (j < slices)
+      load(g, key, j);
+    else if (j - slices < nextAhead)
+      load(g, next, j - slices);
+  };
+  __syncthreads();  // every thread has read the state
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kTmaStages; ++s) {
-      barrierInit(full + s * 8, 1);
-      storeShared(released + s * 8, 0u);
-    }
-    fenceBarrierInit();
-    for (int kt = 0; kt < kTmaStages && kt < slices; ++kt) load(kt);
+    // Slices loaded for another multiply land before their stages take this one's (and before
+    // anyone waits on those stages' next phase).
+    for (uint32_t g = base - stale; g < base; ++g) barrierWait(ring.full(g), Ring::parity(g));
+    *state = RingState{base + slices, nextAhead, next};
+    for (uint32_t g = base + ahead; g < base + kTmaStages; ++g) issue(g);
   }
-  __syncthreads();
-
-  float d[128] = {};
-  for (int kt = 0; kt < slices; ++kt) {
-    const int s = kt % kTmaStages;
-    barrierWait(full + s * 8, (kt / kTmaStages) & 1);
-    const uint32_t a = pipe + s * kTmaStageBytes + wg * 64 * 128, w = pipe + s * kTmaStageBytes + kTmaABytes;
+  if (stale) __syncthreads();
+  // Slice g's stage is free once all 8 warps' multiplies of it are done: the warp whose release
+  // is the 8th refills it with slice g + kTmaStages. Nobody waits for a stage.
+  auto release = [&](uint32_t g) {
+    if (lane == 0 && releaseShared(ring.released(g)) % kWarps == kWarps - 1) issue(g + kTmaStages);
+  };
+  for (uint32_t kt = 0; kt < slices; ++kt) {
+    const uint32_t g = base + kt;
+    barrierWait(ring.full(g), Ring::parity(g));
+    const uint32_t a = ring.stage(g) + wg * 64 * 128, w = ring.stage(g) + kTmaABytes;
     wgmmaFence();
 #pragma unroll
     for (int ks = 0; ks < kTmaK / 16; ++ks)
@@ -137,25 +227,47 @@ __device__ void tmaTile(uint8_t* smem, const GemmMaps& maps, uint64_t k, uint64_
                   matrixDesc(w + ks * 16 * 128, kTmaWBlockBytes, 8 * 128, 1));
     wgmmaCommit();
     wgmmaWait<1>();  // the previous slice's multiply is done; this one's runs on
-    if (kt == 0) continue;
-    // Slice kt - 1's stage is free once all 8 warps' multiplies of it are done: the warp whose
-    // release is the 8th refills it with slice kt - 1 + kTmaStages. Nobody waits for a stage.
-    const int ps = (kt - 1) % kTmaStages;
-    if (lane == 0 && releaseShared(released + ps * 8) % kWarps == kWarps - 1 && kt - 1 + kTmaStages < slices)
-      load(kt - 1 + kTmaStages);
+    if (kt > 0) release(g - 1);
   }
   wgmmaWait<0>();
-  __syncthreads();  // every multiply is done: the ring becomes the staged tile
-  auto* staged = reinterpret_cast<uint32_t*>(smem);
-  const int g = lane >> 2, t = lane & 3, row = wg * 64 + (warp & 3) * 16 + g;
-#pragma unroll
-  for (int j = 0; j < kN / 8; ++j) {
-    staged[(row * kStagedPitch + j * 8 + 2 * t) / 2] = packPair<T>(d[4 * j], d[4 * j + 1]);
-    staged[((row + 8) * kStagedPitch + j * 8 + 2 * t) / 2] = packPair<T>(d[4 * j + 2], d[4 * j + 3]);
-  }
-  __syncthreads();
+  release(base + slices - 1);
 }
 
+// Rows [first, last) of the tile in `acc`, columns [0, 8 * chunks), each row r to rowPtr[r] +
+// colBytes. Each warp moves its own 16 rows, 64 columns at a time: into its 2 KB of shared memory
+// (row r's 16-byte chunk c at c ^ (r % 8), so that neither side's accesses share a bank), then out
+// as a lane per 16 bytes, eight lanes per 128-byte row piece.
+template <DType T>
+__device__ void tmaStoreRows(const Accum& acc, uint8_t* smem, uint8_t* const* rowPtr, uint32_t first, uint32_t last,
+                             uint64_t colBytes, uint32_t chunks) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t top = (warp >> 2) * 64 + (warp & 3) * 16;  // the warp's first row of the tile
+  if (top >= last || top + 16 <= first) return;
+  const uint32_t out = Ring(smem).out(warp);
+  const int g = lane >> 2, t = lane & 3, c = lane & 7;
+#pragma unroll
+  for (uint32_t q = 0; q < kN / 64; ++q) {
+    if (q * 8 >= chunks) break;
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const float* x = acc.d + 4 * (q * 8 + jj);
+      const uint32_t at = out + ((jj ^ g) << 4) + (t << 2);
+      storeShared(at + g * 128, packPair<T>(x[0], x[1]));
+      storeShared(at + (g + 8) * 128, packPair<T>(x[2], x[3]));
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t r = (lane >> 3) + 4 * i, row = top + r, chunk = q * 8 + c;
+      const Vec16 v = loadShared16(out + r * 128 + ((c ^ (r & 7)) << 4));
+      if (row >= first && row < last && chunk < chunks) store16(rowPtr[row] + colBytes + chunk * 16, v);
+    }
+    __syncwarp();  // read before the next 64 columns overwrite it
+  }
+}
+
+#else
+struct Accum {};
 #endif
 
 }  // namespace weft::dev::tile

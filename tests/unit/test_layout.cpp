@@ -2,6 +2,7 @@
 // inbox slots overlap.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <vector>
@@ -184,6 +185,34 @@ TEST(OpLayout, GemmTileOrderIsAPermutation) {
   const auto first = GemmAllToAllOp::placeTile(0, 64, 28), second = GemmAllToAllOp::placeTile(1, 64, 28);
   EXPECT_EQ(first.col, second.col);
   EXPECT_EQ(second.row, first.row + 1);
+}
+
+// A row tile's parts, as the GEMM visits them (nextExpert from the first expert that reaches
+// past the tile's first row), are exactly the experts whose rows meet the tile, empty experts and
+// experts ending on the tile's edges included; the ring loads the next part ahead by the same rule.
+TEST(OpLayout, GemmTilePartsAreTheExpertsThatMeetTheTile) {
+  std::mt19937_64 rng(20261122);
+  for (int trial = 0; trial < 400; ++trial) {
+    const uint64_t experts = 1 + rng() % 12, tokens = rng() % 700;
+    std::vector<int64_t> ends(experts);
+    for (auto& e : ends) e = static_cast<int64_t>(rng() % (tokens + 1));
+    std::sort(ends.begin(), ends.end());
+    ends.back() = static_cast<int64_t>(tokens);
+    if (trial % 4 == 0)  // ends on tile edges
+      for (auto& e : ends) e = std::min<int64_t>(static_cast<int64_t>(tokens), e / 128 * 128);
+    ends.back() = static_cast<int64_t>(tokens);
+    const GemmArgs g{nullptr, nullptr, nullptr, nullptr, ends.data(), tokens, 8, 8, tokens, experts};
+    for (uint64_t row0 = 0; row0 < tokens; row0 += GemmAllToAllOp::kTileM) {
+      const uint64_t row1 = std::min<uint64_t>(tokens, row0 + GemmAllToAllOp::kTileM);
+      std::vector<uint64_t> want, got;
+      for (uint64_t e = 0; e < experts; ++e)
+        if (std::max<uint64_t>(e ? ends[e - 1] : 0, row0) < std::min<uint64_t>(row1, ends[e])) want.push_back(e);
+      uint64_t e = 0;
+      while (static_cast<uint64_t>(ends[e]) <= row0) ++e;  // firstExpert's answer
+      for (; e < experts; e = GemmAllToAllOp::nextExpert(g, e, row0)) got.push_back(e);
+      EXPECT_EQ(got, want) << "trial " << trial << " row0 " << row0;
+    }
+  }
 }
 
 }  // namespace weft::dev
