@@ -295,19 +295,21 @@ Outcome encodeGemmMaps(const dev::OpDesc& desc, dev::tile::GemmMaps* maps) {
   constexpr auto kK = static_cast<cuuint32_t>(dev::tile::kTmaK);
   const cuuint32_t ones[3] = {1, 1, 1};
   auto encode = [&](dev::tile::TensorMap* map, const uint8_t* base, cuuint32_t rank, const cuuint64_t* dims,
-                    const cuuint64_t* strides, const cuuint32_t* box, const char* call) {
-    return checkDriver(
-        entry.fn(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, const_cast<uint8_t*>(base),
-                 dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        call);
+                    const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle, const char* call) {
+    return checkDriver(entry.fn(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT16, rank,
+                                const_cast<uint8_t*>(base), dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                       call);
   };
+  // a's box rows span the slice's k (64 or 128 bytes), w's one 64-column block (128 bytes).
+  constexpr CUtensorMapSwizzle aSwizzle =
+      dev::tile::kTmaARowBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const cuuint64_t aDims[2] = {g.k, g.tokens}, aStrides[1] = {g.k * 2};
   const cuuint32_t aBox[2] = {kK, static_cast<cuuint32_t>(dev::tile::kM)};
   const cuuint64_t wDims[3] = {g.h, g.k, g.experts}, wStrides[2] = {g.h * 2, g.k * g.h * 2};
   const cuuint32_t wBox[3] = {64, kK, 1};
-  Outcome o = encode(&maps->a, g.a, 2, aDims, aStrides, aBox, "cuTensorMapEncodeTiled (a)");
-  if (o) o = encode(&maps->w, g.w, 3, wDims, wStrides, wBox, "cuTensorMapEncodeTiled (w)");
+  Outcome o = encode(&maps->a, g.a, 2, aDims, aStrides, aBox, aSwizzle, "cuTensorMapEncodeTiled (a)");
+  if (o) o = encode(&maps->w, g.w, 3, wDims, wStrides, wBox, CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled (w)");
   return o;
 #else
   (void)desc;

@@ -44,9 +44,12 @@ struct GemmMaps {
   TensorMap a, w;
 };
 
+// 64-wide slices in 4 stages: 32-wide ones in 8 stages (more bytes in flight, finer refills) made
+// the GEMM alone 27% slower (per-slice waits, releases and wgmma groups doubled; perf.md, session 17).
 constexpr int kTmaK = 64, kTmaStages = 4;
-constexpr int kTmaABytes = kM * kTmaK * 2;                        // a's slice: kM rows x 64 k
-constexpr int kTmaWBlockBytes = kTmaK * 128;                      // w: 64 k rows x 64 columns
+constexpr int kTmaARowBytes = kTmaK * 2;                          // a's rows are swizzled by this span
+constexpr int kTmaABytes = kM * kTmaARowBytes;                    // a's slice: kM rows x kTmaK
+constexpr int kTmaWBlockBytes = kTmaK * 128;                      // w: kTmaK rows x 64 columns
 constexpr int kTmaStageBytes = kTmaABytes + 4 * kTmaWBlockBytes;  // 48 KB
 constexpr int kTmaPipeBytes = kTmaStages * kTmaStageBytes;        // 192 KB
 constexpr int kTmaControlBytes = 128;                             // full[] mbarriers, release counts, the RingState
@@ -219,11 +222,11 @@ __device__ void tmaTile(Accum& acc, uint8_t* smem, const GemmMaps& maps, uint64_
   for (uint32_t kt = 0; kt < slices; ++kt) {
     const uint32_t g = base + kt;
     barrierWait(ring.full(g), Ring::parity(g));
-    const uint32_t a = ring.stage(g) + wg * 64 * 128, w = ring.stage(g) + kTmaABytes;
+    const uint32_t a = ring.stage(g) + wg * 64 * kTmaARowBytes, w = ring.stage(g) + kTmaABytes;
     wgmmaFence();
 #pragma unroll
     for (int ks = 0; ks < kTmaK / 16; ++ks)
-      wgmma256<T>(d, matrixDesc(a + ks * 32, 16, 8 * 128, 1),
+      wgmma256<T>(d, matrixDesc(a + ks * 32, 16, 8 * kTmaARowBytes, kTmaARowBytes == 128 ? 1 : 2),
                   matrixDesc(w + ks * 16 * 128, kTmaWBlockBytes, 8 * 128, 1));
     wgmmaCommit();
     wgmmaWait<1>();  // the previous slice's multiply is done; this one's runs on
