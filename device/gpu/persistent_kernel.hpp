@@ -19,8 +19,8 @@ __global__ void embeddingKernel(CommView view, OpDesc desc);
 // `maps`: a's and w's tensor maps (the sm_90a tile loads through them; unused elsewhere).
 __global__ void gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps);
 // Dynamic shared memory of gemmKernel: the coop's scratch, then (CUDA) the tile pipeline: the
-// copy engine's ring, its control words and the warps' output on a GPU of compute capability 9 (`tma`; the build has
-// sm_90a), the cp.async pipeline before.
+// copy engine's ring, its control words and the warps' output on a GPU of compute capability 9
+// (`tma`; the build has sm_90a), the cp.async pipeline before.
 constexpr int gemmSharedBytes(bool tma) {
 #if defined(WEFT_BACKEND_CUDA)
   return kCoopFloats * 4 + tile::kPipeAlign + (tma ? tile::kTmaSharedBytes : tile::kPipeBytes);

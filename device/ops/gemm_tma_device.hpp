@@ -13,8 +13,8 @@
 // multiply (the caller names it), which so arrive while this one's rows leave. The rows leave
 // from the accumulators, a warp's 16 rows by 64 columns at a time through 2 KB of shared memory
 // of its own, as whole 128-byte row pieces: no barrier of the block, and the ring is never
-// reused for them. (Before session 17 the tile was staged in the ring's memory, so every
-// multiply began with the copy engine's full latency.)
+// reused for them. (Until session 17 the tile was staged in the ring's memory and every multiply
+// set the ring up afresh: 1-2.5% slower at k 14336, within the noise at k 2048; perf.md.)
 //
 // The slices land as the tensor cores read them, with the 128-byte swizzle: a's [128 rows][64 k]
 // is K-major (row r at r * 128, 16-byte chunk c at c ^ (r % 8)); w's [64 k][256 columns] is
