@@ -278,27 +278,24 @@ struct GemmAllToAllOp {
     p[0] = p[1] = 0;
   }
 
+#if defined(WEFT_HAVE_TMA_TILE)
   // The multiply after expert e's rows of data item `item` (whose tile starts at row0, col0): the
   // next expert with rows in the tile, else the first of the block's next data item (items go to
   // blocks in strides of the grid), else none: dataTile's way, in advance. Where dataTile goes
   // another way (it gives up on an unsound route), tmaTile drops what was loaded for this.
   template <class Coop>
-  WEFT_HOST_DEVICE static tile::TileKey nextMultiply(const Coop& c, const CommView& v, const OpDesc& d,
-                                                     const GemmArgs& g, uint32_t item, uint64_t e, uint64_t row0,
-                                                     uint64_t col0) {
+  __device__ static tile::TileKey nextMultiply(const Coop& c, const CommView& v, const OpDesc& d, const GemmArgs& g,
+                                               uint32_t item, uint64_t e, uint64_t row0, uint64_t col0) {
     if (const uint64_t f = nextExpert(g, e, row0); f < g.experts) return key(f, row0, col0);
-#if defined(WEFT_DEVICE_PASS)
     const uint32_t after = item + gridDim.x;
-#else
-    const uint32_t after = d.nitems;  // the CPU engine claims items as it goes
-#endif
     if (after + 1 >= d.nitems) return tile::TileKey{};
     const TileAt t = tileAt(v, d, g.tokens, after);
     return key(firstExpert(c, g, t.row0), t.row0, t.col0);
   }
-  WEFT_HOST_DEVICE static tile::TileKey key(uint64_t e, uint64_t row0, uint64_t col0) {
+  __device__ static tile::TileKey key(uint64_t e, uint64_t row0, uint64_t col0) {
     return tile::TileKey{static_cast<int32_t>(e), static_cast<int32_t>(row0), static_cast<int32_t>(col0), 1};
   }
+#endif
 
   // Computes the tile (row0, col0) of a @ w where tensor cores do: into `acc` (sm_90a; the ring
   // also starts loading the block's next multiply) or staged in shared memory (sm_80). Elsewhere
