@@ -178,7 +178,7 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
     case OpKind::kEmbeddingAllToAll:
       return EmbeddingAllToAllOp::run(c, v, d, seq, item);
 #if defined(WEFT_BACKEND_CPU)
-    // A GPU runs it only as its own kernel (gpu/op_kernel.cu): its tiles need more shared memory
+    // A GPU runs it only as its own kernel (gpu/gemm_kernel.cu): its tiles need more shared memory
     // than a persistent worker has.
     case OpKind::kGemmAllToAll:
       return GemmAllToAllOp::run(c, v, d, seq, item);

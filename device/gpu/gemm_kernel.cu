@@ -1,0 +1,27 @@
+// The launched kernel of the GEMM + All-to-All, in a translation unit of its own (see op_kernel.cu).
+#include "launched_device.hpp"
+#include "persistent_kernel.hpp"
+
+namespace weft::dev {
+
+// The GEMM + All-to-All: the group's memory is dynamic (gemmSharedBytes), the coop's scratch
+// followed by the tile pipeline; one block per SM.
+__global__ void __launch_bounds__(tile::kThreads, 1)
+    gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps) {
+  extern __shared__ float4 dynamicShared[];
+  float* group = reinterpret_cast<float*>(dynamicShared);
+  // The route cache's tag and the uncounted rows: shared memory holds whatever the SM's last
+  // kernel left. The copy engine's ring lives as long as the kernel.
+  if (threadIdx.x == 0) GemmAllToAllOp::startGroup(RouteView{reinterpret_cast<int64_t*>(group), view.nranks});
+#if defined(WEFT_HAVE_TMA_TILE)
+  if (threadIdx.x == 0) tile::ringInit(tile::pipelineAt(group + kCoopFloats));
+#endif
+  runLaunched(view, desc, group, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    return GemmAllToAllOp::run(c, view, desc, seq, item, &maps);
+  });
+#if defined(WEFT_HAVE_TMA_TILE)
+  if (threadIdx.x == 0) tile::ringDrain(tile::pipelineAt(group + kCoopFloats));
+#endif
+}
+
+}  // namespace weft::dev

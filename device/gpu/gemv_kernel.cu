@@ -1,0 +1,20 @@
+// The launched kernel of the GEMV ops (OpKind::kGemv and kGemvAllReduce), in a translation unit of
+// its own (see op_kernel.cu): its streams, one per batch class and dtype, are most of the
+// library's compile time (7 minutes of nvcc on two cores).
+#include "launched_device.hpp"
+#include "persistent_kernel.hpp"
+
+namespace weft::dev {
+
+__global__ void gemvKernel(CommView view, OpDesc desc) {
+#if defined(WEFT_HAVE_MMA)
+  GemvAllReduceOp::warmFirstSlice(desc, blockIdx.x, threadIdx.x, blockDim.x);
+#endif
+  const bool fused = static_cast<OpKind>(desc.kind) == OpKind::kGemvAllReduce;
+  __shared__ float tile[kCoopFloats];
+  runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    return fused ? GemvAllReduceOp::run(c, view, desc, seq, item) : GemvOp::run(c, view, desc, seq, item);
+  });
+}
+
+}  // namespace weft::dev
