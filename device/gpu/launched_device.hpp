@@ -1,7 +1,7 @@
-// What every launched op kernel does around its items (device/gpu/*_kernel.cu): the items of an
-// op assigned statically (block b takes items b, b + grid, ...), in increasing order so that every
-// wait depends only on items the peers' blocks reach first. The grid must be co-resident (a few
-// dozen blocks), as for any kernel whose blocks wait on each other's peers.
+// The frame of every launched op kernel (device/gpu/*_kernel.cu): an op's items assigned
+// statically (block b takes items b, b + grid, ...), in increasing order so that every wait
+// depends only on items the peers' blocks reach first. The grid must be co-resident (a few dozen
+// blocks), as for any kernel whose blocks wait on each other's peers.
 #pragma once
 
 #include "../engine_device.hpp"
