@@ -8,41 +8,58 @@
 
 namespace weft::dev {
 
-// What every launched op kernel does around its items: read the protocol counters, run the
-// block's items (run(coop, item, seq) -> Status), and let the last block move the counters on.
-// `tile` is the group's shared memory (at least kCoopFloats).
+// What every launched op kernel does around its items: read the protocol counters, count the
+// block in, run the block's items (run(coop, item, seq) -> Status), and let the last block to read
+// the counters move them on. `tile` is the group's shared memory (at least kCoopFloats).
 template <class Run>
 __device__ inline void runLaunched(const CommView& view, const OpDesc& desc, float* tile, Run&& run) {
   __shared__ unsigned long long scratch;
+  // The counters as read: only the leader uses them again, at the end, and kept here they hold no
+  // registers of any thread while the items run (the GEMV kernel sits at its register limit).
+  __shared__ OpCounters counters;
   const BlockCoop coop{&scratch, tile};
-  // The counters are stable for the whole kernel: only the last block below changes them, after
-  // every block read them. The leader reads them with the first item's stop check, in one round trip.
+  // The counters are stable for the whole kernel: only the last block to read them changes them,
+  // for the communicator's next op, which starts after this kernel (in stream or graph order). The
+  // leader reads them with the first item's stop check, in one round trip.
   struct Start {
-    OpCounters counters;
+    OpSeq seq;
     Status stop;
   };
-  const Start start = coop.fromLeader<Start>([&] { return Start{loadCounters(view.control), stopReason(view)}; });
-  const OpSeq seq = opSeq(start.counters, desc);
+  const Start start = coop.fromLeader<Start>([&] {
+    counters = loadCounters(view.control);
+    return Start{opSeq(counters, desc), stopReason(view)};
+  });
+  // Each block counts itself in once it has read them, and the block that counts last stores
+  // their next values when its items are done. The count is issued here, not after the items, so
+  // that no block waits on its round trip at the end: the kernel's last block to finish used to pay
+  // a barrier and an atomic's round trip before it could leave (docs/perf.md, sessions 18-19).
+  // Release orders this block's read of the counters before its count; acquire makes the other
+  // blocks' reads, counted before this one, ordered before this block's stores at the end, should
+  // it count last. Both are paid here, where the leader waits only for the counters it just read.
+  // Every block counts, failed or not, so that the ranks' counters stay alike.
+  uint32_t before = 0;
+  if (coop.leader() && gridDim.x > 1)
+    before = gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(&view.control->blocksDone, 1u);
   for (uint32_t item = blockIdx.x; item < desc.nitems; item += gridDim.x) {
     // After any failure of the communicator the remaining items give up at once; the wait that
     // failed recorded why in the queue header.
     const Status stop =
         item == blockIdx.x ? start.stop : coop.broadcast(coop.leader() ? stopReason(view) : Status::kOk);
     if (stop != Status::kOk) break;
-    if (run(coop, item, seq) != Status::kOk) break;
+    if (run(coop, item, start.seq) != Status::kOk) break;
   }
-  // The last block to leave moves the counters on for the communicator's next op, which starts
-  // after this kernel (in stream or graph order). Every block counts, failed or not, so that the
-  // ranks' counters stay alike.
-  coop.sync();
-  if (!coop.leader()) return;
+  if (!coop.leader() || before + 1 != gridDim.x) return;
   if (gridDim.x > 1) {
-    const uint32_t before =
-        gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(&view.control->blocksDone, 1u);
-    if (before + 1 != gridDim.x) return;
-    gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&view.control->blocksDone, 0u);
+    // Every block has counted (this one last): back to zero for the next op, with an atomic that
+    // nothing waits for. Every write to this word is an atomic, so all of them are ordered where
+    // the word lives. The reset as a plain store after an acquire load of the total (whose result
+    // nothing used: ptxas removed the load) did not take on H200: the next op's blocks counted on
+    // from the grid's size, none stored its counters, and the ranks' counters went apart
+    // (docs/perf.md, session 19). With release order (a fence behind this block's remote stores)
+    // the reset cost the one-shot AllReduce 0.3 us.
+    (void)gpu::atomicFetchAdd<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&view.control->blocksDone, 0u - gridDim.x);
   }
-  storeCounters(view.control, advance(start.counters, desc, static_cast<uint32_t>(view.nranks)));
+  storeCounters(view.control, advance(counters, desc, static_cast<uint32_t>(view.nranks)));
 }
 
 }  // namespace weft::dev
