@@ -73,7 +73,9 @@ WEFT_HOST_DEVICE OpCounters loadCounters(const EngineControl* c) {
   return out;
 }
 
-// Only between ops: whoever finishes an op last, before it publishes the completion.
+// By an op's last worker, once every worker of the op has read them: the one that finishes the
+// last item (finishItem, before it publishes the completion), or in a launched kernel the block
+// that counts in last (gpu/launched_device.hpp).
 WEFT_HOST_DEVICE void storeCounters(EngineControl* c, const OpCounters& v) {
   OpCounters& k = c->counters;
   gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.ops, v.ops);

@@ -46,7 +46,7 @@ struct EngineControl {
   uint32_t stop;        // host: destroy
   uint32_t error;       // engine: the first failing wait's Status (the device-side arbiter)
   uint32_t blocksDone;  // launched engine: blocks of the running op kernel that read the counters
-  OpCounters counters;  // written only between ops, by whoever finishes an op last
+  OpCounters counters;  // moved on by an op's last worker, once every worker of the op has read them
   // The first out-of-range embedding index this rank found (badEpoch set last, by CAS from 0).
   uint32_t badEpoch;
   uint32_t badTable;

@@ -18,9 +18,10 @@ __device__ inline void runLaunched(const CommView& view, const OpDesc& desc, flo
   // registers of any thread while the items run (the GEMV kernel sits at its register limit).
   __shared__ OpCounters counters;
   const BlockCoop coop{&scratch, tile};
-  // The counters are stable for the whole kernel: only the last block to read them changes them,
-  // for the communicator's next op, which starts after this kernel (in stream or graph order). The
-  // leader reads them with the first item's stop check, in one round trip.
+  // Each block reads the counters once, here: only the block that counts last below changes them,
+  // after every block has read them, for the communicator's next op, which starts after this
+  // kernel (in stream or graph order). The leader reads them with the first item's stop check, in
+  // one round trip.
   struct Start {
     OpSeq seq;
     Status stop;
