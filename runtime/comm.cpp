@@ -55,12 +55,17 @@ Code codeOf(Status st, const dev::QueueHeader* q) {
   }
 }
 
-void checkAgree(const std::vector<RankInfo>& all, uint64_t RankInfo::*field, const char* name, int me) {
+// How a setting's value reads in the error of ranks that disagree on it.
+using Describe = std::string (*)(uint64_t);
+std::string asNumber(uint64_t v) { return std::to_string(v); }
+
+void checkAgree(const std::vector<RankInfo>& all, uint64_t RankInfo::*field, const char* name, int me,
+                Describe describe = asNumber) {
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r].*field != all[me].*field)
       throw Error(Code::kInvalidUsage, std::string(name) + ": rank " + std::to_string(r) + " uses " +
-                                           std::to_string(all[r].*field) + ", rank " + std::to_string(me) + " uses " +
-                                           std::to_string(all[me].*field) + "; every rank must use the same value");
+                                           describe(all[r].*field) + ", rank " + std::to_string(me) + " uses " +
+                                           describe(all[me].*field) + "; every rank must use the same value");
 }
 
 // Tiles are the unit of parallelism (a worker takes one at a time): a stream of `bytes` is cut into
@@ -89,6 +94,18 @@ uint64_t oneShotLinesSetting(const std::string& v) {
     throw Error(Code::kNotSupported, "oneshot_protocol: ll128 is not supported by HIP builds (use ll or auto)");
   if (v == "ll128") return kLinesAlways;
   return v == "auto" && Engine::linesSafe() ? kLinesFromBytesSent : kLinesNever;
+}
+
+// The one-shot AllReduce's wire format, from the bytes an op sends from which it takes 128-byte lines.
+std::string linesDescription(uint64_t from) {
+  return from == kLinesNever    ? std::string("8-byte lines")
+         : from == kLinesAlways ? std::string("128-byte lines")
+                                : "128-byte lines from " + std::to_string(from >> 10) + " KB sent";
+}
+
+// RankInfo::gemvPath: 0 for auto, else 1 + the forced GemvPath.
+std::string gemvPathDescription(uint64_t v) {
+  return v == 0 ? std::string("auto") : std::string(gemvPathName(static_cast<GemvPath>(v - 1)));
 }
 
 bool spansOverlap(const void* a, uint64_t aBytes, const void* b, uint64_t bBytes) {
@@ -129,13 +146,12 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   checkAgree(all, &RankInfo::tileBytes, "tile_bytes", rank);
   checkAgree(all, &RankInfo::oneShotBytes, "oneshot_max_bytes", rank);
   checkAgree(all, &RankInfo::gemvScratchBytes, "gemv_scratch_bytes", rank);
-  checkAgree(all, &RankInfo::oneShotLinesFrom, "oneshot_protocol (as the bytes sent from which it takes ll128)", rank);
+  checkAgree(all, &RankInfo::oneShotLinesFrom, "oneshot_protocol", rank, linesDescription);
   checkAgree(all, &RankInfo::inboxSlots, "inbox_slots", rank);
   checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
   // Every rank must take the same GEMV path (the fused op's items wait on their peers').
   checkAgree(all, &RankInfo::gemvTuning, "gemv_tuning_file (the table's fingerprint)", rank);
-  checkAgree(all, &RankInfo::gemvPath, "gemv_path (0 auto, 1 + GemvPath: 1 fused, 2 unfused, 3 fused_rsag, 4 blas)",
-             rank);
+  checkAgree(all, &RankInfo::gemvPath, "gemv_path", rank, gemvPathDescription);
 
   const bool forceProxy = s.getString("transport") == "proxy";
   std::string pathList;
@@ -147,10 +163,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     pathList += (r ? ", " : "") + std::to_string(r) + ":" + transport::pathName(c->paths_.back());
   }
   WEFT_LOG(kInfo, kInit, "rank {}: paths to peers {}; one-shot AllReduce in {}", rank, pathList,
-           c->oneShotLinesFrom_ == kLinesNever ? std::string("8-byte lines")
-           : c->oneShotLinesFrom_ == kLinesAlways
-               ? std::string("128-byte lines")
-               : "128-byte lines from " + std::to_string(c->oneShotLinesFrom_ >> 10) + " KB sent");
+           linesDescription(c->oneShotLinesFrom_));
 
   c->layout_.nranks = static_cast<uint32_t>(nranks);
   c->layout_.inboxSlots = static_cast<uint32_t>(mine.inboxSlots);

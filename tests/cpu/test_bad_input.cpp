@@ -154,6 +154,22 @@ TEST(BadInput, MismatchedHeapSizeFailsEveryRank) {
   EXPECT_TRUE(runRanks(2, body));
 }
 
+// So must the one-shot AllReduce's wire format (a rank reading 8-byte lines from a peer that sends
+// 128-byte ones would never see its flags); the error says which format each rank took.
+TEST(BadInput, MismatchedOneShotProtocolFailsEveryRank) {
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_ONESHOT_PROTOCOL", rank == 0 ? "ll128" : "ll", 1);
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(
+        failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE, "oneshot_protocol"));
+    const std::string msg = weft_get_last_error(nullptr);
+    EXPECT_NE(msg.find("uses 128-byte lines"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("uses 8-byte lines"), std::string::npos) << msg;
+    EXPECT_EQ(comm, nullptr);
+  };
+  EXPECT_TRUE(runRanks(2, body));
+}
+
 TEST(BadInput, HeapExhaustionIsOutOfMemory) {
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
     weft_config_t config = WEFT_CONFIG_INITIALIZER;

@@ -78,6 +78,11 @@ TEST(GemvAllReduceTuning, RanksThatWouldTakeDifferentPathsFailInit) {
       weft_comm_t comm = nullptr;
       EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE,
                             std::string(setting) == "WEFT_GEMV_PATH" ? "gemv_path" : "gemv_tuning_file"));
+      // The paths by name, as the setting takes them.
+      if (std::string(setting) == "WEFT_GEMV_PATH") {
+        EXPECT_NE(std::string(weft_get_last_error(nullptr)).find("uses unfused"), std::string::npos)
+            << weft_get_last_error(nullptr);
+      }
     };
     EXPECT_TRUE(runRanks(2, body));
   }
