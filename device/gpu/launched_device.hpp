@@ -52,12 +52,8 @@ __device__ inline void runLaunched(const CommView& view, const OpDesc& desc, flo
   if (!coop.leader() || before + 1 != gridDim.x) return;
   if (gridDim.x > 1) {
     // Every block has counted (this one last): back to zero for the next op, with an atomic that
-    // nothing waits for. Every write to this word is an atomic, so all of them are ordered where
-    // the word lives. The reset as a plain store after an acquire load of the total (whose result
-    // nothing used: ptxas removed the load) did not take on H200: the next op's blocks counted on
-    // from the grid's size, none stored its counters, and the ranks' counters went apart
-    // (docs/perf.md, session 19). With release order (a fence behind this block's remote stores)
-    // the reset cost the one-shot AllReduce 0.3 us.
+    // nothing waits for; every write to this word is one (docs/design-notes.md, "A count that
+    // blocks add to is written only by atomics").
     (void)gpu::atomicFetchAdd<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&view.control->blocksDone, 0u - gridDim.x);
   }
   storeCounters(view.control, advance(counters, desc, static_cast<uint32_t>(view.nranks)));

@@ -407,9 +407,8 @@ struct GemmAllToAllOp {
     }
     st = waitEveryPeer(c, v, PeerSignal::kGemmDone, seq.epoch, seq.op, item, WaitWhat::kArrival, /*andSelf=*/true);
     // This rank's per-destination counts start every op at zero: once each is complete (its
-    // tiles are all stored, and none is left to add), take it back down. With an atomic, as every
-    // other write to it is: a plain store of zero into a count that blocks add to did not take
-    // once on H200 (the launched ops' block count, docs/perf.md, session 19).
+    // tiles are all stored, and none is left to add), take it back down, by an atomic as every
+    // write to it is (docs/design-notes.md, "A count that blocks add to is written only by atomics").
     for (int j = c.rank(); j < v.nranks && st == Status::kOk; j += c.size()) {
       uint64_t* sent = v.signal(v.rank, v.layout.peerSignalOffset(PeerSignal::kGemmSent, j));
       const uint64_t want = static_cast<uint64_t>(r.mine()[j]) * d.tileElems;
