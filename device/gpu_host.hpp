@@ -27,8 +27,8 @@ struct IpcHandle {
 Outcome deviceCount(int* count);
 Outcome currentDevice(int* device);
 Outcome deviceName(int device, std::string* name);
-// Whether this process's current GPU has an active NVLink (asked of NVML, loaded at run time);
-// false where it has none, where NVML cannot tell, and on HIP.
+// Whether this process's current GPU has an active NVLink (asked of NVML, loaded at run time, once
+// per GPU and process); false where it has none, where NVML cannot tell, and on HIP.
 bool nvlinkActive();
 Outcome deviceMalloc(void** ptr, size_t bytes);
 Outcome deviceFree(void* ptr);

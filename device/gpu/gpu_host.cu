@@ -2,6 +2,8 @@
 // implementation file, never in a header.
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "../gpu_host.hpp"
@@ -73,10 +75,13 @@ Outcome deviceName(int device, std::string* name) {
   return o;
 }
 
-bool nvlinkActive() {
+namespace {
+
 #if defined(WEFT_BACKEND_CUDA)
-  // NVML ships with the driver (the toolkit here has no header): the few entry points used, by
-  // their stable C ABI. 0 is NVML_SUCCESS and NVML_FEATURE_ENABLED is 1; H100/H200 have 18 links.
+// Whether GPU `device` has an active NVLink, as NVML says. NVML ships with the driver (the toolkit
+// here has no header): the few entry points used, by their stable C ABI. 0 is NVML_SUCCESS and
+// NVML_FEATURE_ENABLED is 1; H100/H200 have 18 links.
+bool askNvml(int device) {
   constexpr unsigned kMaxLinks = 18;
   using Call = int (*)();
   using HandleByBusId = int (*)(const char*, void**);
@@ -89,11 +94,9 @@ bool nvlinkActive() {
   const auto linkState = reinterpret_cast<LinkState>(dlsym(lib, "nvmlDeviceGetNvLinkState"));
   bool active = false;
   if (init && shutdown && byBusId && linkState && init() == 0) {
-    int device = 0;
     char busId[32] = {};
     void* handle = nullptr;
-    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetPCIBusId(busId, sizeof busId, device) == cudaSuccess &&
-        byBusId(busId, &handle) == 0)
+    if (cudaDeviceGetPCIBusId(busId, sizeof busId, device) == cudaSuccess && byBusId(busId, &handle) == 0)
       for (unsigned link = 0; link < kMaxLinks && !active; ++link) {
         int enabled = 0;
         active = linkState(handle, link, &enabled) == 0 && enabled == 1;
@@ -102,6 +105,23 @@ bool nvlinkActive() {
   }
   dlclose(lib);
   return active;
+}
+#endif
+
+}  // namespace
+
+bool nvlinkActive() {
+#if defined(WEFT_BACKEND_CUDA)
+  // Asked once per GPU and process: loading and initialising NVML takes milliseconds, and every
+  // communicator asks (a framework may create dozens).
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  static std::mutex mutex;
+  static std::map<int, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  return known[device] = askNvml(device);
 #else
   return false;
 #endif
