@@ -1,6 +1,6 @@
 // The launched kernel of the GEMM + All-to-All, in a translation unit of its own (see op_kernel.cu).
+#include "kernels.hpp"
 #include "launched_device.hpp"
-#include "persistent_kernel.hpp"
 
 namespace weft::dev {
 

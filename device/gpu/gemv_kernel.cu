@@ -1,8 +1,8 @@
 // The launched kernel of the GEMV ops (OpKind::kGemv and kGemvAllReduce), in a translation unit of
 // its own (see op_kernel.cu): its streams, one per batch class and dtype, are most of the
 // library's compile time (7 minutes of nvcc on two cores).
+#include "kernels.hpp"
 #include "launched_device.hpp"
-#include "persistent_kernel.hpp"
 
 namespace weft::dev {
 

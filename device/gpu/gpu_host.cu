@@ -9,7 +9,7 @@
 #include "../gpu_host.hpp"
 #include "../ops/allreduce_oneshot_device.hpp"
 #include "../ops/gemm_alltoall_device.hpp"
-#include "persistent_kernel.hpp"
+#include "kernels.hpp"
 
 #if defined(WEFT_BACKEND_CUDA)
 #include <cuda.h>

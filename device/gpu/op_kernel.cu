@@ -4,8 +4,8 @@
 // fused GEMV's and GEMM's in translation units of their own (gemv_kernel.cu, gemm_kernel.cu): a
 // kernel's registers are those of its heaviest op, and the fused ops' code would otherwise cost
 // the plain collectives theirs.
+#include "kernels.hpp"
 #include "launched_device.hpp"
-#include "persistent_kernel.hpp"
 
 namespace weft::dev {
 

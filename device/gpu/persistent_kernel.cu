@@ -2,7 +2,7 @@
 // and HIP (the HIP build compiles this file as HIP). runtime/backend_gpu.cpp launches it on the
 // communicator's own stream, and again whenever it has exited for idleness.
 #include "../engine_device.hpp"
-#include "persistent_kernel.hpp"
+#include "kernels.hpp"
 
 namespace weft::dev {
 

@@ -1,3 +1,6 @@
+// Every kernel of the GPU backend, declared for the host code that launches them (gpu_host.cu): the
+// persistent engine (persistent_kernel.cu) and the launched op kernels, a translation unit per
+// family (op_kernel.cu, gemv_kernel.cu, gemm_kernel.cu).
 #pragma once
 
 #include "../comm_device.hpp"
