@@ -40,12 +40,25 @@
 #define WEFT_GRID_CONSTANT
 #endif
 
+// A kernel's bound on its block size, where one matters to the compiler: HIP's sizes a kernel's
+// registers for 1024-thread blocks unless told otherwise, which caps a lane at 128 VGPRs (on gfx90a
+// the GEMV kernel spilled 662 of them to scratch). CUDA's ptxas already allows a thread 255
+// registers, and the kernels' register use there is as measured (docs/perf.md): unchanged.
+#if defined(WEFT_BACKEND_HIP)
+#define WEFT_BLOCK_BOUNDS __launch_bounds__(weft::gpu::kBlockThreads)
+#else
+#define WEFT_BLOCK_BOUNDS
+#endif
+
 // True while compiling code that runs on a GPU (the device pass of nvcc/hipcc).
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 #define WEFT_DEVICE_PASS 1
 #endif
 
 namespace weft::gpu {
+
+// Threads in a block of every weft kernel (runtime/backend_gpu.cpp launches them so).
+constexpr int kBlockThreads = 256;
 
 enum class Order { kRelaxed, kAcquire, kRelease, kAcqRel };
 // kDevice: other workgroups of this GPU; kSystem: peers (other GPUs, the host, other processes).

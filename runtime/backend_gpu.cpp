@@ -97,7 +97,7 @@ struct Engine::Impl {
   void* controlStream = nullptr;  // for setting control words, behind nobody's work
   int device = 0;
   int workers = 0;
-  int threads = 256;
+  int threads = gpu::kBlockThreads;
   int gatherBlocks = 0;                   // launched: resident blocks of the embedding kernel
   int gemvBlocks = 0;                     // launched: resident blocks of the GEMV kernel
   int oneShotBlocks = 0;                  // launched: resident blocks of the one-shot kernels

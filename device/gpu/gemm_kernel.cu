@@ -4,6 +4,8 @@
 
 namespace weft::dev {
 
+static_assert(tile::kThreads == gpu::kBlockThreads, "the GEMM's tile is a whole block's work");
+
 // The GEMM + All-to-All: the group's memory is dynamic (gemmSharedBytes), the coop's scratch
 // followed by the tile pipeline; one block per SM.
 __global__ void __launch_bounds__(tile::kThreads, 1)
