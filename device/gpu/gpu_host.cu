@@ -112,8 +112,8 @@ bool askNvml(int device) {
 
 bool nvlinkActive() {
 #if defined(WEFT_BACKEND_CUDA)
-  // Asked once per GPU and process: loading and initialising NVML takes milliseconds, and every
-  // communicator asks (a framework may create dozens).
+  // Asked once per GPU and process: every communicator asks (a framework may create dozens), and
+  // loading and initialising NVML, which opens every GPU of the machine, is slow.
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   static std::mutex mutex;
