@@ -10,16 +10,17 @@ namespace weft::dev {
 
 // One launch per communicator (and again after an idle exit); grid = resident workers.
 __global__ void persistentKernel(CommView view, uint64_t firstTicket);
-// One launch per op, on the caller's stream (eager or captured into a graph): the plain
-// collectives, the one-shot AllReduce, the GEMV ops (OpKind::kGemv, kGemvAllReduce) and the
-// embedding op.
+// The launched kernels, one launch per op on the caller's stream (eager or captured into a
+// graph). The plain collectives and the one-shot AllReduce in 8-byte lines:
 __global__ void opKernel(CommView view, OpDesc desc);
-// The one-shot AllReduce (OpKind::kAllReduceOneShot) in 128-byte lines (opKernel runs it in
-// 8-byte lines).
+// The one-shot AllReduce (OpKind::kAllReduceOneShot) in 128-byte lines:
 __global__ void oneShotLinesKernel(CommView view, OpDesc desc);
+// The GEMV ops (OpKind::kGemv, kGemvAllReduce):
 __global__ void gemvKernel(CommView view, OpDesc desc);
+// The embedding-bag + All-to-All:
 __global__ void embeddingKernel(CommView view, OpDesc desc);
-// `maps`: a's and w's tensor maps (the sm_90a tile loads through them; unused elsewhere).
+// The GEMM + All-to-All (one block per SM). `maps`: a's and w's tensor maps (the sm_90a tile
+// loads through them; unused elsewhere).
 __global__ void gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps);
 // Dynamic shared memory of gemmKernel: the coop's scratch, then (CUDA) the tile pipeline: the
 // copy engine's ring, its control words and the warps' output on a GPU of compute capability 9
