@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -163,6 +165,25 @@ double graphUs(Context& c, int warmup, int iters, F&& op, double* hostUs) {
 template <typename F>
 double medianUs(Context& c, const Options& o, F&& op, double* hostUs = nullptr) {
   return o.graph ? graphUs(c, o.warmup, o.iters, op, hostUs) : eagerUs(c, o.warmup, o.iters, op, hostUs);
+}
+
+// One of a row's timings: the op, where its median goes, and (if wanted) its host time per call.
+struct Timed {
+  std::function<void()> op;
+  double* us;
+  double* hostUs = nullptr;
+};
+// Times every op of a row twice, the second pass in the reverse order, and keeps each one's lower
+// median: minutes of GPU work move its clock, which otherwise favours whatever is timed first (the
+// order alone moved a GEMM timing by up to 6%: docs/perf.md, session 20).
+inline void timeBothWays(Context& c, const Options& o, const std::vector<Timed>& timings) {
+  for (const Timed& t : timings) *t.us = std::numeric_limits<double>::infinity();
+  const size_t n = timings.size();
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < n; ++i) {
+      const Timed& t = timings[pass == 0 ? i : n - 1 - i];
+      *t.us = std::min(*t.us, medianUs(c, o, t.op, t.hostUs));
+    }
 }
 
 }  // namespace weft::bench

@@ -140,10 +140,8 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
               r.diff += !(std::fabs(x - y) <= 1e-2 * (std::fabs(y) + 1.0));
             }
     }
-    r.fusedUs = medianUs(c, o, fused, &r.hostUs);
-    r.baseUs = medianUs(c, o, baseline);
-    r.poolUs = medianUs(c, o, pool);
-    r.allToAllUs = medianUs(c, o, allToAll);
+    timeBothWays(c, o,
+                 {{fused, &r.fusedUs, &r.hostUs}, {baseline, &r.baseUs}, {pool, &r.poolUs}, {allToAll, &r.allToAllUs}});
     // The copy is always timed eagerly: a graph's memcpy node moved 2.77 TB/s where the eager copy
     // moved 4.25 (H200), and the target is the better of the two.
     const double copyUs = eagerUs(c, o.warmup, o.iters, copy, nullptr);

@@ -3,10 +3,8 @@
 // its rank) and the all-to-all alone, so that max(compute, comm) can be read off. Every rank has
 // `tokens` rows, split unevenly (0.75x to 1.25x of an even share) over the destinations. The
 // baseline is given the splits on the host for free; weft reads them from device memory.
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 
 #include "blas.cuh"
 
@@ -100,33 +98,12 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
       cuda(cudaStreamSynchronize(c.stream), "sync");
       r.diff = differing(t, c.weftRecv, baseRecv, received * s.h, 2 * rounding(t));  // two roundings
     }
-    // Every timing twice, the second pass in the reverse order, each kept at its lower: minutes of
-    // tensor-core work can lower the GPU's clock, which would otherwise favour whatever runs first.
-    double* const timed[] = {&r.fusedUs, &r.baseUs, &r.gemmUs, &r.weftGemmUs, &r.allToAllUs};
-    for (double* t : timed) *t = std::numeric_limits<double>::infinity();
-    for (int pass = 0; pass < 2; ++pass)
-      for (int i = 0; i < 5; ++i) {
-        const int which = pass == 0 ? i : 4 - i;
-        double us = 0;
-        switch (which) {
-          case 0:
-            us = medianUs(
-                c, o, [&] { weftOp(sendDev); }, &r.hostUs);
-            break;
-          case 1:
-            us = medianUs(c, o, baseline);
-            break;
-          case 2:
-            us = medianUs(c, o, gemm);
-            break;
-          case 3:
-            us = medianUs(c, o, [&] { weftOp(selfDev); });
-            break;
-          default:
-            us = medianUs(c, o, allToAll);
-        }
-        *timed[which] = std::min(*timed[which], us);
-      }
+    timeBothWays(c, o,
+                 {{[&] { weftOp(sendDev); }, &r.fusedUs, &r.hostUs},
+                  {baseline, &r.baseUs},
+                  {gemm, &r.gemmUs},
+                  {[&] { weftOp(selfDev); }, &r.weftGemmUs},
+                  {allToAll, &r.allToAllUs}});
     rows.push_back(r);
     for (void* p : {a, w, out, baseRecv, static_cast<void*>(sendDev), static_cast<void*>(selfDev)}) cudaFree(p);
   }

@@ -86,15 +86,16 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
         r.diff = differing(t, c.weftRecv, baseY, batch * n, tol);
         for (const Peers* p : forced) r.diff += differing(t, p->heap, baseY, batch * n, tol);
       }
-      r.weftUs = medianUs(c, o, weft, &r.hostUs);
-      r.fusedUs = medianUs(c, o, [&] { weftOp(fusedComm.comm, fusedComm.heap); });
-      r.rsagUs = medianUs(c, o, [&] { weftOp(rsagComm.comm, rsagComm.heap); });
-      r.unfusedUs = medianUs(c, o, [&] { weftOp(unfusedComm.comm, unfusedComm.heap); });
-      r.blasUs = medianUs(c, o, [&] { weftOp(blasComm.comm, blasComm.heap); });
-      r.baseUs = medianUs(c, o, baseline);
-      r.gemvUs = medianUs(c, o, gemv);
-      r.weftGemvUs = medianUs(c, o, [&] { weftOp(solo.comm, solo.heap); });
-      r.allReduceUs = medianUs(c, o, allReduce);
+      timeBothWays(c, o,
+                   {{weft, &r.weftUs, &r.hostUs},
+                    {[&] { weftOp(fusedComm.comm, fusedComm.heap); }, &r.fusedUs},
+                    {[&] { weftOp(rsagComm.comm, rsagComm.heap); }, &r.rsagUs},
+                    {[&] { weftOp(unfusedComm.comm, unfusedComm.heap); }, &r.unfusedUs},
+                    {[&] { weftOp(blasComm.comm, blasComm.heap); }, &r.blasUs},
+                    {baseline, &r.baseUs},
+                    {gemv, &r.gemvUs},
+                    {[&] { weftOp(solo.comm, solo.heap); }, &r.weftGemvUs},
+                    {allReduce, &r.allReduceUs}});
       r.wBytes = static_cast<double>(wBytes);
       rows.push_back(r);
       cudaFree(x);

@@ -87,8 +87,7 @@ std::vector<Row> runSizes(Context& c, const Options& o) {
       r.weftWrong = wrongElements(c, o, t, c.weftRecv, r.count, seed);
       r.ncclWrong = wrongElements(c, o, t, c.ncclRecv, r.count, seed);
     }
-    r.weftUs = medianUs(c, o, weftOp, &r.weftHostUs);
-    r.ncclUs = medianUs(c, o, ncclOp);
+    timeBothWays(c, o, {{weftOp, &r.weftUs, &r.weftHostUs}, {ncclOp, &r.ncclUs}});
     const double busFactor = a2a ? (c.nranks - 1.0) / c.nranks : 2.0 * (c.nranks - 1.0) / c.nranks;
     r.weftBusBw = r.bytes / (r.weftUs * 1e3) * busFactor;
     r.ncclBusBw = r.bytes / (r.ncclUs * 1e3) * busFactor;
@@ -101,14 +100,13 @@ std::vector<Row> runSizes(Context& c, const Options& o) {
 // against an empty kernel launch.
 Row runEmpty(Context& c, const Options& o) {
   Row r;
-  r.weftUs = medianUs(
-      c, o,
-      [&] {
-        if (weft_allreduce(c.weft, nullptr, nullptr, 0, WEFT_FLOAT32, c.stream) != WEFT_SUCCESS)
-          die(weft_get_last_error(nullptr));
-      },
-      &r.weftHostUs);
-  r.ncclUs = medianUs(c, o, [&] { emptyKernel<<<1, 1, 0, c.stream>>>(); });
+  timeBothWays(c, o,
+               {{[&] {
+                   if (weft_allreduce(c.weft, nullptr, nullptr, 0, WEFT_FLOAT32, c.stream) != WEFT_SUCCESS)
+                     die(weft_get_last_error(nullptr));
+                 },
+                 &r.weftUs, &r.weftHostUs},
+                {[&] { emptyKernel<<<1, 1, 0, c.stream>>>(); }, &r.ncclUs}});
   return r;
 }
 
