@@ -174,15 +174,20 @@ struct Timed {
   double* hostUs = nullptr;
 };
 // Times every op of a row twice, the second pass in the reverse order, and keeps each one's lower
-// median: minutes of GPU work move its clock, which otherwise favours whatever is timed first (the
-// order alone moved a GEMM timing by up to 6%: docs/perf.md, session 20).
+// median, with the host time of the same pass: minutes of GPU work move its clock, which otherwise
+// favours whatever is timed first (the order alone moved a GEMM timing by up to 6%: docs/perf.md,
+// session 20).
 inline void timeBothWays(Context& c, const Options& o, const std::vector<Timed>& timings) {
   for (const Timed& t : timings) *t.us = std::numeric_limits<double>::infinity();
   const size_t n = timings.size();
   for (int pass = 0; pass < 2; ++pass)
     for (size_t i = 0; i < n; ++i) {
       const Timed& t = timings[pass == 0 ? i : n - 1 - i];
-      *t.us = std::min(*t.us, medianUs(c, o, t.op, t.hostUs));
+      double hostUs = 0;
+      const double us = medianUs(c, o, t.op, t.hostUs ? &hostUs : nullptr);
+      if (us >= *t.us) continue;
+      *t.us = us;
+      if (t.hostUs) *t.hostUs = hostUs;
     }
 }
 
