@@ -33,6 +33,8 @@ bool nvlinkActive();
 Outcome deviceMalloc(void** ptr, size_t bytes);
 Outcome deviceFree(void* ptr);
 Outcome memsetDevice(void* ptr, int value, size_t bytes);
+// Zeroes `bytes` at `ptr` on `stream` and waits (at most `seconds`) until they are zero.
+Outcome zeroDeviceNow(void* ptr, size_t bytes, void* stream, double seconds);
 Outcome copyToDevice(void* dst, const void* src, size_t bytes);
 // Ordered on `stream` only; `src` must stay valid (and be device-accessible) until it drains.
 Outcome copyToDeviceAsync(void* dst, const void* src, size_t bytes, void* stream);
@@ -57,6 +59,9 @@ Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, voi
 // Launches one op as a kernel of `blocks` x `threads` on `stream` (eagerly, or into the graph the
 // stream is capturing), the kernel of the op's family.
 Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream);
+// Whether the GEMM kernel this device runs can split its last wave along k (the sm_90a tile:
+// gemm_split_device.hpp); the engine then gives it a partials buffer.
+bool gemmSplitsLastWave();
 // How many blocks of `threads` of the launched kernel of `kind` the current device runs at once.
 Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks);
 Outcome eventCreate(void** event);

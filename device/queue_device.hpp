@@ -43,19 +43,20 @@ enum class Status : uint32_t {
 // What a wait was waiting for, for the failure record.
 enum class WaitWhat : uint32_t {
   kNone = 0,
-  kInboxData = 1,    // a peer's tile in this rank's inbox
-  kInboxCredit = 2,  // a peer to free an inbox slot of this rank's
-  kGather = 3,       // a peer's reduced tiles (AllReduce all-gather)
-  kReady = 4,        // a peer to be ready to receive (All-to-All)
-  kArrival = 5,      // a peer's blocks (All-to-All)
-  kQueueSlot = 6,    // the engine to free a queue slot (submitter back-pressure)
-  kOpDone = 7,       // the engine to finish an op (host wait)
-  kIndex = 8,        // not a wait: an embedding index out of its table (record: table, bag, index)
-  kCounts = 9,       // a peer's row of the GEMM + All-to-All route (its send counts)
-  kSendCounts = 10,  // not a wait: rank `peer`'s send_counts are negative or do not sum to its tokens
+  kInboxData = 1,       // a peer's tile in this rank's inbox
+  kInboxCredit = 2,     // a peer to free an inbox slot of this rank's
+  kGather = 3,          // a peer's reduced tiles (AllReduce all-gather)
+  kReady = 4,           // a peer to be ready to receive (All-to-All)
+  kArrival = 5,         // a peer's blocks (All-to-All)
+  kQueueSlot = 6,       // the engine to free a queue slot (submitter back-pressure)
+  kOpDone = 7,          // the engine to finish an op (host wait)
+  kIndex = 8,           // not a wait: an embedding index out of its table (record: table, bag, index)
+  kCounts = 9,          // a peer's row of the GEMM + All-to-All route (its send counts)
+  kSendCounts = 10,     // not a wait: rank `peer`'s send_counts are negative or do not sum to its tokens
   kExpertOffsets = 11,  // not a wait: rank `peer`'s expert_offsets do not rise to its tokens
-  kCapacity = 12,    // not a wait: rank `peer` would receive `observed` rows, capacity `expected`
-  kRecvOffset = 13,  // not a wait: rank `peer`'s recv is at heap offset `observed`, rank 0's at `expected`
+  kCapacity = 12,       // not a wait: rank `peer` would receive `observed` rows, capacity `expected`
+  kRecvOffset = 13,     // not a wait: rank `peer`'s recv is at heap offset `observed`, rank 0's at `expected`
+  kPartial = 14,        // a block of this rank to leave its part of a split GEMM tile (`peer`: the part's range)
 };
 
 // Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed

@@ -13,6 +13,7 @@
 #include "device/blas_host.hpp"
 #include "device/gpu_host.hpp"
 #include "device/ops/allreduce_oneshot_device.hpp"
+#include "device/ops/gemm_alltoall_device.hpp"
 
 namespace weft {
 
@@ -102,6 +103,7 @@ struct Engine::Impl {
   int gemvBlocks = 0;                     // launched: resident blocks of the GEMV kernel
   int oneShotBlocks = 0;                  // launched: resident blocks of the one-shot kernels
   int gemmBlocks = 0;                     // resident blocks of the GEMM kernel
+  float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
   std::mutex launchMutex;
 
@@ -185,6 +187,13 @@ struct Engine::Impl {
     // waits on another block of this rank, resident or not.
     const bool gemv = kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce;
     const int grid = gemv ? static_cast<int>(desc.tileElems) : groupsFor(kind);
+    if (kind == dev::OpKind::kGemmAllToAll && gemmPartials) {
+      // The split is the grid's: the kernel must run on exactly gemmBlocks blocks.
+      dev::OpDesc split = desc;
+      dev::GemmAllToAllOp::splitLastWave(split, static_cast<uint32_t>(gemmBlocks), gemmPartials);
+      const int blocks = static_cast<int>(std::min<uint64_t>(split.nitems, static_cast<uint64_t>(grid)));
+      return gpu::launchOp(view, split, blocks, threads, stream);
+    }
     const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, desc, blocks, threads, stream);
   }
@@ -241,6 +250,17 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.view.alive = e.onDevice(queue.alive());
   require(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
   require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, &e.gemmBlocks), "sizing the GEMM kernel's grid");
+  Undo freePartials{[&] {
+    if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
+  }};
+  if (gpu::gemmSplitsLastWave()) {
+    // Zeroed once: a slot's flag only ever rises (it carries the epoch of the op that wrote it).
+    const uint64_t bytes = dev::GemmAllToAllOp::partialsBytes(static_cast<uint32_t>(e.gemmBlocks));
+    void* p = nullptr;
+    require(gpu::deviceMalloc(&p, bytes), "the GEMM's partials buffer");
+    e.gemmPartials = static_cast<float*>(p);
+    require(gpu::zeroDeviceNow(p, bytes, e.controlStream, 10.0), "zeroing the GEMM's partials buffer");
+  }
   require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
   if (e.persistent) {
     require(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
@@ -259,6 +279,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
         WEFT_LOG(kWarn, kEngine, "no vendor BLAS for the GEMV + AllReduce's blas path: {}", o.message);
   }
   unregister.armed = false;
+  freePartials.armed = false;
 }
 
 Engine::~Engine() {
@@ -283,6 +304,7 @@ Engine::~Engine() {
   }
   gpu::eventDestroy(e.lastOp);
   gpu::streamDestroy(e.controlStream);
+  if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
   gpu::hostUnregister(e.queue->memory());
 }
 

@@ -120,6 +120,8 @@ const char* waitWhatName(dev::WaitWhat w) {
       return "an embedding index";
     case dev::WaitWhat::kCounts:
       return "its send counts (GEMM + All-to-All route)";
+    case dev::WaitWhat::kPartial:
+      return "a block's part of a split GEMM tile";
     default:
       return "nothing";
   }

@@ -132,6 +132,10 @@ Outcome deviceMalloc(void** ptr, size_t bytes) {
 }
 Outcome deviceFree(void* ptr) { return check(GPU(Free)(ptr), "Free"); }
 Outcome memsetDevice(void* ptr, int value, size_t bytes) { return check(GPU(Memset)(ptr, value, bytes), "Memset"); }
+Outcome zeroDeviceNow(void* ptr, size_t bytes, void* stream, double seconds) {
+  const Outcome o = check(GPU(MemsetAsync)(ptr, 0, bytes, static_cast<gpuStream_t>(stream)), "MemsetAsync");
+  return o ? streamDrain(stream, seconds) : o;
+}
 Outcome copyToDevice(void* dst, const void* src, size_t bytes) {
   return check(GPU(Memcpy)(dst, src, bytes, GPU(MemcpyHostToDevice)), "Memcpy");
 }
@@ -352,6 +356,8 @@ Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks,
   }
   return check(GPU(GetLastError)(), "launch of an op kernel");
 }
+
+bool gemmSplitsLastWave() { return gemmUsesTma(); }
 
 Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks) {
   int device = 0, perSm = 0;

@@ -20,6 +20,7 @@
 #include "../comm_device.hpp"
 #include "../dtype_device.hpp"
 #include "gemm_route_device.hpp"
+#include "gemm_split_device.hpp"
 #include "gemm_tile_device.hpp"
 #include "gemm_tma_device.hpp"
 
@@ -33,6 +34,8 @@ struct GemmArgs {
   const int64_t* expertEnds;  // [experts]: rows of expert e end at expertEnds[e]; null for one expert
   uint64_t tokens, k, h, capacity;
   uint64_t experts;
+  GemmSplit split = {};       // the last wave's tiles split along k, or none (gemm_split_device.hpp)
+  float* partials = nullptr;  // split: the grid's partial slots (kSplitPartialFloats each), then a flag word each
 };
 
 struct GemmAllToAllOp {
@@ -43,8 +46,15 @@ struct GemmAllToAllOp {
 
   // OpDesc fields: send = a, count = h, recv = recv's heap offset, tileElems = column tiles;
   // arg[0] w, [1] send counts, [2] recv counts (0: none), [3] tokens, [4] k, [5] recv capacity,
-  // [6] experts, [7] expert ends (0 with one expert).
+  // [6] experts, [7] expert ends (0 with one expert), [8] the partials (0: no split), [9] the
+  // split's tiles, and its grid << 32.
   WEFT_HOST_DEVICE static GemmArgs args(const OpDesc& d) {
+    GemmSplit split;
+    if (d.arg[8]) {
+      split.tiles = d.arg[9] & 0xffffffffu;
+      split.grid = d.arg[9] >> 32;
+      split.slices = ceilDiv(d.arg[4], kSplitSliceK);
+    }
     return GemmArgs{reinterpret_cast<const uint8_t*>(d.send),
                     reinterpret_cast<const uint8_t*>(d.arg[0]),
                     reinterpret_cast<const int64_t*>(d.arg[1]),
@@ -54,7 +64,9 @@ struct GemmAllToAllOp {
                     d.arg[4],
                     d.count,
                     d.arg[5],
-                    d.arg[6]};
+                    d.arg[6],
+                    split,
+                    reinterpret_cast<float*>(d.arg[8])};
   }
   // The inverse of args(), with the tiling: every field but kind, dtype and recv.
   WEFT_HOST_DEVICE static void pack(const GemmArgs& g, OpDesc& d) {
@@ -68,13 +80,32 @@ struct GemmAllToAllOp {
     d.arg[5] = g.capacity;
     d.arg[6] = g.experts;
     d.arg[7] = reinterpret_cast<uint64_t>(g.expertEnds);
+    d.arg[8] = reinterpret_cast<uint64_t>(g.partials);
+    d.arg[9] = g.split.tiles | g.split.grid << 32;
     d.tileElems = static_cast<uint32_t>(colTiles(g.h));
-    d.nitems = static_cast<uint32_t>(numItems(g.tokens, g.h));
+    d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split));
+  }
+  // The op `d` (packed) on a grid of `grid` blocks with `partials` (partialsBytes(grid), zeroed
+  // when allocated): its last wave split along k where that pays (gemm_split_device.hpp). Only for
+  // the sm_90a tile, whose ring takes any range of slices, and for one expert (a split tile's
+  // parts would otherwise each cross the experts' rows).
+  WEFT_HOST_DEVICE static void splitLastWave(OpDesc& d, uint32_t grid, float* partials) {
+    GemmArgs g = args(d);
+    if (g.experts != 1 || !partials) return;
+    g.split = planSplit(dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), grid);
+    if (!g.split.on() || 2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split) > 0xffffffffu) return;
+    g.partials = partials;
+    pack(g, d);
+  }
+  WEFT_HOST_DEVICE static uint64_t partialsBytes(uint32_t grid) {
+    return uint64_t{grid} * (kSplitPartialFloats * sizeof(float) + sizeof(uint64_t));
   }
   WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h) { return ceilDiv(h, kTileN); }
-  WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h) {
-    return 2 + ceilDiv(tokens, kTileM) * colTiles(h);
+  WEFT_HOST_DEVICE static uint64_t dataTiles(uint64_t tokens, uint64_t h) {
+    return ceilDiv(tokens, kTileM) * colTiles(h);
   }
+  // Without a split (the most a split adds is the grid's worth of items, checked where it is made).
+  WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h) { return 2 + dataTiles(tokens, h); }
 
   // Where data tile t of rowTiles x cols goes. The tiles run about a grid's worth at a time, in
   // item order: row-major, each such wave would read all of w and, with a short k, read it
@@ -95,13 +126,14 @@ struct GemmAllToAllOp {
 
   // Rank r starts at the row tiles an even split would send to rank r + 1, and so on around: the
   // ranks' tiles at any moment go to different ranks instead of all to rank 0 first (any order is
-  // correct; this one only spreads the traffic). Data item `item`'s first row and column.
+  // correct; this one only spreads the traffic). Data tile t's first row and column (t: placement
+  // order, tilePart's).
   struct TileAt {
     uint64_t row0, col0;
   };
-  WEFT_HOST_DEVICE static TileAt tileAt(const CommView& v, const OpDesc& d, uint64_t tokens, uint32_t item) {
+  WEFT_HOST_DEVICE static TileAt tileAt(const CommView& v, const OpDesc& d, uint64_t tokens, uint64_t t) {
     const uint64_t rowTiles = ceilDiv(tokens, kTileM);
-    const TilePlace place = placeTile(item - 1, rowTiles, d.tileElems);
+    const TilePlace place = placeTile(t, rowTiles, d.tileElems);
     const uint64_t shift = rowTiles * static_cast<uint64_t>(v.rank + 1) / static_cast<uint64_t>(v.nranks);
     return TileAt{((place.row + shift) % rowTiles) * kTileM, place.col * kTileN};
   }
@@ -203,9 +235,30 @@ struct GemmAllToAllOp {
   WEFT_HOST_DEVICE static Status dataTile(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                           uint32_t item, const tile::GemmMaps* maps) {
     const GemmArgs g = args(d);
+    const TilePart part = tilePart(g.split, dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), item);
+    if (part.valid) {
+      const Status st = multiplyPart(c, v, d, seq, item, maps, g, part);
+      if (st != Status::kOk) return st;
+    }
+#if defined(WEFT_DEVICE_PASS)
+    // The block's last data item (items go to blocks in strides of the grid, the op's last item
+    // excepted): nothing of its own follows to count its last part, so count it now.
+    if (item + gridDim.x + 1 >= d.nitems) {
+      c.sync();
+      if (c.leader()) countUncounted(v, seq, RouteView{reinterpret_cast<int64_t*>(c.floats()), v.nranks}, d.tileElems);
+    }
+#endif
+    return Status::kOk;
+  }
+
+  // The tile part's multiply; then, for a tile's owner, its rows into the ranks that own them.
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status multiplyPart(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                              uint32_t item, const tile::GemmMaps* maps, const GemmArgs& g,
+                                              const TilePart& part) {
     const DType dt = static_cast<DType>(d.dtype);
     const uint64_t es = dtypeSize(dt), cols = d.tileElems;
-    const TileAt at = tileAt(v, d, g.tokens, item);
+    const TileAt at = tileAt(v, d, g.tokens, part.tile);
     const uint64_t row0 = at.row0, col0 = at.col0;
     const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + kTileN);
     const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
@@ -218,10 +271,17 @@ struct GemmAllToAllOp {
       if (eLo < eHi) {
         const uint8_t* w = g.w + e * g.k * g.h * es;
         tile::Accum acc;
-        computeTile(c, v, d, dt, g, maps, item, e, w, row0, col0, acc);
+        computeTile(c, v, d, dt, g, maps, item, e, w, row0, col0, part, acc);
 #if defined(WEFT_DEVICE_PASS)
         if (c.leader()) countUncounted(v, seq, r, cols);  // the last part's stores drained meanwhile
 #endif
+        if (part.split) {
+          if (!part.owner) return leavePartial(c, g, seq, part, acc);
+          // After the multiply: the ranges before this one computed their partials alongside this
+          // block's own, and waiting first would hold this multiply back by up to a whole range.
+          if (const Status st = awaitPartials(c, v, seq, item, g, part); st != Status::kOk) return st;
+          addPartials(g, part, acc);
+        }
         if (!routed) {
           const Status st = readRoute(c, v, seq, item, r, &verdict);
           if (st != Status::kOk) return st;
@@ -240,15 +300,76 @@ struct GemmAllToAllOp {
         settle(c, v, seq, r, eLo, eHi, cols);
       }
     }
-#if defined(WEFT_DEVICE_PASS)
-    // The block's last data item (items go to blocks in strides of the grid, the op's last item
-    // excepted): nothing of its own follows to count its last part, so count it now.
-    if (item + gridDim.x + 1 >= d.nitems) {
-      c.sync();
-      if (c.leader()) countUncounted(v, seq, r, cols);
-    }
+    return Status::kOk;
+  }
+
+  // A split tile's partial (the float32 sums of the part's slices) into the part's range's slot,
+  // flagged with the op's epoch once the whole group's stores are issued. A thread's 128 sums go
+  // as 32 16-byte stores, each instruction of a warp writing 512 contiguous bytes; through L2 only
+  // (the owner reads them from another SM).
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status leavePartial(const Coop& c, const GemmArgs& g, const OpSeq& seq, const TilePart& part,
+                                              const tile::Accum& acc) {
+#if defined(WEFT_HAVE_TMA_TILE)
+    auto* slot = reinterpret_cast<float4*>(g.partials + part.range * kSplitPartialFloats);
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      __stcg(slot + i * tile::kThreads + threadIdx.x,
+             make_float4(acc.d[4 * i], acc.d[4 * i + 1], acc.d[4 * i + 2], acc.d[4 * i + 3]));
+    // Device scope: the owner is a block of this GPU (a system-scope release would also wait for
+    // the NVLink stores of the block's earlier tiles).
+    c.sync();
+    if (c.leader()) gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(partialFlag(g, part.range), seq.epoch);
+#else
+    (void)c, (void)g, (void)seq, (void)part, (void)acc;  // only the sm_90a tile is ever split
 #endif
     return Status::kOk;
+  }
+
+  // The owner of a split tile: waits until the ranges before its own that end in its tile have
+  // flagged their partials with the op's epoch.
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status awaitPartials(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item,
+                                               const GemmArgs& g, const TilePart& part) {
+    for (uint64_t b = firstPartial(g.split, part); b < part.range; ++b) {
+      if (g.split.bound(b) == g.split.bound(b + 1)) continue;  // an empty range leaves none
+      const uint64_t* flag = partialFlag(g, b);
+      Status st = Status::kOk;
+      if (c.leader())
+        st = pollUntil(v, WaitSite{seq.op, item, static_cast<int32_t>(b), WaitWhat::kPartial}, seq.epoch,
+                       [&](uint64_t* seen) {
+                         *seen = gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(flag);
+                         return *seen >= seq.epoch;
+                       });
+      st = c.broadcast(st);
+      if (st != Status::kOk) return st;
+    }
+    return Status::kOk;
+  }
+  // ... then adds them to its own sums, last range first (a fixed order: the same bits every run).
+  WEFT_HOST_DEVICE static void addPartials(const GemmArgs& g, const TilePart& part, tile::Accum& acc) {
+#if defined(WEFT_HAVE_TMA_TILE)
+    const uint64_t first = firstPartial(g.split, part);
+    for (uint64_t b = part.range; b-- > first;) {
+      if (g.split.bound(b) == g.split.bound(b + 1)) continue;
+      const float4* slot = reinterpret_cast<const float4*>(g.partials + b * kSplitPartialFloats) + threadIdx.x;
+      // 8 loads in flight at a time: all 32 at once would need 128 registers beside the sums.
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        if (i % 8 == 0) asm volatile("" ::: "memory");
+        const float4 p = __ldcg(slot + i * tile::kThreads);
+        acc.d[4 * i] += p.x;
+        acc.d[4 * i + 1] += p.y;
+        acc.d[4 * i + 2] += p.z;
+        acc.d[4 * i + 3] += p.w;
+      }
+    }
+#else
+    (void)g, (void)part, (void)acc;
+#endif
+  }
+  WEFT_HOST_DEVICE static uint64_t* partialFlag(const GemmArgs& g, uint64_t range) {
+    return reinterpret_cast<uint64_t*>(g.partials + g.split.grid * kSplitPartialFloats) + range;
   }
 
   // After a part's rows [eLo, eHi) are stored. On a GPU they are counted only after the block's
@@ -279,21 +400,28 @@ struct GemmAllToAllOp {
   }
 
 #if defined(WEFT_HAVE_TMA_TILE)
-  // The multiply after expert e's rows of data item `item` (whose tile starts at row0, col0): the
-  // next expert with rows in the tile, else the first of the block's next data item (items go to
-  // blocks in strides of the grid), else none: dataTile's way, in advance. Where dataTile goes
-  // another way (it gives up on an unsound route), tmaTile drops what was loaded for this.
+  // The multiply after part `part` of data item `item` (expert e's rows of the tile at row0,
+  // col0): the next expert with rows in the tile, else the first of the block's next data item
+  // with a part (items go to blocks in strides of the grid), else none: dataTile's way, in
+  // advance. Where dataTile goes another way (it gives up on an unsound route), tmaTile drops what
+  // was loaded for this.
   template <class Coop>
   __device__ static tile::TileKey nextMultiply(const Coop& c, const CommView& v, const OpDesc& d, const GemmArgs& g,
-                                               uint32_t item, uint64_t e, uint64_t row0, uint64_t col0) {
-    if (const uint64_t f = nextExpert(g, e, row0); f < g.experts) return key(f, row0, col0);
-    const uint32_t after = item + gridDim.x;
-    if (after + 1 >= d.nitems) return tile::TileKey{};
-    const TileAt t = tileAt(v, d, g.tokens, after);
-    return key(firstExpert(c, g, t.row0), t.row0, t.col0);
+                                               uint32_t item, uint64_t e, uint64_t row0, uint64_t col0,
+                                               const TilePart& part) {
+    if (const uint64_t f = nextExpert(g, e, row0); f < g.experts) return key(f, row0, col0, part);
+    for (uint32_t after = item + gridDim.x; after + 1 < d.nitems; after += gridDim.x) {
+      const TilePart next = tilePart(g.split, dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), after);
+      if (!next.valid) continue;
+      const TileAt t = tileAt(v, d, g.tokens, next.tile);
+      return key(firstExpert(c, g, t.row0), t.row0, t.col0, next);
+    }
+    return tile::TileKey{};
   }
-  __device__ static tile::TileKey key(uint64_t e, uint64_t row0, uint64_t col0) {
-    return tile::TileKey{static_cast<int32_t>(e), static_cast<int32_t>(row0), static_cast<int32_t>(col0), 1};
+  __device__ static tile::TileKey key(uint64_t e, uint64_t row0, uint64_t col0, const TilePart& part) {
+    return tile::TileKey{static_cast<int32_t>(e),        static_cast<int32_t>(row0),
+                         static_cast<int32_t>(col0),     1,
+                         static_cast<uint32_t>(part.k0), static_cast<uint32_t>(part.slices)};
   }
 #endif
 
@@ -303,17 +431,18 @@ struct GemmAllToAllOp {
   template <class Coop>
   WEFT_HOST_DEVICE static void computeTile(const Coop& c, const CommView& v, const OpDesc& d, DType dt,
                                            const GemmArgs& g, const tile::GemmMaps* maps, uint32_t item, uint64_t e,
-                                           const uint8_t* w, uint64_t row0, uint64_t col0, tile::Accum& acc) {
+                                           const uint8_t* w, uint64_t row0, uint64_t col0, const TilePart& part,
+                                           tile::Accum& acc) {
 #if defined(WEFT_HAVE_TMA_TILE)
     (void)w;
     uint8_t* smem = tile::pipelineAt(c.floats() + kCoopFloats);
-    const tile::TileKey next = nextMultiply(c, v, d, g, item, e, row0, col0);
+    const tile::TileKey next = nextMultiply(c, v, d, g, item, e, row0, col0, part);
     if (dt == DType::kBFloat16)
-      tile::tmaTile<DType::kBFloat16>(acc, smem, *maps, g.k, key(e, row0, col0), next);
+      tile::tmaTile<DType::kBFloat16>(acc, smem, *maps, key(e, row0, col0, part), next);
     else
-      tile::tmaTile<DType::kFloat16>(acc, smem, *maps, g.k, key(e, row0, col0), next);
+      tile::tmaTile<DType::kFloat16>(acc, smem, *maps, key(e, row0, col0, part), next);
 #elif defined(WEFT_HAVE_MMA_TILE)
-    (void)v, (void)d, (void)maps, (void)item, (void)e, (void)acc;
+    (void)v, (void)d, (void)maps, (void)item, (void)e, (void)acc, (void)part;
     uint8_t* smem = tile::pipelineAt(c.floats() + kCoopFloats);
     if (dt == DType::kBFloat16)
       tile::mmaTile<DType::kBFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
@@ -321,7 +450,7 @@ struct GemmAllToAllOp {
       tile::mmaTile<DType::kFloat16>(smem, g.a, w, g.tokens, g.k, g.h, row0, col0);
 #else
     (void)c, (void)v, (void)d, (void)dt, (void)g, (void)maps, (void)item, (void)e, (void)w, (void)row0, (void)col0,
-        (void)acc;
+        (void)part, (void)acc;
 #endif
   }
 

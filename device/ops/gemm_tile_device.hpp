@@ -26,13 +26,15 @@ WEFT_HOST_DEVICE uint8_t* pipelineAt(void* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kPipeAlign - 1) & ~uintptr_t{kPipeAlign - 1});
 }
 
-// One multiply of a block: the tile at rows row0.., columns col0.. of a @ w[e] (the sm_90a tile
-// loads the next one's first slices during the current one: gemm_tma_device.hpp).
+// One multiply of a block: the tile at rows row0.., columns col0.. of a @ w[e], over k slices
+// [k0, k0 + slices) (the sm_90a tile loads the next one's first slices during the current one:
+// gemm_tma_device.hpp; a split tile's parts each take some of its slices: gemm_split_device.hpp).
 struct TileKey {
   int32_t e, row0, col0;
   uint32_t valid;
+  uint32_t k0, slices;
   WEFT_HOST_DEVICE bool operator==(const TileKey& o) const {
-    return e == o.e && row0 == o.row0 && col0 == o.col0 && valid == o.valid;
+    return e == o.e && row0 == o.row0 && col0 == o.col0 && valid == o.valid && k0 == o.k0 && slices == o.slices;
   }
 };
 

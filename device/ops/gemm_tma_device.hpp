@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "../dtype_device.hpp"
+#include "gemm_split_device.hpp"
 #include "gemm_tile_device.hpp"
 #include "gemm_wgmma_device.hpp"
 
@@ -47,6 +48,7 @@ struct GemmMaps {
 // 64-wide slices in 4 stages: 32-wide ones in 8 stages (more bytes in flight, finer refills) made
 // the GEMM alone 27% slower (per-slice waits, releases and wgmma groups doubled; perf.md, session 17).
 constexpr int kTmaK = 64, kTmaStages = 4;
+static_assert(kTmaK == kSplitSliceK, "a split tile's parts are whole slices of the ring");
 constexpr int kTmaARowBytes = kTmaK * 2;                          // a's rows are swizzled by this span
 constexpr int kTmaABytes = kM * kTmaARowBytes;                    // a's slice: kM rows x kTmaK
 constexpr int kTmaWBlockBytes = kTmaK * 128;                      // w: kTmaK rows x 64 columns
@@ -164,16 +166,15 @@ __device__ inline void ringDrain(uint8_t* smem) {
   st->ahead = 0;
 }
 
-// The tile `key` (rows key.row0.., columns key.col0.., expert key.e) of a @ w[e], k deep, into
-// `acc`; `next`: the block's next multiply if it is known (its first slices load during this
-// one), else invalid. Every thread of the block (kThreads: two warpgroups) calls it; between two
-// calls the block meets at a barrier (the caller's).
+// The tile `key` (rows key.row0.., columns key.col0.., expert key.e) of a @ w[e], over its k
+// slices, into `acc`; `next`: the block's next multiply if it is known (its first slices load
+// during this one), else invalid. Every thread of the block (kThreads: two warpgroups) calls it;
+// between two calls the block meets at a barrier (the caller's).
 template <DType T>
-__device__ void tmaTile(Accum& acc, uint8_t* smem, const GemmMaps& maps, uint64_t k, const TileKey& key,
-                        const TileKey& next) {
+__device__ void tmaTile(Accum& acc, uint8_t* smem, const GemmMaps& maps, const TileKey& key, const TileKey& next) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
   const Ring ring(smem);
-  const auto slices = static_cast<uint32_t>((k + kTmaK - 1) / kTmaK);
+  const uint32_t slices = key.slices;
   float(&d)[128] = acc.d;
 #pragma unroll
   for (int i = 0; i < 128; ++i) d[i] = 0.f;
@@ -184,10 +185,10 @@ __device__ void tmaTile(Accum& acc, uint8_t* smem, const GemmMaps& maps, uint64_
   const uint32_t stale = ahead != 0 && !(state->key == key) ? ahead : 0;  // loaded for another multiply
   base += stale;
   ahead -= stale;
-  const uint32_t nextAhead = next.valid ? (slices < kTmaStages ? slices : kTmaStages) : 0;
+  const uint32_t nextAhead = next.valid ? (next.slices < kTmaStages ? next.slices : kTmaStages) : 0;
   // Slice j of multiply `of` into global slice g's stage.
   auto load = [&](uint32_t g, const TileKey& of, uint32_t j) {
-    const auto kk = static_cast<int32_t>(j * kTmaK);
+    const auto kk = static_cast<int32_t>((of.k0 + j) * kTmaK);
     const uint32_t stage = ring.stage(g), bar = ring.full(g);
     barrierExpectBytes(bar, kTmaStageBytes);
     tmaLoad2(stage, maps.a, kk, of.row0, bar);

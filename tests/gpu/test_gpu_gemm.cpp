@@ -1,9 +1,10 @@
 // GEMM + All-to-All on 1, 2 and 4 GPUs under both engines: bfloat16 and float16, random splits
-// with zeros, odd sizes (tails of every tile and of the k pipeline), grouped experts; a capacity
-// too small fails the op on every rank with nothing stored; the op captured into a CUDA graph and
-// replayed. Skipped (and reported so) without GPUs.
+// with zeros, odd sizes (tails of every tile and of the k pipeline), grouped experts; a last wave
+// split along k; a capacity too small fails the op on every rank with nothing stored; the op
+// captured into a CUDA graph and replayed. Skipped (and reported so) without GPUs.
 #include <vector>
 
+#include "device/ops/gemm_split_device.hpp"
 #include "gpu_support.hpp"
 #include "support/gemm_data.hpp"
 #include "support/multirank.hpp"
@@ -92,6 +93,50 @@ TEST_P(GpuGemm, GraphCaptureAndReplay) {
       WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
       WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
       EXPECT_TRUE(received(r, c, rank, in, capacity)) << "replay " << replay;
+    }
+    WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
+    tearDown(r);
+  };
+  EXPECT_TRUE(runRanks(gpus(), body));
+}
+
+// Rank 0's tiles are half a grid (one column tile; k 7624: 120 slices, the last one 8 wide): on
+// the sm_90a tile the wave is split along k (gemm_split_device.hpp), a tile in 2-3 parts whose
+// owner adds 1-2 partials. The op runs three times (each op's partials are flagged with its epoch,
+// over the last op's), then captured once and replayed twice.
+TEST_P(GpuGemm, TheLastWaveSplitAlongKAddsUp) {
+  WEFT_REQUIRE_GPUS(gpus());
+  const uint64_t seed = freshSeed();
+  constexpr size_t kHeap = size_t{16} << 20;  // every rank's rows (8 columns) on up to 1000 SMs
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    Rank r = setUp(rank, n, id, kHeap);  // first: it sets the engine up before CUDA starts
+    ASSERT_NE(r.comm, nullptr);
+    int device = 0, sms = 0;
+    WEFT_CUDA_OK(cudaGetDevice(&device));
+    WEFT_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t rowTiles = sms / 2;
+    const GemmCase c{seed, n, rowTiles * 128 - 37, 7624, 8, WEFT_BFLOAT16, 1};
+    // The GEMM kernel runs a block per SM (its shared memory); where its tile is not the sm_90a
+    // one, nothing is split and the op must still add up.
+    EXPECT_TRUE(dev::planSplit(rowTiles, 120, sms).on()) << "rank 0's shape splits on " << sms << " SMs";
+    const int64_t capacity = c.received(rank);
+    ASSERT_LE(static_cast<size_t>(capacity * c.h * 2), kHeap);
+    const DeviceInputs in(gemmInputs(c, rank), n);
+    auto check = [&](const char* what, int round) {
+      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+      EXPECT_TRUE(received(r, c, rank, in, capacity)) << what << " " << round << ", seed " << c.seed;
+    };
+    for (int round = 0; round < 3; ++round) {
+      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, capacity * c.h * 2));
+      WEFT_ASSERT_OK(runCase(r, c, rank, in, capacity));
+      check("eager op", round);
+    }
+    const cudaGraphExec_t exec = captureGraph(r.stream, [&] { WEFT_ASSERT_OK(runCase(r, c, rank, in, capacity)); });
+    ASSERT_NE(exec, nullptr);
+    for (int replay = 0; replay < 2; ++replay) {
+      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, capacity * c.h * 2));
+      WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
+      check("replay", replay);
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
     tearDown(r);
