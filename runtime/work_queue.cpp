@@ -121,7 +121,7 @@ const char* waitWhatName(dev::WaitWhat w) {
     case dev::WaitWhat::kCounts:
       return "its send counts (GEMM + All-to-All route)";
     case dev::WaitWhat::kPartial:
-      return "a block's part of a split GEMM tile";
+      return "its partial sums of a split tile";
     default:
       return "nothing";
   }
@@ -153,7 +153,11 @@ std::string WorkQueue::failureText() const {
            std::to_string(r.item) + " (" + std::to_string(r.expected) + " rows)";
   }
   const char* what = r.status == static_cast<uint32_t>(Status::kAborted) ? "aborted" : "timed out";
-  std::string peer = r.peer >= 0 ? "rank " + std::to_string(r.peer) : "the local engine";
+  // A split GEMM wave's partials come from this rank's own blocks: `peer` is the range's index.
+  const bool local = static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPartial;
+  std::string peer = local         ? "range " + std::to_string(r.peer) + " of this rank's split GEMM wave"
+                     : r.peer >= 0 ? "rank " + std::to_string(r.peer)
+                                   : "the local engine";
   return std::string(what) + " in op #" + std::to_string(r.ticket) + " (work item " + std::to_string(r.item) +
          ") waiting on " + peer + " for " + waitWhatName(static_cast<dev::WaitWhat>(r.what)) +
          ": expected >= " + std::to_string(r.expected) + ", saw " + std::to_string(r.observed);

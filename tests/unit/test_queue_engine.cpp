@@ -147,5 +147,16 @@ TEST(QueueEngine, AStalledEngineIsATimeoutNamingTheOp) {
   EXPECT_NE(q.failureText().find("the engine to finish the op"), std::string::npos) << q.failureText();
 }
 
+// A split GEMM wave's owner waits on a range of its own rank's blocks, not on a peer rank.
+TEST(QueueEngine, AStalledSplitGemmPartIsNamedAsThisRanksRange) {
+  WorkQueue q(2);
+  dev::CommView v;
+  v.queue = q.header();
+  dev::recordFailure(v, dev::WaitSite{7, 300, 41, dev::WaitWhat::kPartial}, Status::kTimeout, 12, 11);
+  const std::string text = q.failureText();
+  EXPECT_NE(text.find("range 41 of this rank's split GEMM wave for its partial sums"), std::string::npos) << text;
+  EXPECT_EQ(text.find("waiting on rank 41"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace weft
