@@ -327,10 +327,13 @@ struct GemmAllToAllOp {
   }
 
   // The owner of a split tile: waits until the ranges before its own that end in its tile have
-  // flagged their partials with the op's epoch.
+  // flagged their partials with the op's epoch. Only the sm_90a tile computes parts; the others
+  // compute every part's tile whole (the engine splits by the kernel's binary version, which a
+  // plain sm_90 build shares), so their owners need nobody's partial, and nobody leaves one.
   template <class Coop>
   WEFT_HOST_DEVICE static Status awaitPartials(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item,
                                                const GemmArgs& g, const TilePart& part) {
+#if defined(WEFT_HAVE_TMA_TILE)
     for (uint64_t b = firstPartial(g.split, part); b < part.range; ++b) {
       if (g.split.bound(b) == g.split.bound(b + 1)) continue;  // an empty range leaves none
       const uint64_t* flag = partialFlag(g, b);
@@ -344,6 +347,9 @@ struct GemmAllToAllOp {
       st = c.broadcast(st);
       if (st != Status::kOk) return st;
     }
+#else
+    (void)c, (void)v, (void)seq, (void)item, (void)g, (void)part;
+#endif
     return Status::kOk;
   }
   // ... then adds them to its own sums, last range first (a fixed order: the same bits every run).
