@@ -32,7 +32,6 @@ Outcome deviceName(int device, std::string* name);
 bool nvlinkActive();
 Outcome deviceMalloc(void** ptr, size_t bytes);
 Outcome deviceFree(void* ptr);
-Outcome memsetDevice(void* ptr, int value, size_t bytes);
 // Zeroes `bytes` at `ptr` on `stream` and waits (at most `seconds`) until they are zero.
 Outcome zeroDeviceNow(void* ptr, size_t bytes, void* stream, double seconds);
 Outcome copyToDevice(void* dst, const void* src, size_t bytes);

@@ -61,7 +61,13 @@ HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& path
   transport::requireDirectPaths(paths);
   const int n = boot.nranks(), me = boot.rank();
   require(gpu::deviceMalloc(&impl_->own, bytes), "heap_bytes: the symmetric heap");
-  require(gpu::memsetDevice(impl_->own, 0, controlBytes), "zeroing the heap's control area");
+  // Zeroed on a stream of its own and waited for: a memset on the legacy stream would not be
+  // ordered before the ops that later run on callers' non-blocking streams.
+  void* zeroing = nullptr;
+  require(gpu::streamCreateNonBlocking(&zeroing), "creating a stream to zero the heap's control area");
+  const gpu::Outcome zeroed = gpu::zeroDeviceNow(impl_->own, controlBytes, zeroing, 10.0);
+  gpu::streamDestroy(zeroing);
+  require(zeroed, "zeroing the heap's control area");
   gpu::IpcHandle mine{};
   require(gpu::ipcExport(&mine, impl_->own), "exporting the heap to local peers");
   std::vector<gpu::IpcHandle> all(n);

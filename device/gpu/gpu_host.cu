@@ -131,7 +131,6 @@ Outcome deviceMalloc(void** ptr, size_t bytes) {
   return check(GPU(Malloc)(ptr, bytes), ("Malloc(" + std::to_string(bytes) + ")").c_str());
 }
 Outcome deviceFree(void* ptr) { return check(GPU(Free)(ptr), "Free"); }
-Outcome memsetDevice(void* ptr, int value, size_t bytes) { return check(GPU(Memset)(ptr, value, bytes), "Memset"); }
 Outcome zeroDeviceNow(void* ptr, size_t bytes, void* stream, double seconds) {
   const Outcome o = check(GPU(MemsetAsync)(ptr, 0, bytes, static_cast<gpuStream_t>(stream)), "MemsetAsync");
   return o ? streamDrain(stream, seconds) : o;
