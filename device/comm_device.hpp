@@ -160,10 +160,12 @@ WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint6
   }
 }
 
-// Leader-only: polls until *flag >= atLeast (acquire).
+// Leader-only: polls until *flag >= atLeast (acquire, at scope S: kDevice where the writer is a
+// block of the same GPU).
+template <gpu::Scope S = gpu::Scope::kSystem>
 WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uint64_t atLeast, const WaitSite& site) {
   return pollUntil(v, site, atLeast, [&](uint64_t* seen) {
-    *seen = gpu::atomicLoad<gpu::Order::kAcquire>(flag);
+    *seen = gpu::atomicLoad<gpu::Order::kAcquire, S>(flag);
     if (*seen < atLeast) return false;
     gpu::crossProcessAcquire();
     return true;
@@ -216,10 +218,10 @@ WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64
 
 // The whole group waits; every thread gets the leader's result (memory is acquired by the leader
 // and published to the group by the broadcast barrier).
-template <class Coop>
+template <gpu::Scope S = gpu::Scope::kSystem, class Coop>
 WEFT_HOST_DEVICE Status wait(const Coop& c, const CommView& v, const uint64_t* flag, uint64_t atLeast,
                              const WaitSite& site) {
-  Status st = c.leader() ? pollAtLeast(v, flag, atLeast, site) : Status::kOk;
+  Status st = c.leader() ? pollAtLeast<S>(v, flag, atLeast, site) : Status::kOk;
   return c.broadcast(st);
 }
 

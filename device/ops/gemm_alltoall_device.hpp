@@ -97,6 +97,10 @@ struct GemmAllToAllOp {
     g.partials = partials;
     pack(g, d);
   }
+  // What data item `item` multiplies (gemm_split_device.hpp).
+  WEFT_HOST_DEVICE static TilePart partOf(const GemmArgs& g, uint64_t item) {
+    return tilePart(g.split, dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), item);
+  }
   WEFT_HOST_DEVICE static uint64_t partialsBytes(uint32_t grid) {
     return uint64_t{grid} * (kSplitPartialFloats * sizeof(float) + sizeof(uint64_t));
   }
@@ -235,7 +239,7 @@ struct GemmAllToAllOp {
   WEFT_HOST_DEVICE static Status dataTile(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                           uint32_t item, const tile::GemmMaps* maps) {
     const GemmArgs g = args(d);
-    const TilePart part = tilePart(g.split, dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), item);
+    const TilePart part = partOf(g, item);
     if (part.valid) {
       const Status st = multiplyPart(c, v, d, seq, item, maps, g, part);
       if (st != Status::kOk) return st;
@@ -335,16 +339,9 @@ struct GemmAllToAllOp {
                                                const GemmArgs& g, const TilePart& part) {
 #if defined(WEFT_HAVE_TMA_TILE)
     for (uint64_t b = firstPartial(g.split, part); b < part.range; ++b) {
-      if (g.split.bound(b) == g.split.bound(b + 1)) continue;  // an empty range leaves none
-      const uint64_t* flag = partialFlag(g, b);
-      Status st = Status::kOk;
-      if (c.leader())
-        st = pollUntil(v, WaitSite{seq.op, item, static_cast<int32_t>(b), WaitWhat::kPartial}, seq.epoch,
-                       [&](uint64_t* seen) {
-                         *seen = gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(flag);
-                         return *seen >= seq.epoch;
-                       });
-      st = c.broadcast(st);
+      if (g.split.empty(b)) continue;  // an empty range leaves no partial
+      const Status st = wait<gpu::Scope::kDevice>(c, v, partialFlag(g, b), seq.epoch,
+                                                  WaitSite{seq.op, item, static_cast<int32_t>(b), WaitWhat::kPartial});
       if (st != Status::kOk) return st;
     }
 #else
@@ -357,7 +354,7 @@ struct GemmAllToAllOp {
 #if defined(WEFT_HAVE_TMA_TILE)
     const uint64_t first = firstPartial(g.split, part);
     for (uint64_t b = part.range; b-- > first;) {
-      if (g.split.bound(b) == g.split.bound(b + 1)) continue;
+      if (g.split.empty(b)) continue;
       const float4* slot = reinterpret_cast<const float4*>(g.partials + b * kSplitPartialFloats) + threadIdx.x;
       // 8 loads in flight at a time: all 32 at once would need 128 registers beside the sums.
 #pragma unroll
@@ -417,7 +414,7 @@ struct GemmAllToAllOp {
                                                const TilePart& part) {
     if (const uint64_t f = nextExpert(g, e, row0); f < g.experts) return key(f, row0, col0, part);
     for (uint32_t after = item + gridDim.x; after + 1 < d.nitems; after += gridDim.x) {
-      const TilePart next = tilePart(g.split, dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), after);
+      const TilePart next = partOf(g, after);
       if (!next.valid) continue;
       const TileAt t = tileAt(v, d, g.tokens, next.tile);
       return key(firstExpert(c, g, t.row0), t.row0, t.col0, next);

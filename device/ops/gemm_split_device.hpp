@@ -32,6 +32,7 @@ struct GemmSplit {
   WEFT_HOST_DEVICE bool on() const { return tiles != 0; }
   // Range b: slices [bound(b), bound(b + 1)) of the split tiles laid end to end.
   WEFT_HOST_DEVICE uint64_t bound(uint64_t b) const { return tiles * slices * b / grid; }
+  WEFT_HOST_DEVICE bool empty(uint64_t b) const { return bound(b) == bound(b + 1); }
   // The items of the op's data tiles and parts: whole tiles, then two per range.
   WEFT_HOST_DEVICE static uint64_t dataItems(uint64_t dataTiles, const GemmSplit& s) {
     return s.on() ? dataTiles - s.tiles + 2 * s.grid : dataTiles;
@@ -65,6 +66,8 @@ WEFT_HOST_DEVICE TilePart tilePart(const GemmSplit& s, uint64_t dataTiles, uint6
   const uint64_t lo = s.bound(b), hi = s.bound(b + 1);
   p.range = b;
   p.split = true;
+  // The two parts below are worked out in full each: one helper for both made ptxas spill in the
+  // GEMM kernel (session 22).
   if (at < s.grid) {  // the partial: the range's part in the tile where it ends, short of the end
     if (lo == hi || hi % s.slices == 0) return p;
     const uint64_t t = hi / s.slices, start = lo > t * s.slices ? lo : t * s.slices;
