@@ -193,15 +193,17 @@ struct Engine::Impl {
     // waits on another block of this rank, resident or not.
     const bool gemv = kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce;
     const int grid = gemv ? static_cast<int>(desc.tileElems) : groupsFor(kind);
+    // The GEMM's split is the grid's (gemmBlocks): a split op has more items than blocks, so the
+    // kernel runs on exactly that grid.
+    dev::OpDesc split;
+    const dev::OpDesc* d = &desc;
     if (kind == dev::OpKind::kGemmAllToAll && gemmPartials) {
-      // The split is the grid's: the kernel must run on exactly gemmBlocks blocks.
-      dev::OpDesc split = desc;
+      split = desc;
       dev::GemmAllToAllOp::splitLastWave(split, static_cast<uint32_t>(gemmBlocks), gemmPartials);
-      const int blocks = static_cast<int>(std::min<uint64_t>(split.nitems, static_cast<uint64_t>(grid)));
-      return gpu::launchOp(view, split, blocks, threads, stream);
+      d = &split;
     }
-    const int blocks = static_cast<int>(std::min<uint64_t>(desc.nitems, static_cast<uint64_t>(grid)));
-    return gpu::launchOp(view, desc, blocks, threads, stream);
+    const int blocks = static_cast<int>(std::min<uint64_t>(d->nitems, static_cast<uint64_t>(grid)));
+    return gpu::launchOp(view, *d, blocks, threads, stream);
   }
 
   // Persistent engine, GEMM op: it runs as its own kernel (its tiles need the SM's shared memory).
