@@ -4,6 +4,29 @@
 
 namespace weft::dev {
 
+namespace {
+// Each architecture's image says which tile it has (gemmKernelHasTmaTile).
+__device__ const int kImageHasTmaTile =
+#if defined(WEFT_HAVE_TMA_TILE)
+    1;
+#else
+    0;
+#endif
+}  // namespace
+
+bool gemmKernelHasTmaTile() {
+#if defined(WEFT_BACKEND_CUDA)
+  int tma = 0;
+  if (cudaMemcpyFromSymbol(&tma, kImageHasTmaTile, sizeof tma) != cudaSuccess) {
+    (void)cudaGetLastError();  // no image for this device: the launch will say so
+    return false;
+  }
+  return tma == 1;
+#else
+  return false;
+#endif
+}
+
 static_assert(tile::kThreads == gpu::kBlockThreads, "the GEMM's tile is a whole block's work");
 
 // The GEMM + All-to-All: the group's memory is dynamic (gemmSharedBytes), the coop's scratch

@@ -277,19 +277,12 @@ const void* kernelAddress(dev::OpKind kind) {
                                             : reinterpret_cast<const void*>(kernelOf(kind, true));
 }
 
-// Whether the GEMM kernel this device runs is the sm_90a build (the copy engine's tile): the
-// code it loads is sm_90 machine code. Asked once per process, as below.
+// Whether the GEMM kernel this device runs is the sm_90a build (the copy engine's tile), as its
+// image says (a plain sm_90 image has the same binary version and the cp.async tile). Asked once
+// per process: every device of one process runs one build.
 bool gemmUsesTma() {
-#if defined(WEFT_BACKEND_CUDA)
-  static const bool tma = [] {
-    cudaFuncAttributes attr{};
-    return cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(dev::gemmKernel)) == cudaSuccess &&
-           attr.binaryVersion >= 90;
-  }();
+  static const bool tma = dev::gemmKernelHasTmaTile();
   return tma;
-#else
-  return false;
-#endif
 }
 
 // Dynamic shared memory of the kernel of `kind`; the first call for a kernel that needs more than

@@ -22,9 +22,13 @@ __global__ void embeddingKernel(CommView view, OpDesc desc);
 // The GEMM + All-to-All (one block per SM). `maps`: a's and w's tensor maps (the sm_90a tile
 // loads through them; unused elsewhere).
 __global__ void gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps);
+// Host: whether the image of gemmKernel that the current device runs has the copy engine's tile
+// (compiled for sm_90a; a plain sm_90 image has the cp.async one). The image says so itself: a
+// word compiled into it, read once.
+bool gemmKernelHasTmaTile();
 // Dynamic shared memory of gemmKernel: the coop's scratch, then (CUDA) the tile pipeline: the
-// copy engine's ring, its control words and the warps' output on a GPU of compute capability 9
-// (`tma`; the build has sm_90a), the cp.async pipeline before.
+// copy engine's ring, its control words and the warps' output where the image has that tile
+// (`tma`), the cp.async pipeline otherwise.
 constexpr int gemmSharedBytes(bool tma) {
 #if defined(WEFT_BACKEND_CUDA)
   return kCoopFloats * 4 + tile::kPipeAlign + (tma ? tile::kTmaSharedBytes : tile::kPipeBytes);

@@ -331,9 +331,9 @@ struct GemmAllToAllOp {
   }
 
   // The owner of a split tile: waits until the ranges before its own that end in its tile have
-  // flagged their partials with the op's epoch. Only the sm_90a tile computes parts; the others
-  // compute every part's tile whole (the engine splits by the kernel's binary version, which a
-  // plain sm_90 build shares), so their owners need nobody's partial, and nobody leaves one.
+  // flagged their partials with the op's epoch. Only the sm_90a tile computes parts (the engine
+  // splits only where the kernel's image has that tile: gemmKernelHasTmaTile); any other tile
+  // computes a part's tile whole, so its owners need nobody's partial, and nobody leaves one.
   template <class Coop>
   WEFT_HOST_DEVICE static Status awaitPartials(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item,
                                                const GemmArgs& g, const TilePart& part) {
