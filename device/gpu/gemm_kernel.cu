@@ -14,14 +14,19 @@ __device__ const int kImageHasTmaTile =
 #endif
 }  // namespace
 
+// Read on a stream of its own: a plain cudaMemcpyFromSymbol runs on the legacy stream, which
+// would wait for the caller's blocking streams, and is refused while any thread captures a graph.
 bool gemmKernelHasTmaTile() {
 #if defined(WEFT_BACKEND_CUDA)
   int tma = 0;
-  if (cudaMemcpyFromSymbol(&tma, kImageHasTmaTile, sizeof tma) != cudaSuccess) {
-    (void)cudaGetLastError();  // no image for this device: the launch will say so
-    return false;
-  }
-  return tma == 1;
+  cudaStream_t s = nullptr;
+  bool read = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+  read = read &&
+         cudaMemcpyFromSymbolAsync(&tma, kImageHasTmaTile, sizeof tma, 0, cudaMemcpyDeviceToHost, s) == cudaSuccess;
+  read = read && cudaStreamSynchronize(s) == cudaSuccess;
+  if (s) (void)cudaStreamDestroy(s);
+  if (!read) (void)cudaGetLastError();  // no image for this device: the launch will say so
+  return read && tma == 1;
 #else
   return false;
 #endif
