@@ -4,8 +4,9 @@
 
 namespace weft::dev {
 
+#if defined(WEFT_BACKEND_CUDA)
 namespace {
-// Each architecture's image says which tile it has (gemmKernelHasTmaTile).
+// Each architecture's image says which tile it has (gemmKernelHasTmaTile; HIP has none to ask).
 __device__ const int kImageHasTmaTile =
 #if defined(WEFT_HAVE_TMA_TILE)
     1;
@@ -13,6 +14,7 @@ __device__ const int kImageHasTmaTile =
     0;
 #endif
 }  // namespace
+#endif
 
 // Read on a stream of its own: a plain cudaMemcpyFromSymbol runs on the legacy stream, which
 // would wait for the caller's blocking streams, and is refused while any thread captures a graph.
