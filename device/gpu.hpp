@@ -144,7 +144,17 @@ __host__ __device__ inline bool atomicCas(T* p, T& expected, T desired) {
 // A full fence at system scope (Dekker-style handshakes with the host).
 WEFT_HOST_DEVICE void fenceSeqCst() {
 #if defined(WEFT_BACKEND_CPU)
+  // ThreadSanitizer does not model fences, and GCC warns so at every use (-Wtsan). The fence stays
+  // (the hardware needs it); TSan treats it as nothing, and the handshakes it orders are signals
+  // the annotations below already model.
+#if defined(__SANITIZE_THREAD__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wtsan"
+#endif
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#if defined(__SANITIZE_THREAD__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #elif defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
   cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system);
 #elif defined(WEFT_DEVICE_PASS)
