@@ -1,5 +1,6 @@
 // weft::gpu host calls for CUDA and HIP. The vendor names are aliased here, in this one
 // implementation file, never in a header.
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -277,24 +278,44 @@ const void* kernelAddress(dev::OpKind kind) {
                                             : reinterpret_cast<const void*>(kernelOf(kind, true));
 }
 
-// Whether the GEMM kernel this device runs is the sm_90a build (the copy engine's tile), as its
-// image says (a plain sm_90 image has the same binary version and the cp.async tile). Asked once
-// per process: every device of one process runs one build.
+// What this process has found out or done once per device, one word each (0: not yet). A
+// process may drive several GPUs, of different kinds: a kernel's image and its attributes are
+// the device's, not the process's. Devices past the table are asked every time.
+constexpr int kKnownDevices = 64;
+using PerDevice = std::atomic<uint8_t>[kKnownDevices];
+std::atomic<uint8_t>* deviceWord(PerDevice& words) {
+  int device = -1;
+  if (GPU(GetDevice)(&device) != kGpuSuccess) (void)GPU(GetLastError)();
+  return device >= 0 && device < kKnownDevices ? &words[device] : nullptr;
+}
+
+// Whether the GEMM kernel the current device runs is the sm_90a build (the copy engine's tile),
+// as its image says (a plain sm_90 image has the same binary version and the cp.async tile).
+// Asked once per device (two threads asking at once get the same answer).
 bool gemmUsesTma() {
-  static const bool tma = dev::gemmKernelHasTmaTile();
-  return tma;
+  static PerDevice known;  // 1: no, 2: yes
+  std::atomic<uint8_t>* word = deviceWord(known);
+  uint8_t answer = word ? word->load(std::memory_order_acquire) : 0;
+  if (answer == 0) {
+    answer = dev::gemmKernelHasTmaTile() ? 2 : 1;
+    if (word) word->store(answer, std::memory_order_release);
+  }
+  return answer == 2;
 }
 
 // Dynamic shared memory of the kernel of `kind`; the first call for a kernel that needs more than
-// the default 48 KB raises its limit (once per process and device is enough: it is a property of
-// the function, and every device of one build has the same).
+// the default 48 KB on a device raises its limit there (a function's attribute is set per device).
 Outcome sharedBytesOf(dev::OpKind kind, int* bytes) {
   *bytes = kind == dev::OpKind::kGemmAllToAll ? dev::gemmSharedBytes(gemmUsesTma()) : 0;
   if (*bytes <= 48 * 1024) return {};
-  static const Outcome raised = check(GPU(FuncSetAttribute)(reinterpret_cast<const void*>(dev::gemmKernel),
-                                                            GPU(FuncAttributeMaxDynamicSharedMemorySize), *bytes),
-                                      "FuncSetAttribute(MaxDynamicSharedMemorySize) of the GEMM kernel");
-  return raised;
+  static PerDevice raised;  // 1: the GEMM kernel's limit is raised
+  std::atomic<uint8_t>* word = deviceWord(raised);
+  if (word && word->load(std::memory_order_acquire) == 1) return {};
+  Outcome o = check(GPU(FuncSetAttribute)(reinterpret_cast<const void*>(dev::gemmKernel),
+                                          GPU(FuncAttributeMaxDynamicSharedMemorySize), *bytes),
+                    "FuncSetAttribute(MaxDynamicSharedMemorySize) of the GEMM kernel");
+  if (o && word) word->store(1, std::memory_order_release);
+  return o;
 }
 
 // a [tokens][k] and w [experts][k][h] as the sm_90a tile loads them (gemm_tma_device.hpp): boxes

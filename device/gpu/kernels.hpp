@@ -24,7 +24,7 @@ __global__ void embeddingKernel(CommView view, OpDesc desc);
 __global__ void gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps);
 // Host: whether the image of gemmKernel that the current device runs has the copy engine's tile
 // (compiled for sm_90a; a plain sm_90 image has the cp.async one). The image says so itself: a
-// word compiled into it, read once.
+// word compiled into it, read once per device.
 bool gemmKernelHasTmaTile();
 // Dynamic shared memory of gemmKernel: the coop's scratch, then (CUDA) the tile pipeline: the
 // copy engine's ring, its control words and the warps' output where the image has that tile
