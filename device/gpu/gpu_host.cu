@@ -3,8 +3,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "../gpu_host.hpp"
@@ -64,6 +62,28 @@ Outcome checkDriver(CUresult r, const char* call) {
 }
 #endif
 
+// What this process has found out or done once per device, one word each (0: not yet). A
+// process may drive several GPUs, of different kinds: a kernel's image, its attributes and the
+// GPU's links are the device's, not the process's. Devices past the table are asked every time.
+constexpr int kKnownDevices = 64;
+using PerDevice = std::atomic<uint8_t>[kKnownDevices];
+std::atomic<uint8_t>* deviceWord(PerDevice& words) {
+  int device = -1;
+  if (GPU(GetDevice)(&device) != kGpuSuccess) (void)GPU(GetLastError)();
+  return device >= 0 && device < kKnownDevices ? &words[device] : nullptr;
+}
+// ask() for the current device, once per device (two threads asking at once get the same answer).
+template <class Ask>
+bool askOncePerDevice(PerDevice& known, Ask&& ask) {
+  std::atomic<uint8_t>* word = deviceWord(known);
+  uint8_t answer = word ? word->load(std::memory_order_acquire) : 0;  // 1: no, 2: yes
+  if (answer == 0) {
+    answer = ask() ? 2 : 1;
+    if (word) word->store(answer, std::memory_order_release);
+  }
+  return answer == 2;
+}
+
 }  // namespace
 
 Outcome deviceCount(int* count) { return check(GPU(GetDeviceCount)(count), "GetDeviceCount"); }
@@ -115,14 +135,11 @@ bool nvlinkActive() {
 #if defined(WEFT_BACKEND_CUDA)
   // Asked once per GPU and process: every communicator asks (a framework may create dozens), and
   // loading and initialising NVML, which opens every GPU of the machine, is slow.
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  static std::mutex mutex;
-  static std::map<int, bool> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto it = known.find(device);
-  if (it != known.end()) return it->second;
-  return known[device] = askNvml(device);
+  static PerDevice known;
+  return askOncePerDevice(known, [] {
+    int device = 0;
+    return cudaGetDevice(&device) == cudaSuccess && askNvml(device);
+  });
 #else
   return false;
 #endif
@@ -278,29 +295,12 @@ const void* kernelAddress(dev::OpKind kind) {
                                             : reinterpret_cast<const void*>(kernelOf(kind, true));
 }
 
-// What this process has found out or done once per device, one word each (0: not yet). A
-// process may drive several GPUs, of different kinds: a kernel's image and its attributes are
-// the device's, not the process's. Devices past the table are asked every time.
-constexpr int kKnownDevices = 64;
-using PerDevice = std::atomic<uint8_t>[kKnownDevices];
-std::atomic<uint8_t>* deviceWord(PerDevice& words) {
-  int device = -1;
-  if (GPU(GetDevice)(&device) != kGpuSuccess) (void)GPU(GetLastError)();
-  return device >= 0 && device < kKnownDevices ? &words[device] : nullptr;
-}
-
 // Whether the GEMM kernel the current device runs is the sm_90a build (the copy engine's tile),
-// as its image says (a plain sm_90 image has the same binary version and the cp.async tile).
-// Asked once per device (two threads asking at once get the same answer).
+// as its image says (a plain sm_90 image has the same binary version and the cp.async tile); asked
+// once per device.
 bool gemmUsesTma() {
-  static PerDevice known;  // 1: no, 2: yes
-  std::atomic<uint8_t>* word = deviceWord(known);
-  uint8_t answer = word ? word->load(std::memory_order_acquire) : 0;
-  if (answer == 0) {
-    answer = dev::gemmKernelHasTmaTile() ? 2 : 1;
-    if (word) word->store(answer, std::memory_order_release);
-  }
-  return answer == 2;
+  static PerDevice known;
+  return askOncePerDevice(known, [] { return dev::gemmKernelHasTmaTile(); });
 }
 
 // Dynamic shared memory of the kernel of `kind`; the first call for a kernel that needs more than
