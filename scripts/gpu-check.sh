@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU acceptance run: the GPU test suite, then weft-bench's fused ops against their baselines
+# (cuBLAS / a pooling kernel + NCCL, the issues' shapes) on each rank count, one GPU per rank.
+#
+#   scripts/gpu-check.sh [-r "2 4"] [-o DIR] [-t SECONDS] [STEP...]
+#
+# STEP: tests, gemm, gemv, embedding, allreduce (default: all, in that order). -r: the rank counts
+# for the benches (default: 2, 4 and 8 where there are that many GPUs, else 1). -o: where each
+# step's log goes (default: gpu-check.<time>). -t: each step's time limit (default 600 s).
+# Programs come from PATH (a bundle's env.sh puts them there), else from build-cuda/bin. Prints
+# each step's verdict and the benches' rows; exits non-zero if any step failed or ran out of time.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ranks="" out="gpu-check.$(date +%Y%m%d-%H%M%S)" limit=600
+while getopts "r:o:t:" opt; do
+  case $opt in
+    r) ranks=$OPTARG ;;
+    o) out=$OPTARG ;;
+    t) limit=$OPTARG ;;
+    *) sed -n '5,10p' "$0" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests gemm gemv embedding allreduce)
+for s in "${steps[@]}"; do
+  case $s in tests | gemm | gemv | embedding | allreduce) ;; *) echo "gpu-check: no step '$s'" >&2; exit 2 ;; esac
+done
+
+program() { command -v "$1" 2>/dev/null || { [ -x "build-cuda/bin/$1" ] && echo "build-cuda/bin/$1"; }; }
+tests=$(program weft_gpu_tests) bench=$(program weft-bench) run=$(program weftrun)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ -z "$ranks" ]; then
+  for n in 2 4 8; do [ "$gpus" -ge $n ] && ranks="$ranks $n"; done
+  [ -z "$ranks" ] && ranks=1
+fi
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # never NVLink multicast (shared hosts)
+mkdir -p "$out"
+echo "gpu-check: $gpus GPU(s), ranks:$ranks, logs in $out"
+
+failed=0
+# step NAME LOG COMMAND...: runs it under the time limit, keeps its output, says how it ended.
+step() {
+  local name=$1 log=$2
+  shift 2
+  timeout "$limit" "$@" >"$log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then echo "== $name: ok"; elif [ $rc -eq 124 ]; then echo "== $name: TIMED OUT after ${limit} s"; else echo "== $name: FAILED (exit $rc)"; fi
+  [ $rc -eq 0 ] || { failed=1; tail -3 "$log" | sed 's/^/   /'; }
+  return $rc
+}
+need() { [ -n "$1" ] || { echo "== $2: FAILED (no $3 on PATH or in build-cuda/bin)"; failed=1; return 1; }; }
+
+for s in "${steps[@]}"; do
+  if [ "$s" = tests ]; then
+    need "$tests" tests weft_gpu_tests || continue
+    step "tests" "$out/tests.log" "$tests" --gtest_brief=1
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log"
+    continue
+  fi
+  need "$bench" "$s" weft-bench && need "$run" "$s" weftrun || continue
+  case $s in
+    gemm) args=(gemm_alltoall -G) ;;
+    gemv) args=(gemv_allreduce --n 8192 --k 8192,28672 --batch 1,8,32 -G --cold-w) ;;
+    embedding) args=(embedding_alltoall -G) ;;
+    allreduce) args=(allreduce -b 4K -e 1M -f 4 -d bf16 -G) ;;
+  esac
+  for n in $ranks; do
+    log="$out/$s.$n-ranks.log"
+    step "$s on $n rank(s): weft-bench ${args[*]}" "$log" "$run" -n "$n" "$bench" "${args[@]}"
+    grep -v '^#' "$log" | grep -E '^ *[a-z_]+ |^ *[0-9]' | head -40
+  done
+done
+exit $failed
