@@ -11,6 +11,7 @@
 #include "heap_layout_device.hpp"
 #include "line_device.hpp"
 #include "ll_device.hpp"
+#include "proxy_device.hpp"
 #include "queue_device.hpp"
 #include "vector_device.hpp"
 
@@ -19,7 +20,9 @@ namespace weft::dev {
 struct CommView {
   int32_t rank = 0;
   int32_t nranks = 0;
-  uint8_t* const* heap = nullptr;  // [nranks] base of every rank's heap, mapped in this address space
+  // [nranks + 1]: the base of every rank's heap in this address space (for a peer reached through
+  // the host proxy, this rank's mirror of it: proxy_device.hpp), then the ProxyView or null.
+  uint8_t* const* heap = nullptr;
   HeapLayout layout;
   QueueHeader* queue = nullptr;
   EngineControl* control = nullptr;  // this rank's engine words (heap offset 0); null on host-side waits
@@ -240,6 +243,117 @@ WEFT_HOST_DEVICE Status waitEveryPeer(const Coop& c, const CommView& v, PeerSign
   }
   // The thread that failed recorded why; the barrier also hands every thread the others' acquires.
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
+}
+
+// ---- Peers reached through the host proxy (proxy_device.hpp) ----
+// Every write to a peer below goes to heap[peer]: the peer's own memory where it is mapped, this
+// rank's mirror of it where it is reached through the proxy. The *To primitives then post what
+// the proxy must carry; on a mapped peer they are the plain primitives above.
+
+// GPU builds refuse proxy peers at init for now (backend_gpu.cpp; docs/design-notes.md says what
+// the GPU path still needs), so their kernels carry none of this code.
+WEFT_HOST_DEVICE const ProxyView* proxyOf(const CommView& v) {
+#if defined(WEFT_BACKEND_CPU)
+  return reinterpret_cast<const ProxyView*>(v.heap[v.nranks]);
+#else
+  (void)v;
+  return nullptr;
+#endif
+}
+WEFT_HOST_DEVICE bool viaProxy(const CommView& v, int peer) {
+  const ProxyView* p = proxyOf(v);
+  return p != nullptr && p->viaProxy[peer] != 0;
+}
+
+// A status some threads of the group computed (the leader's posts), seen by every thread where a
+// proxy could have made it fail; a mapped-only communicator never does (and GPU builds compile
+// the barrier away).
+template <class Coop>
+WEFT_HOST_DEVICE Status uniform(const Coop& c, const CommView& v, Status st) {
+  return proxyOf(v) != nullptr ? c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk : st;
+}
+
+// Leader-only: claims a slot of the ring, waiting (bounded, abort-checked) while it is full, and
+// commits the trigger. Release at system scope first: the proxy reads the mirror bytes the group
+// wrote before it (the group synced before the leader got here).
+WEFT_HOST_DEVICE Status postTrigger(const CommView& v, const WaitSite& site, uint64_t w0, uint64_t w1) {
+  const ProxyView* p = proxyOf(v);
+  const uint64_t ticket = gpu::atomicFetchAdd<gpu::Order::kRelaxed, gpu::Scope::kDevice>(p->head, uint64_t{1});
+  if (ticket >= gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(p->tailSeen) + p->depth) {
+    uint64_t tail = 0;
+    const Status st = pollUntil(v, site, ticket - p->depth + 1, [&](uint64_t* seen) {
+      *seen = tail = gpu::atomicLoad<gpu::Order::kAcquire>(p->tail);
+      return ticket < tail + p->depth;
+    });
+    if (st != Status::kOk) return st;
+    gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(p->tailSeen, tail);
+  }
+  Trigger* t = p->ring + (ticket & (p->depth - 1));
+  gpu::crossProcessRelease();
+  gpu::atomicStore<gpu::Order::kRelaxed>(&t->w1, w1);
+  gpu::atomicStore<gpu::Order::kRelease>(&t->w0, w0 | commitFor(ticket, p->depth));
+  return Status::kOk;
+}
+
+// Leader-only, after the group's stores of `rows` runs of `rowBytes` at `stride` from `offset` in
+// peer's heap (one run: stride unused): has the proxy carry them, where the peer is reached so.
+WEFT_HOST_DEVICE Status postRows(const CommView& v, const WaitSite& site, int peer, uint64_t offset, uint64_t rows,
+                                 uint64_t rowBytes, uint64_t stride) {
+  if (!viaProxy(v, peer) || rows == 0 || rowBytes == 0) return Status::kOk;
+  if (rows == 1 || stride == rowBytes)
+    return postTrigger(v, site, triggerWord0(TriggerKind::kPut, peer, offset), rows * rowBytes);
+  if (rowBytes <= kRowBytesMax && stride <= kStrideMax) {
+    for (uint64_t r0 = 0; r0 < rows; r0 += kRowsMax) {
+      const uint64_t n = rows - r0 < kRowsMax ? rows - r0 : kRowsMax;
+      const Status st = postTrigger(v, site, triggerWord0(TriggerKind::kPutRows, peer, offset + r0 * stride),
+                                    rowsWord(n, rowBytes, stride));
+      if (st != Status::kOk) return st;
+    }
+    return Status::kOk;
+  }
+  for (uint64_t r = 0; r < rows; ++r) {
+    const Status st = postTrigger(v, site, triggerWord0(TriggerKind::kPut, peer, offset + r * stride), rowBytes);
+    if (st != Status::kOk) return st;
+  }
+  return Status::kOk;
+}
+
+// put() of `bytes` to `offset` in peer's heap, then, where the peer is reached through the proxy,
+// a trigger that carries them. Every thread gets the outcome.
+template <class Coop>
+WEFT_HOST_DEVICE Status putTo(const Coop& c, const CommView& v, int peer, uint64_t offset, const void* src,
+                              uint64_t bytes, const WaitSite& site) {
+  put(c, v.at(peer, offset), src, bytes);
+  if (!viaProxy(v, peer)) return Status::kOk;
+  c.sync();
+  const Status st = c.leader() ? postRows(v, site, peer, offset, 1, bytes, bytes) : Status::kOk;
+  return c.broadcast(st);
+}
+
+// Leader-only: releaseStore (add: atomic add) of `value` into peer's word at `offset`; through the
+// proxy, a signal trigger, which the proxy delivers only once every byte posted to that peer
+// before it is visible there.
+WEFT_HOST_DEVICE Status signalLeaderTo(const CommView& v, int peer, uint64_t offset, uint64_t value, bool add,
+                                       const WaitSite& site) {
+  if (viaProxy(v, peer))
+    return postTrigger(v, site, triggerWord0(add ? TriggerKind::kSignalAdd : TriggerKind::kSignalStore, peer, offset),
+                       value);
+  uint64_t* flag = v.signal(peer, offset);
+  gpu::crossProcessRelease();
+  if (add)
+    gpu::atomicFetchAdd<gpu::Order::kRelease>(flag, value);
+  else
+    gpu::atomicStore<gpu::Order::kRelease>(flag, value);
+  return Status::kOk;
+}
+
+// signalStore / signalAdd to a peer's word, by offset: the group syncs, its leader signals.
+template <class Coop>
+WEFT_HOST_DEVICE Status signalTo(const Coop& c, const CommView& v, int peer, uint64_t offset, uint64_t value, bool add,
+                                 const WaitSite& site) {
+  c.sync();
+  const Status st = c.leader() ? signalLeaderTo(v, peer, offset, value, add, site) : Status::kOk;
+  return viaProxy(v, peer) ? c.broadcast(st) : st;
 }
 
 }  // namespace weft::dev

@@ -27,6 +27,9 @@ struct IpcHandle {
 Outcome deviceCount(int* count);
 Outcome currentDevice(int* device);
 Outcome deviceName(int device, std::string* name);
+// The GPU's place on the PCI bus ("domain:bus:device"): the same for every process that uses it,
+// whatever its CUDA_VISIBLE_DEVICES numbering, so ranks can tell that they share one.
+Outcome devicePciId(int device, std::string* id);
 // Whether this process's current GPU has an active NVLink (asked of NVML, loaded at run time, once
 // per GPU and process); false where it has none, where NVML cannot tell, and on HIP.
 bool nvlinkActive();

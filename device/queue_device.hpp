@@ -38,6 +38,7 @@ enum class Status : uint32_t {
   kAborted = 2,     // weft_comm_abort or destroy
   kPeerFailed = 3,  // another wait of this communicator failed first; see QueueHeader::error
   kBadInput = 4,    // the op found invalid input on the device (an embedding index, send counts)
+  kTransport = 5,   // the host proxy's network back-end failed (a dead or unreachable peer)
 };
 
 // What a wait was waiting for, for the failure record.
@@ -57,6 +58,7 @@ enum class WaitWhat : uint32_t {
   kCapacity = 12,       // not a wait: rank `peer` would receive `observed` rows, capacity `expected`
   kRecvOffset = 13,     // not a wait: rank `peer`'s recv is at heap offset `observed`, rank 0's at `expected`
   kPartial = 14,        // a block of this rank to leave its part of a split GEMM tile (`peer`: the part's range)
+  kProxyRoom = 15,      // the host proxy to take triggers from a full ring (`peer`: the trigger's)
 };
 
 // Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed

@@ -11,24 +11,29 @@
 #include "bootstrap.hpp"
 #include "device/comm_device.hpp"
 #include "transport/path.hpp"
+#include "transport/proxy/proxy.hpp"
 #include "work_queue.hpp"
 
 namespace weft {
 
-// This rank's heap segment and every p2p peer's, mapped into this process.
+// This rank's heap segment, and every peer's as this process reaches it (transport/): mapped, or
+// through the host proxy.
 class HeapMemory {
  public:
   // Collective over the bootstrap. The segment's first `controlBytes` read as zero.
-  // Throws weft::Error (kNotSupported for proxy peers, which need the proxy transport).
-  HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t controlBytes);
+  // Throws weft::Error (GPU backends: kNotSupported for proxy peers, not built there yet).
+  HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t controlBytes,
+             const transport::ProxyOptions& proxy);
   ~HeapMemory();
   HeapMemory(const HeapMemory&) = delete;
   HeapMemory& operator=(const HeapMemory&) = delete;
 
   // Base of rank r's segment in this process (a device address on a GPU backend).
   uint8_t* base(int rank) const;
-  // [nranks] bases, in memory the engine can read.
+  // [nranks + 1]: the bases, then the proxy's device view (or null), in memory the engine can read.
   uint8_t* const* engineBases() const;
+  // The host proxy, or null where every peer is mapped.
+  transport::Proxy* proxy() const;
 
  private:
   struct Impl;
@@ -54,7 +59,10 @@ struct GemvOperands {
 class Engine {
  public:
   // Starts the engine over `view` (whose queue lives in `queue`); mode is the `engine` setting.
-  Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode);
+  // `deviceSharers` ranks of the job use this rank's device (deviceKey): each op kernel then takes
+  // at most that share of the blocks the device holds at once, so that the sharers' kernels, whose
+  // blocks wait on each other, all fit side by side (under MPS).
+  Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers);
   // Stops the engine (the caller has set the queue's stop word) and completes, as aborted, every op
   // it had not finished, so that no stream waits on it forever.
   ~Engine();
@@ -94,6 +102,8 @@ class Engine {
   int groupsFor(dev::OpKind kind) const;
   // One line for logs: which device, how ops run.
   std::string describe() const;
+  // What names this process's device among the host's ("" on the CPU backend: no device).
+  static std::string deviceKey();
 
  private:
   struct Impl;

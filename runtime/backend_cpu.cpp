@@ -8,52 +8,37 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "device/cpu/cpu_engine.hpp"
-#include "transport/p2p/shm_segment.hpp"
+#include "transport/peers.hpp"
 
 namespace weft {
 
+// The bootstrap, as the transport layer asks for it.
+class BootstrapExchange final : public transport::Exchange {
+ public:
+  explicit BootstrapExchange(Bootstrap& boot) : boot_(boot) {}
+  int rank() const override { return boot_.rank(); }
+  int nranks() const override { return boot_.nranks(); }
+  void allGather(const void* mine, size_t bytes, void* all) override { boot_.allGather(mine, bytes, all); }
+
+ private:
+  Bootstrap& boot_;
+};
+
 struct HeapMemory::Impl {
-  transport::ShmSegment own;
-  std::vector<transport::ShmSegment> peers;
-  std::vector<uint8_t*> bases;
+  std::unique_ptr<transport::PeerTable> peers;
 };
 
-namespace {
-
-struct SegmentInfo {
-  char name[96];
-};
-
-}  // namespace
-
-HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t)
+HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t,
+                       const transport::ProxyOptions& proxy)
     : impl_(std::make_unique<Impl>()) {
-  transport::requireDirectPaths(paths);
-  const int n = boot.nranks(), me = boot.rank();
-  // ftruncate zero-fills, control area included.
-  impl_->own = transport::ShmSegment::create(transport::ShmSegment::uniqueName("heap" + std::to_string(me)), bytes);
-  SegmentInfo mine{};
-  snprintf(mine.name, sizeof mine.name, "%s", impl_->own.name().c_str());
-  std::vector<SegmentInfo> all(n);
-  boot.allGather(&mine, sizeof mine, all.data());
-  impl_->bases.assign(n, nullptr);
-  for (int r = 0; r < n; ++r) {
-    if (r == me) {
-      impl_->bases[r] = static_cast<uint8_t*>(impl_->own.data());
-      continue;
-    }
-    all[r].name[sizeof all[r].name - 1] = '\0';
-    impl_->peers.push_back(transport::ShmSegment::open(all[r].name, bytes));
-    impl_->bases[r] = static_cast<uint8_t*>(impl_->peers.back().data());
-  }
-  // Every rank has mapped every segment: the names can go.
-  boot.barrier();
-  impl_->own.unlink();
+  BootstrapExchange ex(boot);
+  impl_->peers = std::make_unique<transport::PeerTable>(ex, paths, bytes, proxy);
 }
 
 HeapMemory::~HeapMemory() = default;
-uint8_t* HeapMemory::base(int rank) const { return impl_->bases[rank]; }
-uint8_t* const* HeapMemory::engineBases() const { return impl_->bases.data(); }
+uint8_t* HeapMemory::base(int rank) const { return impl_->peers->base(rank); }
+uint8_t* const* HeapMemory::engineBases() const { return impl_->peers->engineBases(); }
+transport::Proxy* HeapMemory::proxy() const { return impl_->peers->proxy(); }
 
 struct Engine::Impl {
   WorkQueue* queue;
@@ -61,7 +46,7 @@ struct Engine::Impl {
   dev::CpuEngine threads;
 };
 
-Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string&)
+Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string&, int)
     : impl_(std::make_unique<Impl>()) {
   impl_->queue = &queue;
   impl_->control = view.control;
@@ -77,6 +62,8 @@ Engine::~Engine() {
 }
 
 bool Engine::linesSafe() { return true; }
+
+std::string Engine::deviceKey() { return ""; }
 
 bool Engine::checkStream(void* stream) {
   if (stream)

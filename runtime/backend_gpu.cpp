@@ -56,7 +56,7 @@ struct HeapMemory::Impl {
 };
 
 HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
-                       uint64_t controlBytes)
+                       uint64_t controlBytes, const transport::ProxyOptions&)
     : impl_(std::make_unique<Impl>()) {
   transport::requireDirectPaths(paths);
   const int n = boot.nranks(), me = boot.rank();
@@ -72,7 +72,7 @@ HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& path
   require(gpu::ipcExport(&mine, impl_->own), "exporting the heap to local peers");
   std::vector<gpu::IpcHandle> all(n);
   boot.allGather(&mine, sizeof mine, all.data());
-  impl_->bases.assign(n, nullptr);
+  impl_->bases.assign(n + 1, nullptr);  // no proxy view: GPU builds take no proxy peers yet
   impl_->imported.assign(n, nullptr);
   for (int r = 0; r < n; ++r) {
     if (r == me) {
@@ -82,14 +82,16 @@ HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& path
     require(gpu::ipcImport(&impl_->imported[r], all[r]), "mapping rank " + std::to_string(r) + "'s heap");
     impl_->bases[r] = static_cast<uint8_t*>(impl_->imported[r]);
   }
-  require(gpu::deviceMalloc(&impl_->deviceBases, n * sizeof(uint8_t*)), "the table of heap bases");
-  require(gpu::copyToDevice(impl_->deviceBases, impl_->bases.data(), n * sizeof(uint8_t*)), "the table of heap bases");
+  require(gpu::deviceMalloc(&impl_->deviceBases, (n + 1) * sizeof(uint8_t*)), "the table of heap bases");
+  require(gpu::copyToDevice(impl_->deviceBases, impl_->bases.data(), (n + 1) * sizeof(uint8_t*)),
+          "the table of heap bases");
   // No rank's op may reach a peer's control area before the peer zeroed it.
   boot.barrier();
 }
 
 HeapMemory::~HeapMemory() = default;
 uint8_t* HeapMemory::base(int rank) const { return impl_->bases[rank]; }
+transport::Proxy* HeapMemory::proxy() const { return nullptr; }
 uint8_t* const* HeapMemory::engineBases() const { return static_cast<uint8_t* const*>(impl_->deviceBases); }
 
 struct Engine::Impl {
@@ -105,10 +107,12 @@ struct Engine::Impl {
   int device = 0;
   int workers = 0;
   int threads = gpu::kBlockThreads;
-  int gatherBlocks = 0;                   // launched: resident blocks of the embedding kernel
-  int gemvBlocks = 0;                     // launched: resident blocks of the GEMV kernel
-  int oneShotBlocks = 0;                  // launched: resident blocks of the one-shot kernels
-  int gemmBlocks = 0;                     // resident blocks of the GEMM kernel
+  int gatherBlocks = 0;   // launched: resident blocks of the embedding kernel
+  int gemvBlocks = 0;     // launched: resident blocks of the GEMV kernel
+  int oneShotBlocks = 0;  // launched: resident blocks of the one-shot kernels
+  int gemmBlocks = 0;     // resident blocks of the GEMM kernel
+  int sharers = 1;        // ranks of the job on this device (each gets 1/sharers)
+  int share(int resident) const { return std::max(1, resident / sharers); }
   float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
   std::mutex launchMutex;
@@ -239,11 +243,12 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode)
+Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers)
     : impl_(std::make_unique<Impl>()) {
   Impl& e = *impl_;
   e.queue = &queue;
   e.workers = workers;
+  e.sharers = std::max(1, deviceSharers);
   e.persistent = mode == "persistent";
   if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
     throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));
@@ -258,6 +263,18 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.view.alive = e.onDevice(queue.alive());
   require(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
   require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, &e.gemmBlocks), "sizing the GEMM kernel's grid");
+  e.gemmBlocks = e.share(e.gemmBlocks);
+  if (e.sharers > 1) {
+    // Every op kernel's blocks may wait on a peer's: the sharers' kernels must all be resident at
+    // once, so each takes its share of what the device holds (the generic op kernel's, for workers).
+    int resident = 0;
+    require(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, &resident), "sizing the op kernel's grid");
+    e.workers = std::max(1, std::min(e.workers, e.share(resident)));
+    WEFT_LOG(kInfo, kEngine,
+             "{} ranks of this job use this GPU: each op kernel takes at most 1/{} of its blocks ({} workers); "
+             "their kernels run side by side only under MPS (nvidia-cuda-mps-control -d)",
+             e.sharers, e.sharers, e.workers);
+  }
   Undo freePartials{[&] {
     if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
   }};
@@ -281,6 +298,9 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     require(gpu::residentOpBlocks(dev::OpKind::kGemv, e.threads, &e.gemvBlocks), "sizing the GEMV kernel's grid");
     require(gpu::residentOpBlocks(dev::OpKind::kAllReduceOneShot, e.threads, &e.oneShotBlocks),
             "sizing the one-shot AllReduce's grid");
+    e.gatherBlocks = e.share(e.gatherBlocks);
+    e.gemvBlocks = e.share(e.gemvBlocks);
+    e.oneShotBlocks = e.share(e.oneShotBlocks);
     // Without it the `blas` path runs weft's GEMV: slower where the table chose it, still correct.
     if (gpu::VendorBlas::built())
       if (const gpu::Outcome o = gpu::VendorBlas::create(&e.blas); !o)
@@ -390,6 +410,13 @@ std::string Engine::describe() const {
   const std::string gemm =
       ", a GEMM + All-to-All as its own kernel of " + std::to_string(impl_->gemmBlocks) + " blocks";
   return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how + gemm;
+}
+
+std::string Engine::deviceKey() {
+  int device = 0;
+  std::string id;
+  if (!gpu::currentDevice(&device) || !gpu::devicePciId(device, &id)) return "";
+  return id;
 }
 
 std::string deviceSummary() {

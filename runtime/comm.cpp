@@ -32,8 +32,11 @@ struct RankInfo {
   uint64_t gemvTuning;  // the table's fingerprint
   uint64_t gemvPath;    // 0 auto, 1 + GemvPath forced
   uint64_t oneShotLinesFrom;
+  uint64_t transport;  // 0 auto, 1 p2p, 2 proxy
+  uint64_t nodeRanks;
   int32_t pid;
   char hostname[60];
+  char device[32];  // Engine::deviceKey(): ranks of a host with the same one share a GPU
 };
 
 Code codeOf(Status st, const dev::QueueHeader* q) {
@@ -46,11 +49,14 @@ Code codeOf(Status st, const dev::QueueHeader* q) {
       return Code::kAborted;
     case Status::kBadInput:
       return Code::kInvalidArgument;
+    case Status::kTransport:
+      return Code::kTransport;
     default: {
       const auto first = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&q->error));
-      return first == Status::kAborted    ? Code::kAborted
-             : first == Status::kBadInput ? Code::kInvalidArgument
-                                          : Code::kTimeout;
+      return first == Status::kAborted     ? Code::kAborted
+             : first == Status::kBadInput  ? Code::kInvalidArgument
+             : first == Status::kTransport ? Code::kTransport
+                                           : Code::kTimeout;
     }
   }
 }
@@ -139,8 +145,12 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.gemvTuning = c->gemvTuning_.fingerprint();
   mine.gemvPath = c->gemvForced_ ? 1 + static_cast<uint64_t>(*c->gemvForced_) : 0;
   mine.oneShotLinesFrom = c->oneShotLinesFrom_;
+  const std::string transportMode = s.getString("transport");
+  mine.transport = transportMode == "p2p" ? 1 : transportMode == "proxy" ? 2 : 0;
+  mine.nodeRanks = static_cast<uint64_t>(s.getInt("node_ranks"));
   mine.pid = static_cast<int32_t>(getpid());
   snprintf(mine.hostname, sizeof mine.hostname, "%s", c->host_.hostname.c_str());
+  snprintf(mine.device, sizeof mine.device, "%s", Engine::deviceKey().c_str());
   std::vector<RankInfo> all(nranks);
   c->boot_->allGather(&mine, sizeof mine, all.data());
   checkAgree(all, &RankInfo::tileBytes, "tile_bytes", rank);
@@ -152,16 +162,31 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   // Every rank must take the same GEMV path (the fused op's items wait on their peers').
   checkAgree(all, &RankInfo::gemvTuning, "gemv_tuning_file (the table's fingerprint)", rank);
   checkAgree(all, &RankInfo::gemvPath, "gemv_path", rank, gemvPathDescription);
+  // Paths must be symmetric: a rank that maps a peer which reaches it through the proxy would wait
+  // for signals that never come.
+  checkAgree(all, &RankInfo::transport, "transport", rank, [](uint64_t v) {
+    return std::string(v == 1 ? "p2p" : v == 2 ? "proxy" : "auto");
+  });
+  checkAgree(all, &RankInfo::nodeRanks, "node_ranks", rank);
 
-  const bool forceProxy = s.getString("transport") == "proxy";
+  const bool forceProxy = mine.transport == 2;
+  const auto nodeRanks = static_cast<int>(mine.nodeRanks);
   std::string pathList;
+  bool anyProxy = false;
   for (int r = 0; r < nranks; ++r) {
-    c->paths_.push_back(transport::choosePath(rank, r, mine.hostHash, all[r].hostHash, forceProxy));
-    if (s.getString("transport") == "p2p" && c->paths_.back() == transport::Path::kProxy)
-      throw Error(Code::kInvalidUsage,
-                  "transport: p2p was asked for, but rank " + std::to_string(r) + " is on host " + all[r].hostname);
+    c->paths_.push_back(transport::choosePath(rank, r, transport::nodeOf(mine.hostHash, rank, nodeRanks),
+                                              transport::nodeOf(all[r].hostHash, r, nodeRanks), forceProxy));
+    if (mine.transport == 1 && c->paths_.back() == transport::Path::kProxy)
+      throw Error(Code::kInvalidUsage, "transport: p2p was asked for, but rank " + std::to_string(r) + " is on " +
+                                           (all[r].hostHash == mine.hostHash ? std::string("another node (node_ranks)")
+                                                                             : "host " + std::string(all[r].hostname)));
+    anyProxy |= c->paths_.back() == transport::Path::kProxy;
     pathList += (r ? ", " : "") + std::to_string(r) + ":" + transport::pathName(c->paths_.back());
   }
+  // 128-byte lines rely on a line landing whole, which no network promises: through the proxy the
+  // one-shot exchange sends 8-byte words (each whole: the proxy delivers them so). Every rank of a
+  // job with proxy peers has some, so all decide alike.
+  if (anyProxy) c->oneShotLinesFrom_ = kLinesNever;
   WEFT_LOG(kInfo, kInit, "rank {}: paths to peers {}; one-shot AllReduce in {}", rank, pathList,
            linesDescription(c->oneShotLinesFrom_));
 
@@ -172,7 +197,11 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->oneShotMax_ = mine.oneShotBytes;
   c->gemvScratch_ = mine.gemvScratchBytes;
   c->layout_.oneShotBytes = std::max(mine.oneShotBytes, mine.gemvScratchBytes);
-  c->heap_ = std::make_unique<SymmetricHeap>(*c->boot_, c->paths_, mine.heapBytes, c->layout_);
+  transport::ProxyOptions proxy;
+  proxy.backend = s.getString("proxy_backend");
+  proxy.cpu = static_cast<int>(s.getInt("proxy_cpu"));
+  proxy.timeoutS = s.getDouble("timeout_s");
+  c->heap_ = std::make_unique<SymmetricHeap>(*c->boot_, c->paths_, mine.heapBytes, c->layout_, proxy);
   c->queue_ = std::make_unique<WorkQueue>(static_cast<uint32_t>(s.getInt("queue_depth")));
 
   dev::CommView v;
@@ -186,17 +215,35 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   v.control = reinterpret_cast<dev::EngineControl*>(c->heap_->base(rank));
   v.timeoutNs = c->timeoutNs_;
   v.idleNs = static_cast<uint64_t>(s.getInt("engine_idle_us")) * 1000;
-  c->engine_ =
-      std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")), s.getString("engine"));
+  // A fault the proxy sees (a dead peer, a dropped connection) fails the communicator at once: every
+  // wait of the engine gives up, naming the peer and the back-end's own words (transportText).
+  if (transport::Proxy* px = c->heap_->proxy())
+    px->onFault([v](const transport::PeerFault& f) {
+      dev::recordFailure(v, dev::WaitSite{0, 0, f.peer, dev::WaitWhat::kNone}, Status::kTransport, 0, 0);
+    });
+  int sharers = 0;
+  for (auto& r : all) {
+    r.device[sizeof r.device - 1] = '\0';
+    sharers += mine.device[0] != '\0' && r.hostHash == mine.hostHash && strcmp(r.device, mine.device) == 0;
+  }
+  c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")),
+                                        s.getString("engine"), sharers);
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes", rank, nranks, c->host_.hostname,
            c->engine_->describe(), c->queue_->depth(), c->tileBytes_);
   return c;
 }
 
 Comm::~Comm() {
+  // The proxy outlives the queue (it goes with the heap): it must not report into a freed one.
+  transport::Proxy* proxy = heap_ ? heap_->proxy() : nullptr;
+  if (proxy) proxy->onFault(nullptr);
+  const bool aborted = queue_ && gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->abort) != 0;
   if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
   if (engine_) engine_->raise(&dev::EngineControl::stop);
   engine_.reset();
+  // Once the engine posts no more: what it posted still goes to the peers (they may wait for it),
+  // unless the communicator was aborted.
+  if (proxy) proxy->stop(/*drain=*/!aborted);
 }
 
 void* Comm::memAlloc(uint64_t bytes) {
@@ -274,8 +321,11 @@ Code Comm::submit(const dev::OpDesc& d, void* stream, bool capturing) {
   if (st == Status::kOk) st = engine_->finish(ticket, stallNs());
   if (st == Status::kOk) return Code::kSuccess;
   const Code c = codeOf(st, queue_->header());
-  std::string why = queue_->failureText();
-  const char* what = c == Code::kAborted ? "op aborted" : c == Code::kInvalidArgument ? "op failed" : "op timed out";
+  std::string why = failureText();
+  const char* what = c == Code::kAborted           ? "op aborted"
+                     : c == Code::kInvalidArgument ? "op failed"
+                     : c == Code::kTransport       ? "op failed in the transport"
+                                                   : "op timed out";
   throw Error(c, std::string(what) + (why.empty() ? "" : ": " + why));
 }
 
@@ -454,15 +504,28 @@ void Comm::finalize() {
     throw Error(Code::kTimeout, "weft_comm_finalize: ops still running on the caller's streams after " +
                                     std::to_string(stallNs() / 1000000000ull) + " s");
   boot_->barrier();
+  // Every rank has finished every op: a peer that now closes its connections is no fault.
+  if (heap_->proxy()) heap_->proxy()->closing();
 }
 
 Code Comm::asyncError(std::string* message) const {
   const auto* h = queue_->header();
   const auto st = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&h->error));
   if (st == Status::kOk && !gpu::atomicLoad<gpu::Order::kAcquire>(&h->abort)) return Code::kSuccess;
-  if (message) *message = queue_->failureText();
+  if (message) *message = failureText();
   if (message && message->empty()) *message = "the communicator was aborted";
-  return st == Status::kTimeout ? Code::kTimeout : st == Status::kBadInput ? Code::kInvalidArgument : Code::kAborted;
+  return st == Status::kTimeout     ? Code::kTimeout
+         : st == Status::kBadInput  ? Code::kInvalidArgument
+         : st == Status::kTransport ? Code::kTransport
+                                    : Code::kAborted;
+}
+
+std::string Comm::failureText() const {
+  const auto st = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->error));
+  if (st == Status::kTransport)
+    if (const transport::Proxy* px = heap_->proxy())
+      if (const auto f = px->fault()) return f->what;
+  return queue_->failureText();
 }
 
 }  // namespace weft

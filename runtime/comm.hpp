@@ -69,6 +69,8 @@ class Comm {
   Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
   // Throws the sticky failure of an earlier op, if any.
   void requireHealthy() const;
+  // What the first failure was: the proxy's fault, or the failing wait's record.
+  std::string failureText() const;
   // Hands the op to the engine, or into the graph `stream` is capturing.
   Code submit(const dev::OpDesc& desc, void* stream, bool capturing);
   // The GEMV + AllReduce's blas path: the vendor BLAS's GEMV, where the engine has one (else false).

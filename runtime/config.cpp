@@ -74,7 +74,18 @@ const std::vector<SettingSpec>& settingSpecs() {
       {"check_indices", SettingType::kInt, "1",
        "Embedding ops check every index against its table (0: trust them, faster)", 0, 1},
       {"inbox_slots", SettingType::kInt, kCpuBackend ? "8" : "64", "Tiles in flight per peer pair", 1, 1024},
-      {"transport", SettingType::kString, "auto", "Path between ranks: auto, p2p or proxy"},
+      {"transport", SettingType::kString, "auto",
+       "Path between ranks: auto (p2p inside a node, the host proxy across), p2p (every peer mapped) or proxy "
+       "(every peer through the host proxy)"},
+      {"node_ranks", SettingType::kInt, "0",
+       "Ranks per node: each block of this many ranks of a host counts as a node of its own, so that one host "
+       "runs a multi-node job (ranks of different blocks talk through the host proxy); 0: the host is the node",
+       0, 1 << 20},
+      {"proxy_backend", SettingType::kString, "auto",
+       "Network library of the host proxy: auto (UCX, else libfabric), ucx or ofi (same on every rank); UCX_TLS "
+       "and FI_PROVIDER choose their transports"},
+      {"proxy_cpu", SettingType::kInt, "-1", "PU (OS index) the host proxy's thread is bound to; -1: not bound", -1,
+       1 << 20},
       {"log_level", SettingType::kString, "warn", "error, warn, info, debug or trace"},
       {"log_subsys", SettingType::kString, "all",
        "Comma list of init,bootstrap,heap,queue,engine,p2p,proxy,ucx,ofi,api,config or all"},
@@ -165,6 +176,8 @@ void validate(const SettingSpec& s, const SettingValue& v) {
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, p2p or proxy");
       if (std::string(s.name) == "oneshot_protocol" && v.text != "auto" && v.text != "ll" && v.text != "ll128")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ll or ll128");
+      if (std::string(s.name) == "proxy_backend" && v.text != "auto" && v.text != "ucx" && v.text != "ofi")
+        throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ucx or ofi");
       if (std::string(s.name) == "engine" && v.text != "launched" && v.text != "persistent")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not launched or persistent");
       return;

@@ -6,10 +6,10 @@
 namespace weft {
 
 SymmetricHeap::SymmetricHeap(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
-                             const dev::HeapLayout& layout)
+                             const dev::HeapLayout& layout, const transport::ProxyOptions& proxy)
     : rank_(boot.rank()),
       bytes_(layout.controlBytes() + bytes),
-      mem_(boot, paths, bytes_, layout.controlBytes()),
+      mem_(boot, paths, bytes_, layout.controlBytes(), proxy),
       alloc_(layout.controlBytes(), bytes_) {
   WEFT_LOG(kInfo, kHeap, "heap of {} bytes after a control area of {} bytes", bytes, layout.controlBytes());
 }

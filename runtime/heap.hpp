@@ -20,10 +20,11 @@ class SymmetricHeap {
   // Collective over the bootstrap: `bytes` for weft_mem_alloc, after the layout's control area.
   // Throws weft::Error.
   SymmetricHeap(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
-                const dev::HeapLayout& layout);
+                const dev::HeapLayout& layout, const transport::ProxyOptions& proxy);
 
   uint8_t* const* engineBases() const { return mem_.engineBases(); }
   uint8_t* base(int rank) const { return mem_.base(rank); }
+  transport::Proxy* proxy() const { return mem_.proxy(); }
 
   // Local part of the collective allocation: same offsets on every rank for the same call sequence.
   std::optional<uint64_t> allocate(uint64_t bytes);

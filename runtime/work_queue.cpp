@@ -122,6 +122,8 @@ const char* waitWhatName(dev::WaitWhat w) {
       return "its send counts (GEMM + All-to-All route)";
     case dev::WaitWhat::kPartial:
       return "its partial sums of a split tile";
+    case dev::WaitWhat::kProxyRoom:
+      return "room in the host proxy's trigger ring (the proxy thread is not draining it)";
     default:
       return "nothing";
   }

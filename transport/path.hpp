@@ -13,21 +13,32 @@ enum class Path { kSelf, kP2p, kProxy };
 
 inline const char* pathName(Path p) { return p == Path::kSelf ? "self" : p == Path::kP2p ? "p2p" : "proxy"; }
 
-// Peers on the same host reach each other's heap by mapping it (p2p) unless the proxy is forced;
-// peers on other hosts go through the host proxy.
-inline Path choosePath(int me, int peer, uint64_t myHost, uint64_t peerHost, bool forceProxy) {
+// The node a rank is on: its host, and with node_ranks > 0 its block of that many ranks, so that
+// one host can stand for several nodes (how the inter-node path is tested on one machine).
+struct Node {
+  uint64_t host;
+  int64_t block;
+  bool operator==(const Node& o) const { return host == o.host && block == o.block; }
+};
+inline Node nodeOf(uint64_t hostHash, int rank, int nodeRanks) {
+  return Node{hostHash, nodeRanks > 0 ? rank / nodeRanks : 0};
+}
+
+// Peers on the same node reach each other's heap by mapping it (p2p) unless the proxy is forced;
+// peers on other nodes go through the host proxy.
+inline Path choosePath(int me, int peer, Node myNode, Node peerNode, bool forceProxy) {
   if (me == peer) return Path::kSelf;
-  if (myHost == peerHost && !forceProxy) return Path::kP2p;
+  if (myNode == peerNode && !forceProxy) return Path::kP2p;
   return Path::kProxy;
 }
 
-// Until the proxy transport exists, every peer must be reachable directly.
+// GPU builds map peers by IPC and do not take proxy peers yet (docs/design-notes.md).
 inline void requireDirectPaths(const std::vector<Path>& paths) {
   for (size_t r = 0; r < paths.size(); ++r)
     if (paths[r] == Path::kProxy)
       throw Error(Code::kNotSupported, "rank " + std::to_string(r) +
-                                           " needs the proxy transport (another host, or transport=proxy), which "
-                                           "this build does not provide yet");
+                                           " needs the host proxy (another node, transport=proxy or node_ranks), "
+                                           "which GPU builds do not provide yet; the CPU backend does");
 }
 
 }  // namespace weft::transport

@@ -96,6 +96,17 @@ Outcome deviceName(int device, std::string* name) {
   return o;
 }
 
+Outcome devicePciId(int device, std::string* id) {
+  gpuDeviceProp_t prop{};
+  Outcome o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
+  if (o) {
+    char text[32];
+    snprintf(text, sizeof text, "%04x:%02x:%02x", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+    *id = text;
+  }
+  return o;
+}
+
 namespace {
 
 #if defined(WEFT_BACKEND_CUDA)

@@ -54,8 +54,10 @@ struct AllReduceOp {
         Status st = wait(c, v, v.signal(me, L.inboxCreditOffset(j, slot)), q - L.inboxSlots, site);
         if (st != Status::kOk) return st;
       }
-      put(c, v.at(j, L.inboxDataOffset(me, slot)), send + r.lo * es, r.size() * es);
-      signalStore(c, v.signal(j, L.inboxFlagOffset(me, slot)), q);
+      const WaitSite room{seq.op, item, j, WaitWhat::kProxyRoom};
+      Status st = putTo(c, v, j, L.inboxDataOffset(me, slot), send + r.lo * es, r.size() * es, room);
+      if (st == Status::kOk) st = signalTo(c, v, j, L.inboxFlagOffset(me, slot), q, /*add=*/false, room);
+      if (st != Status::kOk) return st;
     }
 
     Range mine = tileRange(shardRange(d.count, v.nranks, vectorElems(es), me), d.tileElems, item);
@@ -86,9 +88,13 @@ struct AllReduceOp {
     c.sync();
     for (int p = 1; p < v.nranks; ++p) {
       const int j = (me + p) % v.nranks;
-      if (c.leader()) releaseStore(v.signal(j, L.inboxCreditOffset(me, slot)), q);
-      put(c, v.at(j, d.recv) + mine.lo * es, out + mine.lo * es, mine.size() * es);
-      signalAdd(c, v.signal(j, L.gatheredOffset(me)), uint64_t{1});
+      const WaitSite room{seq.op, item, j, WaitWhat::kProxyRoom};
+      Status st =
+          c.leader() ? signalLeaderTo(v, j, L.inboxCreditOffset(me, slot), q, /*add=*/false, room) : Status::kOk;
+      st = uniform(c, v, st);
+      if (st == Status::kOk) st = putTo(c, v, j, d.recv + mine.lo * es, out + mine.lo * es, mine.size() * es, room);
+      if (st == Status::kOk) st = signalTo(c, v, j, L.gatheredOffset(me), uint64_t{1}, /*add=*/true, room);
+      if (st != Status::kOk) return st;
     }
     return Status::kOk;
   }

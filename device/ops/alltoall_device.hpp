@@ -32,10 +32,13 @@ struct AllToAllOp {
     const uint64_t tpb = tilesPerBlock(d.count, d.tileElems);
     if (item == 0) {
       c.sync();
+      Status st = Status::kOk;
       if (c.leader())
-        for (int j = 0; j < v.nranks; ++j)
-          if (j != me) releaseStore(v.signal(j, L.readyFromOffset(me)), seq.epoch);
-      return Status::kOk;
+        for (int j = 0; j < v.nranks && st == Status::kOk; ++j)
+          if (j != me)
+            st = signalLeaderTo(v, j, L.readyFromOffset(me), seq.epoch, false,
+                                WaitSite{seq.op, item, j, WaitWhat::kProxyRoom});
+      return uniform(c, v, st);
     }
     if (item == 1 + v.nranks * tpb)
       return waitEveryPeer(c, v, PeerSignal::kArrived, seq.seqBase + tpb, seq.op, item, WaitWhat::kArrival);
@@ -45,17 +48,18 @@ struct AllToAllOp {
     const uint64_t es = dtypeSize(static_cast<DType>(d.dtype));
     const Range r = tileRange(Range{0, d.count}, d.tileElems, k % tpb);
     const auto* src = reinterpret_cast<const uint8_t*>(d.send) + (j * d.count + r.lo) * es;
-    uint8_t* dst = v.at(j, d.recv) + (me * d.count + r.lo) * es;
+    const uint64_t dst = d.recv + (me * d.count + r.lo) * es;
     if (j == me) {
-      put(c, dst, src, r.size() * es);
+      put(c, v.at(j, dst), src, r.size() * es);
       return Status::kOk;
     }
     WaitSite site{seq.op, item, j, WaitWhat::kReady};
     Status st = wait(c, v, v.signal(me, L.readyFromOffset(j)), seq.epoch, site);
     if (st != Status::kOk) return st;
-    put(c, dst, src, r.size() * es);
-    signalAdd(c, v.signal(j, L.arrivedOffset(me)), uint64_t{1});
-    return Status::kOk;
+    site.what = WaitWhat::kProxyRoom;
+    st = putTo(c, v, j, dst, src, r.size() * es, site);
+    if (st != Status::kOk) return st;
+    return signalTo(c, v, j, L.arrivedOffset(me), uint64_t{1}, /*add=*/true, site);
   }
 };
 

@@ -87,12 +87,15 @@ struct EmbeddingAllToAllOp {
     const uint64_t ipd = itemsPerDest(a.numTables, a.localBatch, d.tileElems);
     if (item == 0) {
       c.sync();
+      Status st = Status::kOk;
       if (c.leader()) {
-        for (int j = 0; j < v.nranks; ++j)
-          if (j != me) releaseStore(v.signal(j, L.peerSignalOffset(PeerSignal::kEmbedReadyFrom, me)), seq.epoch);
-        if (dataItems(d) == 0) announceDone(v, seq);  // nothing to send: done at once
+        for (int j = 0; j < v.nranks && st == Status::kOk; ++j)
+          if (j != me)
+            st = signalLeaderTo(v, j, L.peerSignalOffset(PeerSignal::kEmbedReadyFrom, me), seq.epoch, false,
+                                WaitSite{seq.op, item, j, WaitWhat::kProxyRoom});
+        if (st == Status::kOk && dataItems(d) == 0) st = announceDone(v, seq, item);  // nothing to send: done at once
       }
-      return Status::kOk;
+      return uniform(c, v, st);
     }
     if (item == 1 + v.nranks * ipd) return finish(c, v, seq, item);
 
@@ -118,21 +121,52 @@ struct EmbeddingAllToAllOp {
           if (!noted) noteBadIndex(v, seq, table, index, rows);
           noted = true;
         });
+    if (viaProxy(v, dest)) {
+      c.sync();
+      const Status st = c.leader() ? postBags(v, WaitSite{seq.op, item, dest, WaitWhat::kProxyRoom}, a, dest, d.recv,
+                                              lo, hi, rowBytes)
+                                   : Status::kOk;
+      if (c.broadcast(st) != Status::kOk) return st == Status::kOk ? Status::kPeerFailed : st;
+    }
     // The item that finishes last (by the local counter, which orders every item's stores before
     // it) announces that this rank's vectors are all stored. Device scope suffices for the
     // counter (causality is transitive; the announcement is a system-scope release), and spares
     // every item a system fence behind its remote stores.
     c.sync();
+    Status st = Status::kOk;
     if (c.leader()) {
       gpu::crossProcessRelease();
       const uint64_t before =
           gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(&v.control->embedItemsDone, uint64_t{1});
-      if (before + 1 == seq.seqBase + dataItems(d)) announceDone(v, seq);
+      if (before + 1 == seq.seqBase + dataItems(d)) st = announceDone(v, seq, item);
     }
-    return Status::kOk;
+    return uniform(c, v, st);
   }
 
  private:
+  // Leader-only: has the proxy carry bags [lo, hi) of the item (bag b is table b % numTables of
+  // sample b / numTables; a sample's tables are adjacent rows of dest's recv): the first sample's
+  // tail, the whole samples as one run of rows, the last sample's head.
+  WEFT_HOST_DEVICE static Status postBags(const CommView& v, const WaitSite& site, const EmbeddingArgs& a, int dest,
+                                          uint64_t recv, uint64_t lo, uint64_t hi, uint64_t rowBytes) {
+    const uint64_t nt = a.numTables, sampleBytes = a.totalTables * rowBytes;
+    auto at = [&](uint64_t b) { return recv + (b / nt) * sampleBytes + (a.tableBase + b % nt) * rowBytes; };
+    Status st = Status::kOk;
+    while (lo < hi && st == Status::kOk) {
+      const uint64_t sampleEnd = (lo / nt + 1) * nt;
+      if (lo % nt == 0 && sampleEnd <= hi) {  // whole samples from lo
+        const uint64_t samples = (hi - lo) / nt;
+        st = postRows(v, site, dest, at(lo), samples, nt * rowBytes, sampleBytes);
+        lo += samples * nt;
+      } else {
+        const uint64_t end = minU64(sampleEnd, hi);
+        st = postRows(v, site, dest, at(lo), 1, (end - lo) * rowBytes, 0);
+        lo = end;
+      }
+    }
+    return st;
+  }
+
   // The first bad index of this rank, for its own failure record (the op's epoch marks it).
   WEFT_HOST_DEVICE static void noteBadIndex(const CommView& v, const OpSeq& seq, uint64_t table, int64_t index,
                                             int64_t rows) {
@@ -148,11 +182,14 @@ struct EmbeddingAllToAllOp {
 
   // Leader-only: this rank's vectors of this op are all stored; tells every rank, itself included,
   // and whether it met a bad index.
-  WEFT_HOST_DEVICE static void announceDone(const CommView& v, const OpSeq& seq) {
+  WEFT_HOST_DEVICE static Status announceDone(const CommView& v, const OpSeq& seq, uint32_t item) {
     const bool bad = gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->badEpoch) ==
                      static_cast<uint32_t>(seq.epoch);
-    for (int j = 0; j < v.nranks; ++j)
-      releaseStore(v.signal(j, v.layout.peerSignalOffset(PeerSignal::kEmbedDone, v.rank)), 2 * seq.epoch + bad);
+    Status st = Status::kOk;
+    for (int j = 0; j < v.nranks && st == Status::kOk; ++j)
+      st = signalLeaderTo(v, j, v.layout.peerSignalOffset(PeerSignal::kEmbedDone, v.rank), 2 * seq.epoch + bad, false,
+                          WaitSite{seq.op, item, j, WaitWhat::kProxyRoom});
+    return st;
   }
 
   // The last item: every rank's vectors of this op are in this rank's output; then the op fails if

@@ -31,9 +31,13 @@ WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int 
 // Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t) to ranks
 // [first, first + count) counted from this one (modulo the ranks): first 1 and count nranks - 1 for
 // every peer; first 0 adds this rank's own area (for a reduction that runs later, in another item).
+//
+// A peer reached through the host proxy gets the pairs in this rank's mirror of it, then as one
+// message that the proxy stores at the peer a word at a time (TriggerKind::kDeliver): a network
+// write may land a word's halves apart, which a flag in the word cannot tell.
 template <class Coop, class Own>
-WEFT_HOST_DEVICE void pushFlaggedTo(const Coop& c, const CommView& v, const OpSeq& seq, Range r, int first, int count,
-                                    Own&& own) {
+WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const OpSeq& seq, Range r, int first, int count,
+                                      Own&& own, uint32_t item = 0) {
   const auto flag = static_cast<uint32_t>(seq.epoch);
   for (uint64_t k = r.lo + c.rank(); k < r.hi; k += static_cast<uint64_t>(c.size())) {
     const uint64_t x = own(k);
@@ -42,10 +46,24 @@ WEFT_HOST_DEVICE void pushFlaggedTo(const Coop& c, const CommView& v, const OpSe
       llStore(flaggedPair(v, seq, j, v.rank, k), x, flag);
     }
   }
+  if (proxyOf(v) == nullptr || r.hi <= r.lo) return Status::kOk;
+  c.sync();
+  Status st = Status::kOk;
+  if (c.leader())
+    for (int p = first; p < first + count && st == Status::kOk; ++p) {
+      const int j = (v.rank + p) % v.nranks;
+      if (!viaProxy(v, j)) continue;
+      const uint64_t at =
+          v.layout.oneShotDataOffset(v.rank, static_cast<uint32_t>(seq.epoch & 1)) + r.lo * kLlPairBytes;
+      st = postTrigger(v, WaitSite{seq.op, item, j, WaitWhat::kProxyRoom}, triggerWord0(TriggerKind::kDeliver, j, at),
+                       (r.hi - r.lo) * kLlPairBytes);
+    }
+  return c.broadcast(st);
 }
 template <class Coop, class Own>
-WEFT_HOST_DEVICE void pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, Range r, bool toSelf, Own&& own) {
-  pushFlaggedTo(c, v, seq, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own);
+WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, Range r, bool toSelf, Own&& own,
+                                    uint32_t item = 0) {
+  return pushFlaggedTo(c, v, seq, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own, item);
 }
 
 // Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks;
@@ -118,7 +136,7 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
 template <class Acc, class Coop, class Own, class Add, class Finish>
 WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
                                         Own&& own, Add&& add, Finish&& finish) {
-  pushFlagged(c, v, seq, r, false, own);
+  if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
   return reduceFlagged<Acc, 1>(c, v, seq, item, r, false, own, add, finish);
 }
 

@@ -195,9 +195,8 @@ struct GemmAllToAllOp {
       row[n + kRouteRecv] = static_cast<int64_t>(d.recv);
     }
     c.sync();
-    pushFlagged(c, v, seq, Range{0, static_cast<uint64_t>(n) + kRouteExtra}, /*toSelf=*/true,
-                [&](uint64_t k) { return static_cast<uint64_t>(row[k]); });
-    return Status::kOk;
+    return pushFlagged(c, v, seq, Range{0, static_cast<uint64_t>(n) + kRouteExtra}, /*toSelf=*/true,
+                       [&](uint64_t k) { return static_cast<uint64_t>(row[k]); });
   }
 
   WEFT_HOST_DEVICE static uint64_t expertEnd(const GemmArgs& g, uint64_t e) {
@@ -301,6 +300,13 @@ struct GemmAllToAllOp {
         }
         c.sync();
         storeTile(c, dt, g, w, acc, rowPtr, row0, eLo, eHi, col0, col1);
+        if (proxyOf(v) != nullptr) {
+          c.sync();
+          const Status st = c.leader() ? postTileRows(v, WaitSite{seq.op, item, -1, WaitWhat::kProxyRoom}, r, rowPtr,
+                                                      row0, eLo, eHi, col0 * es, (col1 - col0) * es, g.h * es)
+                                       : Status::kOk;
+          if (c.broadcast(st) != Status::kOk) return st == Status::kOk ? Status::kPeerFailed : st;
+        }
         settle(c, v, seq, r, eLo, eHi, cols);
       }
     }
@@ -497,6 +503,24 @@ struct GemmAllToAllOp {
 #endif
   }
 
+  // Leader-only, once the group's stores of the tile's rows [eLo, eHi) are issued: has the proxy
+  // carry each proxy destination's run of them (adjacent rows of its recv, `stride` apart).
+  WEFT_HOST_DEVICE static Status postTileRows(const CommView& v, WaitSite site, const RouteView& r,
+                                              uint8_t* const* rowPtr, uint64_t row0, uint64_t eLo, uint64_t eHi,
+                                              uint64_t colByte, uint64_t rowBytes, uint64_t stride) {
+    Status st = Status::kOk;
+    for (int dest = r.destOf(static_cast<int64_t>(eLo)); dest < v.nranks && st == Status::kOk; ++dest) {
+      const uint64_t lo = maxU64(eLo, static_cast<uint64_t>(r.start()[dest]));
+      const uint64_t hi = minU64(eHi, static_cast<uint64_t>(r.start()[dest + 1]));
+      if (lo >= eHi) break;
+      if (lo >= hi || !viaProxy(v, dest)) continue;
+      site.peer = dest;
+      const auto offset = static_cast<uint64_t>(rowPtr[lo - row0] - v.at(dest, 0)) + colByte;
+      st = postRows(v, site, dest, offset, hi - lo, rowBytes, stride);
+    }
+    return st;
+  }
+
   // The leader, once the group's stores of rows [eLo, eHi) of one column tile are issued: counts
   // them per destination; the tile that completes a destination (its rows times the column tiles)
   // tells it so.
@@ -512,8 +536,10 @@ struct GemmAllToAllOp {
       // One add, never a compare-and-swap loop: every block finishes its tiles at about the same
       // time, and a CAS loop over a shared word then serialises a whole wave of them.
       const uint64_t before = gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(sent, hi - lo);
+      // A failed post (the proxy's ring stayed full) is recorded, and the communicator has failed.
       if (before + (hi - lo) == static_cast<uint64_t>(r.mine()[dest]) * cols)
-        releaseStore(v.signal(dest, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank)), seq.epoch);
+        (void)signalLeaderTo(v, dest, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank), seq.epoch, false,
+                             WaitSite{seq.op, 0, dest, WaitWhat::kProxyRoom});
     }
   }
 
@@ -534,9 +560,11 @@ struct GemmAllToAllOp {
     }
     for (int j = c.rank(); j < v.nranks; j += c.size()) {
       if (g.recvCounts) g.recvCounts[j] = r.from()[j];
-      if (r.mine()[j] == 0 || d.tileElems == 0)
-        releaseStore(v.signal(j, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank)), seq.epoch);
+      if ((r.mine()[j] == 0 || d.tileElems == 0) && st == Status::kOk)
+        st = signalLeaderTo(v, j, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank), seq.epoch, false,
+                            WaitSite{seq.op, item, j, WaitWhat::kProxyRoom});
     }
+    if (uniform(c, v, st) != Status::kOk) return Status::kPeerFailed;
     st = waitEveryPeer(c, v, PeerSignal::kGemmDone, seq.epoch, seq.op, item, WaitWhat::kArrival, /*andSelf=*/true);
     // This rank's per-destination counts start every op at zero: once each is complete (its
     // tiles are all stored, and none is left to add), take it back down, by an atomic as every

@@ -1,0 +1,150 @@
+// The one small interface the host proxy drives a network library through (UCX in transport/ucx/,
+// libfabric in transport/ofi/), and what both share: the message that carries a signal or flagged
+// data, how the receiver applies it, and the per-peer queue that holds a message back until the
+// bytes put to that peer before it are visible there.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft::transport {
+
+// What a back-end needs of the communicator's bootstrap (runtime/ implements it).
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual int rank() const = 0;
+  virtual int nranks() const = 0;
+  // Every rank contributes `bytes`; `all` receives nranks * bytes in rank order.
+  virtual void allGather(const void* mine, size_t bytes, void* all) = 0;
+};
+
+// Memory a back-end registers: this rank's heap (peers write into it) and, per peer reached
+// through the proxy, this rank's mirror of that peer's heap (what puts read from; same size).
+struct Region {
+  uint8_t* base = nullptr;
+  uint64_t bytes = 0;
+};
+
+// The first failure a back-end saw: the peer (or -1) and the library's own words.
+struct PeerFault {
+  int peer = -1;
+  std::string what;
+};
+
+class NetBackend {
+ public:
+  virtual ~NetBackend() = default;
+  // "ucx" or "ofi".
+  virtual const char* name() const = 0;
+  // One line for logs and weftctl: the library version and the transports or provider in use.
+  virtual std::string describe() const = 0;
+  // Local: opens the library and registers `heap` and the mirrors (mirrors[peer] for every peer
+  // with viaProxy[peer]). Throws weft::Error naming what failed.
+  virtual void open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors) = 0;
+  // Collective over `ex`, after every rank opened: exchanges addresses and keys and connects to
+  // every proxy peer. Throws weft::Error naming what failed.
+  virtual void connect(Exchange& ex) = 0;
+  // RMA write of this rank's mirror bytes [offset, offset + bytes) of `peer` into its heap.
+  virtual void put(int peer, uint64_t offset, uint64_t bytes) = 0;
+  // A message to `peer`, sent only once every byte put to it before is visible there: a signal
+  // (store or add `value` at `offset`), or mirror bytes stored word by word (kind kDeliver).
+  virtual void message(int peer, uint32_t kind, uint64_t offset, uint64_t value) = 0;
+  // Completes what it can and applies the messages that arrived. Returns whether anything moved.
+  virtual bool progress() = 0;
+  // How long one operation may be refused for want of resources (a peer that no longer takes
+  // data) before the peer counts as failed: timeout_s, and little while stopping.
+  void setPatience(double seconds) { patienceNs_ = static_cast<uint64_t>(seconds * 1e9); }
+  // Operations issued and not yet complete (puts and messages).
+  virtual uint64_t outstanding() const = 0;
+  // Tells every peer that this rank is closing its connections: a peer's connection failing after
+  // it said so is no fault. Then outstanding() counts these messages until they are sent.
+  virtual void sayGoodbye() = 0;
+  // The first failure, if any.
+  virtual std::optional<PeerFault> fault() const = 0;
+
+ protected:
+  uint64_t patienceNs_ = 30'000'000'000ull;
+};
+
+// kind values of message(): the trigger kinds they come from (device/proxy_device.hpp).
+constexpr uint32_t kMsgSignalStore = 3, kMsgSignalAdd = 4, kMsgDeliver = 5;
+constexpr uint32_t kMsgGoodbye = 6;  // value: the sender's rank; applied by the back-end itself
+// Flagged data travels in messages of at most this many payload bytes (a multiple of 16).
+constexpr uint64_t kMsgPayloadMax = 4096;
+
+struct WireMessage {
+  uint32_t kind;
+  uint32_t bytes;  // payload bytes that follow (kMsgDeliver)
+  uint64_t offset;
+  uint64_t value;
+};
+static_assert(sizeof(WireMessage) == 24, "a wire struct");
+
+// Applies a message that arrived to this rank's heap. Returns an error text for a malformed one
+// (which is dropped), else empty.
+std::string applyMessage(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes);
+
+// Messages held per peer until the puts before them are visible at that peer. `done` is the
+// number of that peer's puts known to be visible (remotely complete), counted in issue order.
+class OrderedMessages {
+ public:
+  explicit OrderedMessages(int nranks) : peers_(nranks) {}
+  struct Held {
+    uint32_t kind;
+    uint64_t offset, value;
+    uint64_t putsBefore;  // the peer's puts issued before this message
+  };
+  void notePut(int peer) { ++peers_[peer].putsIssued; }
+  uint64_t putsIssued(int peer) const { return peers_[peer].putsIssued; }
+  // A message() of a back-end: flagged data (kMsgDeliver, `value` bytes) in messages of at most
+  // kMsgPayloadMax bytes, each a deliver of its own.
+  void hold(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
+    if (kind != kMsgDeliver) {
+      peers_[peer].held.push_back(Held{kind, offset, value, peers_[peer].putsIssued});
+      return;
+    }
+    for (uint64_t at = 0; at < value; at += kMsgPayloadMax)
+      peers_[peer].held.push_back(
+          Held{kind, offset + at, std::min(kMsgPayloadMax, value - at), peers_[peer].putsIssued});
+  }
+  bool holding(int peer) const { return !peers_[peer].held.empty(); }
+  size_t held() const {
+    size_t n = 0;
+    for (const auto& p : peers_) n += p.held.size();
+    return n;
+  }
+  // Hands send(held) every message of `peer` whose puts are visible (done of them), in order;
+  // stops at the first that send refuses (returns false: try again later).
+  template <class Send>
+  bool release(int peer, uint64_t done, Send&& send) {
+    bool any = false;
+    auto& q = peers_[peer].held;
+    while (!q.empty() && q.front().putsBefore <= done && send(q.front())) {
+      q.pop_front();
+      any = true;
+    }
+    return any;
+  }
+
+ private:
+  struct Peer {
+    uint64_t putsIssued = 0;
+    std::deque<Held> held;
+  };
+  std::vector<Peer> peers_;
+};
+
+// The back-ends this build has ("ucx", "ofi"), in the order `auto` tries them.
+std::vector<std::string> backendsBuilt();
+// A back-end by name; throws weft::Error (kNotSupported) when it is not built.
+std::unique_ptr<NetBackend> makeBackend(const std::string& name);
+// One line per back-end for weftctl: version, and the transports or providers it finds here.
+std::string backendsSummary();
+
+}  // namespace weft::transport

@@ -1,0 +1,274 @@
+#include "proxy.hpp"
+
+#include <hwloc.h>
+#include <sched.h>
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "device/gpu.hpp"
+
+namespace weft::transport {
+
+namespace {
+
+// What each rank found when it opened its back-end, gathered before anything collective, so that
+// a rank whose back-end failed or differs fails every rank at once instead of leaving them waiting.
+struct OpenReport {
+  char backend[16];
+  char error[496];
+};
+
+std::string openOne(const std::string& name, const std::vector<uint8_t>& viaProxy, Region heap,
+                    const std::vector<Region>& mirrors, std::unique_ptr<NetBackend>* out) {
+  try {
+    auto b = makeBackend(name);
+    b->open(viaProxy, heap, mirrors);
+    *out = std::move(b);
+    return "";
+  } catch (const Error& e) {
+    return name + ": " + e.what();
+  }
+}
+
+void bindTo(int cpu) {
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0) throw Error(Code::kSystem, "proxy_cpu: hwloc cannot initialise");
+  if (hwloc_topology_load(topo) != 0) {
+    hwloc_topology_destroy(topo);
+    throw Error(Code::kSystem, "proxy_cpu: hwloc cannot load the topology");
+  }
+  hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(topo, static_cast<unsigned>(cpu));
+  const int rc = pu ? hwloc_set_cpubind(topo, pu->cpuset, HWLOC_CPUBIND_THREAD) : -1;
+  hwloc_topology_destroy(topo);
+  if (!pu) throw Error(Code::kInvalidArgument, "proxy_cpu: this machine has no PU " + std::to_string(cpu));
+  if (rc != 0)
+    throw Error(Code::kSystem, "proxy_cpu: binding the proxy thread to PU " + std::to_string(cpu) + " failed");
+}
+
+}  // namespace
+
+Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, const ProxyOptions& options)
+    : nranks_(ex.nranks()), heap_(heap), viaProxy_(viaProxy), mirrors_(ex.nranks()), cpu_(options.cpu) {
+  if (options.depth == 0 || (options.depth & (options.depth - 1)) != 0)
+    throw Error(Code::kInvalidArgument, "proxy ring depth must be a power of two");
+  // A mirror per proxy peer, as large as its heap; pages are only backed where the ops write.
+  for (int r = 0; r < nranks_; ++r) {
+    if (!viaProxy[r]) continue;
+    void* p = mmap(nullptr, heap.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      for (auto& m : mirrors_)
+        if (m.base) munmap(m.base, m.bytes);
+      throwSystemError("mapping a mirror of rank " + std::to_string(r) + "'s heap (" + std::to_string(heap.bytes) +
+                       " bytes)");
+    }
+    mirrors_[r] = Region{static_cast<uint8_t*>(p), heap.bytes};
+  }
+
+  std::vector<std::string> tried;
+  if (options.backend == "auto") {
+    for (const auto& name : backendsBuilt()) {
+      tried.push_back(openOne(name, viaProxy, heap, mirrors_, &backend_));
+      if (backend_) break;
+    }
+    if (tried.empty()) tried.push_back("no back-end is built into this weft (UCX or libfabric development files)");
+  } else if (options.backend == "ucx" || options.backend == "ofi") {
+    tried.push_back(openOne(options.backend, viaProxy, heap, mirrors_, &backend_));
+  } else {
+    tried.push_back("proxy_backend: '" + options.backend + "' is not one of auto, ucx, ofi");
+  }
+  OpenReport mine{};
+  snprintf(mine.backend, sizeof mine.backend, "%s", backend_ ? backend_->name() : "");
+  std::string why;
+  for (const auto& t : tried)
+    if (!t.empty()) why += (why.empty() ? "" : "; ") + t;
+  snprintf(mine.error, sizeof mine.error, "%s", why.c_str());
+  std::vector<OpenReport> all(nranks_);
+  ex.allGather(&mine, sizeof mine, all.data());
+  for (int r = 0; r < nranks_; ++r) {
+    all[r].backend[sizeof all[r].backend - 1] = all[r].error[sizeof all[r].error - 1] = '\0';
+    if (!all[r].backend[0])
+      throw Error(r == ex.rank() ? Code::kNotSupported : Code::kTransport,
+                  "the host proxy: rank " + std::to_string(r) + " could not open a network back-end (proxy_backend " +
+                      options.backend + "; tried " + all[r].error + ")");
+  }
+  for (int r = 0; r < nranks_; ++r)
+    if (strcmp(all[r].backend, all[ex.rank()].backend) != 0)
+      throw Error(Code::kInvalidUsage, "proxy_backend: rank " + std::to_string(r) + " opened " + all[r].backend +
+                                           ", rank " + std::to_string(ex.rank()) + " opened " + all[ex.rank()].backend +
+                                           "; every rank must use the same back-end");
+  backend_->connect(ex);
+  backend_->setPatience(options.timeoutS);
+
+  ring_ = std::make_unique<dev::Trigger[]>(options.depth);
+  memset(ring_.get(), 0, sizeof(dev::Trigger) * options.depth);
+  view_.ring = ring_.get();
+  view_.head = &head_;
+  view_.tail = &tail_;
+  view_.tailSeen = &tailSeen_;
+  view_.depth = options.depth;
+  view_.viaProxy = viaProxy_.data();
+  std::promise<std::string> started;
+  auto ready = started.get_future();
+  thread_ = std::thread([this, &started] {
+    try {
+      if (cpu_ >= 0) bindTo(cpu_);
+      runningOn_ = sched_getcpu();
+      started.set_value("");
+    } catch (const Error& e) {
+      started.set_value(e.what());
+      return;
+    }
+    run();
+  });
+  if (const std::string err = ready.get(); !err.empty()) {
+    thread_.join();
+    throw Error(Code::kInvalidArgument, err);
+  }
+  WEFT_LOG(kInfo, kProxy, "rank {}: {}", ex.rank(), describe());
+}
+
+void Proxy::stop(bool drain) {
+  drain_ = drain;
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+Proxy::~Proxy() {
+  stop(true);
+  backend_.reset();
+  for (auto& m : mirrors_)
+    if (m.base) munmap(m.base, m.bytes);
+}
+
+std::string Proxy::describe() const {
+  const int on = runningOn_.load();
+  return std::string("proxy through ") + (backend_ ? backend_->describe() : "no back-end") + "; proxy thread " +
+         (cpu_ >= 0 ? "bound to PU " + std::to_string(cpu_) : "unbound, last on PU " + std::to_string(on));
+}
+
+void Proxy::onFault(std::function<void(const PeerFault&)> sink) {
+  std::lock_guard<std::mutex> lock(faultMutex_);
+  sink_ = std::move(sink);
+  if (sink_ && fault_ && !sunk_) {
+    sunk_ = true;
+    sink_(*fault_);
+  }
+}
+
+std::optional<PeerFault> Proxy::fault() const {
+  std::lock_guard<std::mutex> lock(faultMutex_);
+  return fault_;
+}
+
+void Proxy::noteFault(const PeerFault& f) {
+  std::lock_guard<std::mutex> lock(faultMutex_);
+  if (fault_) return;
+  if (closing_) {
+    WEFT_LOG(kDebug, kProxy, "host proxy, after every op finished: {}", f.what);
+    return;
+  }
+  fault_ = f;
+  WEFT_LOG(kError, kProxy, "host proxy: {}", f.what);
+  if (sink_ && !sunk_) {
+    sunk_ = true;
+    sink_(f);
+  }
+}
+
+// One trigger, checked: it comes from device code, which names peers and offsets; one that names
+// anything outside this rank's mirrors is a bug, and becomes a fault rather than a stray write.
+void Proxy::take(uint64_t w0, uint64_t w1) {
+  const dev::TriggerKind kind = dev::triggerKind(w0);
+  const int peer = dev::triggerPeer(w0);
+  const uint64_t offset = dev::triggerOffset(w0);
+  auto inMirror = [&](uint64_t at, uint64_t bytes) { return at <= heap_.bytes && bytes <= heap_.bytes - at; };
+  if (peer >= nranks_ || !viaProxy_[peer]) {
+    noteFault(PeerFault{peer, "a trigger names rank " + std::to_string(peer) + ", which is not a proxy peer"});
+    return;
+  }
+  switch (kind) {
+    case dev::TriggerKind::kPut:
+      if (!inMirror(offset, w1)) break;
+      if (w1) backend_->put(peer, offset, w1);
+      return;
+    case dev::TriggerKind::kPutRows: {
+      const uint64_t rows = w1 >> 48, rowBytes = (w1 >> 24) & dev::kRowBytesMax, stride = w1 & dev::kStrideMax;
+      if (rows == 0 || !inMirror(offset, (rows - 1) * stride + rowBytes)) break;
+      for (uint64_t r = 0; r < rows; ++r) backend_->put(peer, offset + r * stride, rowBytes);
+      return;
+    }
+    case dev::TriggerKind::kSignalStore:
+    case dev::TriggerKind::kSignalAdd:
+      if (!inMirror(offset, 8) || offset % 8) break;
+      backend_->message(peer, static_cast<uint32_t>(kind), offset, w1);
+      return;
+    case dev::TriggerKind::kDeliver:
+      if (!inMirror(offset, w1) || offset % 8 || w1 % 8) break;
+      backend_->message(peer, kMsgDeliver, offset, w1);
+      return;
+  }
+  noteFault(PeerFault{peer, "a malformed trigger (kind " + std::to_string(static_cast<uint32_t>(kind)) + ", offset " +
+                                std::to_string(offset) + ", word " + std::to_string(w1) + ")"});
+}
+
+// Takes up to a ring's worth of committed triggers. Returns how many.
+uint32_t Proxy::drainRing() {
+  const uint32_t depth = view_.depth;
+  uint32_t n = 0;
+  for (; n < depth; ++n) {
+    dev::Trigger* t = &ring_[taken_ & (depth - 1)];
+    const uint64_t w0 = gpu::atomicLoad<gpu::Order::kAcquire>(&t->w0);
+    if ((w0 & dev::kTriggerCommit) != dev::commitFor(taken_, depth)) break;
+    const uint64_t w1 = gpu::atomicLoad<gpu::Order::kRelaxed>(&t->w1);
+    gpu::crossProcessAcquire();
+    ++taken_;
+    gpu::atomicStore<gpu::Order::kRelease>(&tail_, taken_);
+    take(w0 & ~dev::kTriggerCommit, w1);
+  }
+  return n;
+}
+
+void Proxy::run() {
+  uint32_t idle = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    // Up to a ring's worth of triggers, then progress: neither starves the other.
+    bool moved = drainRing() != 0;
+    moved |= backend_->progress();
+    if (const auto f = backend_->fault(); f) noteFault(*f);
+    if (moved) {
+      idle = 0;
+      continue;
+    }
+    // Idle: poll hard for a while, then give the core away in growing steps (ranks, workers and
+    // proxies of a job may share few cores), never longer than 50 us between polls.
+    ++idle;
+    if (idle < 256) continue;
+    if (idle < 1024)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(idle < 8192 ? 5 : 50));
+  }
+  // Stopping. A rank's op is done once its own data has arrived and its triggers are posted, not
+  // carried: peers may still wait for them (destroy without finalize). So carry everything posted,
+  // for at most kDrainMs (a dead peer must not hold destroy), unless aborting.
+  constexpr int kDrainMs = 2000;
+  backend_->setPatience(0.2);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(drain_ ? kDrainMs : 0);
+  while (std::chrono::steady_clock::now() < until) {
+    const bool posted = gpu::atomicLoad<gpu::Order::kAcquire>(&head_) != taken_;
+    if (!posted && backend_->outstanding() == 0) break;
+    drainRing();
+    backend_->progress();
+  }
+  // Then tell the peers, so that they take this rank's closing connections for no fault.
+  backend_->sayGoodbye();
+  const auto bye = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (backend_->outstanding() != 0 && std::chrono::steady_clock::now() < bye) backend_->progress();
+}
+
+}  // namespace weft::transport

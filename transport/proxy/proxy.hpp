@@ -1,0 +1,83 @@
+// The host proxy of one rank: this rank's mirror of each peer it reaches through the network, the
+// trigger ring its workers post to (device/proxy_device.hpp), a network back-end (UCX or
+// libfabric), and the thread that turns triggers into the back-end's puts and messages and
+// progresses it (the back-end also applies what peers send here).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/proxy_device.hpp"
+#include "transport/net/backend.hpp"
+
+namespace weft::transport {
+
+struct ProxyOptions {
+  std::string backend = "auto";  // proxy_backend: auto, ucx or ofi
+  int cpu = -1;                  // proxy_cpu: the PU the thread is bound to; -1: not bound
+  uint32_t depth = 4096;         // trigger slots (a power of two)
+  double timeoutS = 30;          // timeout_s: how long a peer may refuse data before it counts as failed
+};
+
+class Proxy {
+ public:
+  // Collective over `ex`: agrees on the back-end with every rank (kInvalidUsage naming the ranks
+  // that differ), maps a mirror of `heap.bytes` per peer with viaProxy[peer], connects, starts the
+  // thread. Throws weft::Error saying what was tried.
+  Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, const ProxyOptions& options);
+  // Stops the thread (what is in flight gets a bounded moment to finish) and releases everything.
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  uint8_t* mirror(int peer) const { return mirrors_[peer].base; }
+  dev::ProxyView* view() { return &view_; }
+  // Called once, from the proxy thread, with the first fault (at once if one came already).
+  void onFault(std::function<void(const PeerFault&)> sink);
+  std::optional<PeerFault> fault() const;
+  // The back-end, and where the thread runs.
+  std::string describe() const;
+  // Every rank has finished every op (finalize's barrier): peers may now close their connections,
+  // which is no fault.
+  void closing() { closing_ = true; }
+  // Stops the thread once it has carried every trigger posted so far (bounded: a dead peer must
+  // not hold destroy). abort: at once.
+  void stop(bool drain);
+
+ private:
+  void run();
+  uint32_t drainRing();
+  void take(uint64_t w0, uint64_t w1);
+  void noteFault(const PeerFault& f);
+
+  int nranks_;
+  Region heap_;
+  std::vector<uint8_t> viaProxy_;
+  std::vector<Region> mirrors_;
+  std::unique_ptr<NetBackend> backend_;
+  // The ring and its counters: what the device sees (view_) points here.
+  std::unique_ptr<dev::Trigger[]> ring_;
+  alignas(64) uint64_t head_ = 0;
+  alignas(64) uint64_t tail_ = 0;
+  alignas(64) uint64_t tailSeen_ = 0;
+  uint64_t taken_ = 0;  // the proxy thread's own count of triggers taken
+  dev::ProxyView view_{};
+  int cpu_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> drain_{true};
+  std::atomic<bool> closing_{false};
+  std::atomic<int> runningOn_{-1};
+  mutable std::mutex faultMutex_;
+  std::optional<PeerFault> fault_;
+  std::function<void(const PeerFault&)> sink_;
+  bool sunk_ = false;
+  std::thread thread_;
+};
+
+}  // namespace weft::transport

@@ -1,0 +1,363 @@
+// The proxy's UCX back-end: one worker per rank, one endpoint per proxy peer, the heap mapped
+// (ucp_mem_map) with its rkey packed and exchanged over the bootstrap; tiles go by ucp_put_nbx.
+// A signal or flagged data goes as an active message, once an endpoint flush started after the
+// puts before it has completed (a completed put only frees its source; a flush makes it visible
+// at the target). Over UCX's tcp transport puts are active messages too, which the target's
+// worker applies as it is progressed: every rank's proxy thread progresses its worker.
+// UCX_TLS and the other UCX_* variables are read by ucp_config_read, as UCX users expect.
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "transport/net/backend.hpp"
+
+namespace weft::transport {
+namespace {
+
+constexpr uint16_t kAmId = 0x77;
+
+std::string ucsText(ucs_status_t s) { return ucs_status_string(s); }
+
+[[noreturn]] void fail(const std::string& what, ucs_status_t s) {
+  throw Error(Code::kTransport, "UCX: " + what + ": " + ucsText(s));
+}
+
+class UcxBackend;
+
+// What an endpoint's error callback is told: whose endpoint it was.
+struct ErrorArg {
+  UcxBackend* backend;
+  int peer;
+};
+
+// A request UCX still holds, and the message bytes it reads from.
+struct Pending {
+  void* request;
+  std::unique_ptr<uint8_t[]> buffer;
+  int peer;
+};
+
+class UcxBackend final : public NetBackend {
+ public:
+  ~UcxBackend() override;
+  const char* name() const override { return "ucx"; }
+  std::string describe() const override { return describe_; }
+  void open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors) override;
+  void connect(Exchange& ex) override;
+  void put(int peer, uint64_t offset, uint64_t bytes) override;
+  void message(int peer, uint32_t kind, uint64_t offset, uint64_t value) override;
+  bool progress() override;
+  uint64_t outstanding() const override { return pending_.size() + (held_ ? held_->held() : 0); }
+  std::optional<PeerFault> fault() const override { return fault_; }
+  void sayGoodbye() override;
+
+ private:
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    ucp_rkey_h rkey = nullptr;
+    uint64_t base = 0;         // the peer's heap in its address space
+    void* flush = nullptr;     // the flush in flight, if any
+    uint64_t flushCovers = 0;  // puts issued before it
+    uint64_t visible = 0;      // puts known visible at the peer
+    bool failed = false;
+    bool closed = false;  // it said goodbye
+  };
+  void noteFault(int peer, const std::string& what) {
+    if (peer >= 0 && peers_[peer].closed) return;
+    if (!fault_) fault_ = PeerFault{peer, "UCX: " + what};
+  }
+  static void onEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t onMessage(void* arg, const void* header, size_t headerBytes, void* data, size_t bytes,
+                                const ucp_am_recv_param_t* param);
+  bool send(int peer, const WireMessage& m, const uint8_t* payload);
+  bool advanceFlushes();
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_mem_h heapMem_ = nullptr;
+  Region heap_;
+  std::vector<Region> mirrors_;
+  std::vector<uint8_t> viaProxy_;
+  std::vector<Peer> peers_;
+  std::vector<ErrorArg> errorArgs_;  // [nranks], fixed before any endpoint points into it
+  std::list<Pending> pending_;
+  std::unique_ptr<OrderedMessages> held_;
+  std::optional<PeerFault> fault_;
+  bool peerFailureHandling_ = true;
+  int me_ = -1;
+  std::string describe_;
+};
+
+void UcxBackend::onEpError(void* arg, ucp_ep_h, ucs_status_t status) {
+  const auto* a = static_cast<const ErrorArg*>(arg);
+  UcxBackend* self = a->backend;
+  const int peer = a->peer;
+  self->peers_[peer].failed = true;
+  self->noteFault(peer, "the endpoint to rank " + std::to_string(peer) + " failed: " + ucsText(status));
+}
+
+ucs_status_t UcxBackend::onMessage(void* arg, const void* header, size_t headerBytes, void* data, size_t bytes,
+                                   const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxBackend*>(arg);
+  if (headerBytes != sizeof(WireMessage) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    self->noteFault(-1, "a malformed message arrived (header " + std::to_string(headerBytes) + " bytes)");
+    return UCS_OK;
+  }
+  WireMessage m;
+  memcpy(&m, header, sizeof m);
+  if (m.kind == kMsgGoodbye) {
+    if (m.value < self->peers_.size()) self->peers_[m.value].closed = true;
+    return UCS_OK;
+  }
+  const std::string bad = applyMessage(self->heap_, m, data, bytes);
+  if (!bad.empty()) self->noteFault(-1, bad);
+  return UCS_OK;
+}
+
+void UcxBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors) {
+  heap_ = heap;
+  mirrors_ = mirrors;
+  viaProxy_ = viaProxy;
+  const int n = static_cast<int>(viaProxy.size());
+  peers_.resize(n);
+  held_ = std::make_unique<OrderedMessages>(n);
+
+  ucp_config_t* config = nullptr;
+  if (const ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK)
+    fail("reading its configuration", s);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+  const ucs_status_t initStatus = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (initStatus != UCS_OK) fail("ucp_init", initStatus);
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // the init thread, then only the proxy thread
+  if (const ucs_status_t s = ucp_worker_create(context_, &wp, &worker_); s != UCS_OK) fail("ucp_worker_create", s);
+
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = heap.base;
+  mp.length = heap.bytes;
+  if (const ucs_status_t s = ucp_mem_map(context_, &mp, &heapMem_); s != UCS_OK) fail("mapping the heap", s);
+
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kAmId;
+  hp.cb = &UcxBackend::onMessage;
+  hp.arg = this;
+  if (const ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &hp); s != UCS_OK)
+    fail("setting the message handler", s);
+}
+
+void UcxBackend::connect(Exchange& ex) {
+  const int n = ex.nranks();
+  me_ = ex.rank();
+  // The worker address and the rkey, each of its own length: gather the lengths, then every
+  // rank's blob padded to the longest.
+  ucp_address_t* address = nullptr;
+  size_t addressBytes = 0;
+  if (const ucs_status_t s = ucp_worker_get_address(worker_, &address, &addressBytes); s != UCS_OK)
+    fail("ucp_worker_get_address", s);
+  void* rkey = nullptr;
+  size_t rkeyBytes = 0;
+  if (const ucs_status_t s = ucp_rkey_pack(context_, heapMem_, &rkey, &rkeyBytes); s != UCS_OK) {
+    ucp_worker_release_address(worker_, address);
+    fail("packing the heap's rkey", s);
+  }
+  struct Sizes {
+    uint64_t address, rkey, base;
+  } mine{addressBytes, rkeyBytes, reinterpret_cast<uint64_t>(heap_.base)};
+  std::vector<Sizes> sizes(n);
+  ex.allGather(&mine, sizeof mine, sizes.data());
+  uint64_t blob = 0;
+  for (const auto& s : sizes) blob = std::max(blob, s.address + s.rkey);
+  std::vector<uint8_t> own(blob), all(blob * n);
+  memcpy(own.data(), address, addressBytes);
+  memcpy(own.data() + addressBytes, rkey, rkeyBytes);
+  ucp_worker_release_address(worker_, address);
+  ucp_rkey_buffer_release(rkey);
+  ex.allGather(own.data(), blob, all.data());
+
+  errorArgs_.resize(n);
+  for (int r = 0; r < n; ++r) {
+    if (!viaProxy_[r]) continue;
+    errorArgs_[r] = ErrorArg{this, r};
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(all.data() + r * blob);
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &UcxBackend::onEpError;
+    ep.err_handler.arg = &errorArgs_[r];
+    ucs_status_t s = ucp_ep_create(worker_, &ep, &peers_[r].ep);
+    if (s == UCS_ERR_UNREACHABLE) {
+      // UCX's shared-memory transports have no peer-failure handling: connect without it there;
+      // a dead peer is then found by the waits' timeout_s alone.
+      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      s = ucp_ep_create(worker_, &ep, &peers_[r].ep);
+      if (s == UCS_OK) peerFailureHandling_ = false;
+    }
+    if (s != UCS_OK) fail("connecting to rank " + std::to_string(r), s);
+    if (const ucs_status_t s =
+            ucp_ep_rkey_unpack(peers_[r].ep, all.data() + r * blob + sizes[r].address, &peers_[r].rkey);
+        s != UCS_OK)
+      fail("unpacking rank " + std::to_string(r) + "'s rkey", s);
+    peers_[r].base = sizes[r].base;
+  }
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  const char* tls = getenv("UCX_TLS");
+  describe_ = "UCX " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release) +
+              " (UCX_TLS=" + (tls ? tls : "all") + (peerFailureHandling_ ? "" : "; no peer-failure handling") + ")";
+}
+
+UcxBackend::~UcxBackend() {
+  // Requests still held are cancelled by closing the endpoints; their buffers go with pending_.
+  for (auto& p : peers_) {
+    if (p.rkey) ucp_rkey_destroy(p.rkey);
+    if (p.flush) ucp_request_free(p.flush);
+  }
+  for (auto& q : pending_) ucp_request_free(q.request);
+  for (auto& p : peers_) {
+    if (!p.ep) continue;
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;  // every op was waited for by finalize; a dead peer must not hold us
+    ucs_status_ptr_t s = ucp_ep_close_nbx(p.ep, &rp);
+    if (UCS_PTR_IS_PTR(s)) {
+      for (int i = 0; i < 100000 && ucp_request_check_status(s) == UCS_INPROGRESS; ++i) ucp_worker_progress(worker_);
+      ucp_request_free(s);
+    }
+  }
+  pending_.clear();
+  if (heapMem_) ucp_mem_unmap(context_, heapMem_);
+  if (worker_) ucp_worker_destroy(worker_);
+  if (context_) ucp_cleanup(context_);
+}
+
+void UcxBackend::put(int peer, uint64_t offset, uint64_t bytes) {
+  Peer& p = peers_[peer];
+  held_->notePut(peer);
+  if (p.failed) return;
+  ucp_request_param_t rp{};
+  ucs_status_ptr_t s = ucp_put_nbx(p.ep, mirrors_[peer].base + offset, bytes, p.base + offset, p.rkey, &rp);
+  if (UCS_PTR_IS_ERR(s)) {
+    noteFault(peer, "a put of " + std::to_string(bytes) + " bytes to rank " + std::to_string(peer) +
+                        " failed: " + ucsText(UCS_PTR_STATUS(s)));
+    p.failed = true;
+  } else if (s != nullptr) {
+    pending_.push_back(Pending{s, nullptr, peer});
+  }
+}
+
+void UcxBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
+  held_->hold(peer, kind, offset, value);
+}
+
+void UcxBackend::sayGoodbye() {
+  for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
+    if (peers_[r].ep && !peers_[r].failed) send(r, WireMessage{kMsgGoodbye, 0, 0, static_cast<uint64_t>(me_)}, nullptr);
+}
+
+bool UcxBackend::send(int peer, const WireMessage& m, const uint8_t* payload) {
+  Peer& p = peers_[peer];
+  if (p.failed) return true;  // dropped: the fault is recorded, the op will fail
+  auto buffer = std::make_unique<uint8_t[]>(sizeof m + m.bytes);
+  memcpy(buffer.get(), &m, sizeof m);
+  if (m.bytes) memcpy(buffer.get() + sizeof m, payload, m.bytes);
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  rp.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucs_status_ptr_t s = ucp_am_send_nbx(p.ep, kAmId, buffer.get(), sizeof m, buffer.get() + sizeof m, m.bytes, &rp);
+  if (UCS_PTR_IS_ERR(s)) {
+    noteFault(peer, "a message to rank " + std::to_string(peer) + " failed: " + ucsText(UCS_PTR_STATUS(s)));
+    p.failed = true;
+  } else if (s != nullptr) {
+    pending_.push_back(Pending{s, std::move(buffer), peer});
+  }
+  return true;
+}
+
+// A flush per peer with held messages: when it completes, the puts issued before it started are
+// visible, and the messages held behind them go.
+bool UcxBackend::advanceFlushes() {
+  bool moved = false;
+  for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
+    Peer& p = peers_[r];
+    if (p.flush && ucp_request_check_status(p.flush) != UCS_INPROGRESS) {
+      const ucs_status_t s = ucp_request_check_status(p.flush);
+      ucp_request_free(p.flush);
+      p.flush = nullptr;
+      if (s != UCS_OK) {
+        noteFault(r, "flushing the endpoint to rank " + std::to_string(r) + " failed: " + ucsText(s));
+        p.failed = true;
+      }
+      p.visible = p.flushCovers;
+      moved = true;
+    }
+    if (!held_->holding(r)) continue;
+    moved |= held_->release(r, p.visible, [&](const OrderedMessages::Held& h) {
+      WireMessage m{h.kind, h.kind == kMsgDeliver ? static_cast<uint32_t>(h.value) : 0, h.offset,
+                    h.kind == kMsgDeliver ? 0 : h.value};
+      return send(r, m, h.kind == kMsgDeliver ? mirrors_[r].base + h.offset : nullptr);
+    });
+    if (held_->holding(r) && !p.flush && !p.failed) {
+      const uint64_t covers = held_->putsIssued(r);
+      ucp_request_param_t rp{};
+      ucs_status_ptr_t s = ucp_ep_flush_nbx(p.ep, &rp);
+      if (UCS_PTR_IS_ERR(s)) {
+        noteFault(r, "flushing the endpoint to rank " + std::to_string(r) + " failed: " + ucsText(UCS_PTR_STATUS(s)));
+        p.failed = true;
+      } else if (s == nullptr) {
+        p.visible = covers;  // nothing was outstanding
+      } else {
+        p.flush = s;
+        p.flushCovers = covers;
+      }
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+bool UcxBackend::progress() {
+  bool moved = ucp_worker_progress(worker_) != 0;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const ucs_status_t s = ucp_request_check_status(it->request);
+    if (s == UCS_INPROGRESS) {
+      ++it;
+      continue;
+    }
+    if (s != UCS_OK) {
+      noteFault(it->peer, "an operation to rank " + std::to_string(it->peer) + " failed: " + ucsText(s));
+      peers_[it->peer].failed = true;
+    }
+    ucp_request_free(it->request);
+    it = pending_.erase(it);
+    moved = true;
+  }
+  moved |= advanceFlushes();
+  return moved;
+}
+
+}  // namespace
+
+std::unique_ptr<NetBackend> makeUcxBackend() { return std::make_unique<UcxBackend>(); }
+
+std::string ucxSummary() {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  const char* tls = getenv("UCX_TLS");
+  return "ucx: UCX " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release) +
+         ", transports from UCX_TLS=" + (tls ? tls : "(unset: all)") + " (ucx_info -d lists them)";
+}
+
+}  // namespace weft::transport
