@@ -2,22 +2,26 @@
 # The GPU acceptance run: the GPU test suite, then weft-bench's fused ops against their baselines
 # (cuBLAS / a pooling kernel + NCCL, the issues' shapes) on each rank count, one GPU per rank.
 #
-#   scripts/gpu-check.sh [-r "2 4"] [-o DIR] [-t SECONDS] [STEP...]
+#   scripts/gpu-check.sh [-s] [-r "2 4"] [-o DIR] [-t SECONDS] [STEP...]
 #
 # STEP: tests, gemm, gemv, embedding, allreduce (default: all, in that order). -r: the rank counts
-# for the benches (default: 2, 4 and 8 where there are that many GPUs, else 1). -o: where each
-# step's log goes (default: gpu-check.<time>). -t: each step's time limit (default 600 s).
+# for the benches (default: 2, 4 and 8 where there are that many GPUs, else 1; with -s 2 and 4).
+# -s: ranks share GPUs (round-robin), so every multi-rank case runs on one GPU: starts MPS with a
+# private pipe directory (stopped on exit) so that the ranks' kernels run side by side, and lets
+# the GPU tests take more ranks than GPUs. -o: where each step's log goes (default:
+# gpu-check.<time>). -t: each step's time limit (default 600 s).
 # Programs come from PATH (a bundle's env.sh puts them there), else from build-cuda/bin. Prints
 # each step's verdict and the benches' rows; exits non-zero if any step failed or ran out of time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ranks="" out="gpu-check.$(date +%Y%m%d-%H%M%S)" limit=600
-while getopts "r:o:t:" opt; do
+ranks="" out="gpu-check.$(date +%Y%m%d-%H%M%S)" limit=600 share=0
+while getopts "sr:o:t:" opt; do
   case $opt in
+    s) share=1 ;;
     r) ranks=$OPTARG ;;
     o) out=$OPTARG ;;
     t) limit=$OPTARG ;;
-    *) sed -n '5,10p' "$0" >&2; exit 2 ;;
+    *) sed -n '5,13p' "$0" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -30,9 +34,22 @@ done
 program() { command -v "$1" 2>/dev/null || { [ -x "build-cuda/bin/$1" ] && echo "build-cuda/bin/$1"; }; }
 tests=$(program weft_gpu_tests) bench=$(program weft-bench) run=$(program weftrun)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ -z "$ranks" ]; then
+if [ -z "$ranks" ] && [ $share -eq 1 ]; then
+  ranks="2 4"
+elif [ -z "$ranks" ]; then
   for n in 2 4 8; do [ "$gpus" -ge $n ] && ranks="$ranks $n"; done
   [ -z "$ranks" ] && ranks=1
+fi
+if [ $share -eq 1 ]; then
+  export WEFT_TEST_SHARE_GPUS=1
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    mps=$(mktemp -d)
+    export CUDA_MPS_PIPE_DIRECTORY=$mps CUDA_MPS_LOG_DIRECTORY=$mps
+    nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control; rm -rf "$mps"' EXIT
+    echo "gpu-check: ranks share GPUs, under MPS (pipe directory $mps)"
+  else
+    echo "gpu-check: ranks share GPUs without MPS (no nvidia-cuda-mps-control): their kernels time-slice"
+  fi
 fi
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # never NVLink multicast (shared hosts)
 mkdir -p "$out"

@@ -21,6 +21,11 @@ int gpusPresent() {
   return n;
 }
 
+bool sharingGpus() {
+  const char* v = getenv("WEFT_TEST_SHARE_GPUS");
+  return v && strcmp(v, "1") == 0;
+}
+
 std::string gEngine = "launched";
 
 Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config) {

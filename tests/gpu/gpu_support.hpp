@@ -23,11 +23,17 @@ namespace weft::test {
 // Counts /dev/nvidiaN; CUDA must not be initialised before fork.
 int gpusPresent();
 
-// Skips the test unless `n` GPUs are present.
-#define WEFT_REQUIRE_GPUS(n)                                                                          \
-  do {                                                                                                \
-    if (::weft::test::gpusPresent() < (n))                                                            \
-      GTEST_SKIP() << "needs " << (n) << " GPU(s), this machine has " << ::weft::test::gpusPresent(); \
+// Whether ranks may share GPUs (WEFT_TEST_SHARE_GPUS=1, set by scripts/gpu-check.sh -s, which runs
+// them under MPS): then a test of n ranks runs on any GPU count, ranks placed round-robin.
+bool sharingGpus();
+
+// Skips the test unless `n` ranks have GPUs: n of them, or one at least where ranks share.
+#define WEFT_REQUIRE_GPUS(n)                                                                              \
+  do {                                                                                                    \
+    const int present_ = ::weft::test::gpusPresent();                                                     \
+    if (present_ < (::weft::test::sharingGpus() ? 1 : (n)))                                               \
+      GTEST_SKIP() << "needs " << (n) << " GPU(s), this machine has " << present_                         \
+                   << (present_ ? " (WEFT_TEST_SHARE_GPUS=1 runs ranks on shared GPUs, under MPS)" : ""); \
   } while (0)
 
 // Host bytes to a device pointer and back.

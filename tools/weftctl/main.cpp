@@ -4,9 +4,11 @@
 // path a communicator of that size takes for it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -15,6 +17,7 @@
 #include "runtime/config.hpp"
 #include "runtime/gemv_tuning.hpp"
 #include "runtime/topology.hpp"
+#include "transport/net/backend.hpp"
 #include "weft/version.h"
 
 namespace {
@@ -27,8 +30,21 @@ void printInfo(bool settings) {
   std::printf("host: %s (id %016llx)\n", host.hostname.c_str(), static_cast<unsigned long long>(host.hash));
   std::printf("devices: %s\n", weft::deviceSummary().c_str());
   std::printf("topology: %s\n", weft::topologySummary().c_str());
-  if (!settings) return;
   const weft::Settings s = weft::Settings::resolve();
+  // The host proxy: the network back-ends this build has and what each finds here, and where a
+  // rank's proxy thread runs (each rank also logs its PU at init, log_level=info).
+  std::printf("proxy back-ends (proxy_backend=%s):\n", s.getString("proxy_backend").c_str());
+  std::string backends = weft::transport::backendsSummary();
+  for (size_t at = 0; at < backends.size();) {
+    const size_t end = std::min(backends.find('\n', at), backends.size());
+    std::printf("  %s\n", backends.substr(at, end - at).c_str());
+    at = end + 1;
+  }
+  const int64_t cpu = s.getInt("proxy_cpu");
+  std::printf("proxy thread: %s\n", cpu < 0
+                                        ? "not bound (proxy_cpu -1): the OS places it; each rank logs its PU at init"
+                                        : ("bound to PU " + std::to_string(cpu) + " (proxy_cpu)").c_str());
+  if (!settings) return;
   if (!s.configFile().empty()) std::printf("config file: %s\n", s.configFile().c_str());
   std::printf("settings:\n");
   for (const auto& spec : weft::settingSpecs()) {
@@ -79,7 +95,8 @@ int main(int argc, char** argv) {
   auto* tune = app.add_subcommand("tune", "Tuning tables in effect and what they choose");
   tune->require_subcommand(1);
   GemvShapeArgs shape;
-  auto* gemv = tune->add_subcommand("gemv", "GEMV + AllReduce: fused, fused_rsag, unfused or blas, per world size and shape");
+  auto* gemv =
+      tune->add_subcommand("gemv", "GEMV + AllReduce: fused, fused_rsag, unfused or blas, per world size and shape");
   auto* ranks = gemv->add_option("--ranks", shape.ranks, "Communicator size")->check(CLI::Range(1, 1 << 20));
   gemv->add_option("--batch", shape.batch, "Rows of x")->needs(ranks)->check(CLI::Range(1, 64));
   gemv->add_option("--n", shape.n, "Rows of w (y's width)")->needs(ranks)->check(CLI::PositiveNumber);

@@ -1,0 +1,213 @@
+// The host proxy's own behaviour: faults through it, ranks that disagree about it, back-ends that
+// are not there, and nothing left behind. (Every op through it, on each back-end and topology, is
+// the rest of this suite run again with the proxy forced: tests/CMakeLists.txt.)
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/multirank.hpp"
+#include "support/oracle.hpp"
+
+namespace weft::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A back-end and its library's own choice of transport, as a user sets them.
+struct Backend {
+  const char* name;
+  const char* backend;  // proxy_backend
+  const char* var;      // UCX_TLS or FI_PROVIDER
+  const char* value;
+};
+constexpr Backend kBackends[] = {{"ucx_tcp", "ucx", "UCX_TLS", "tcp"},
+                                 {"ucx_shm", "ucx", "UCX_TLS", "shm,self"},
+                                 {"ofi_tcp", "ofi", "FI_PROVIDER", "tcp"},
+                                 {"ofi_shm", "ofi", "FI_PROVIDER", "shm"}};
+
+void useBackend(const Backend& b) {
+  setenv("WEFT_TRANSPORT", "proxy", 1);
+  setenv("WEFT_PROXY_BACKEND", b.backend, 1);
+  setenv(b.var, b.value, 1);
+}
+
+int countEntries(const char* dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir)) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+class Proxy : public ::testing::TestWithParam<Backend> {};
+
+// A rank killed mid-job: every survivor's op fails within the timeout (the back-end's own error,
+// or the wait's timeout where the transport cannot tell), naming a rank, and the failure sticks.
+TEST_P(Proxy, AKilledRankFailsTheSurvivorsWithinTheTimeout) {
+  const Backend b = GetParam();
+  std::vector<RankExit> exits = forkRanks(3, [&](int rank, int n, const weft_unique_id_t& id) {
+    useBackend(b);
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 1.0;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    std::vector<float> x(100000, 1.0f);
+    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr));  // connections up
+    if (rank == 1) kill(getpid(), SIGKILL);
+    const auto start = Clock::now();
+    const weft_result_t r = weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr);
+    EXPECT_TRUE(r == WEFT_ERR_TRANSPORT || r == WEFT_ERR_TIMEOUT) << weft_get_error_string(r);
+    EXPECT_NE(std::string(weft_get_last_error(nullptr)).find("rank "), std::string::npos)
+        << weft_get_last_error(nullptr);
+    EXPECT_LT(secondsSince(start), 1.0 + 2.0);
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_NE(async, WEFT_SUCCESS);
+    const auto again = Clock::now();
+    EXPECT_NE(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr), WEFT_SUCCESS);
+    EXPECT_LT(secondsSince(again), 0.5);
+    const auto destroy = Clock::now();
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    EXPECT_LT(secondsSince(destroy), 3.0);  // the proxy's drain is bounded with a dead peer
+  });
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_FALSE(exits[1].exited);
+  for (int r : {0, 2}) EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
+}
+
+// Abort while an op waits on a peer that never joins: it returns within a second, and destroy
+// does not wait for the proxy to drain.
+TEST_P(Proxy, AbortEndsAWaitingOpWithinOneSecond) {
+  const Backend b = GetParam();
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    useBackend(b);
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      WEFT_ASSERT_OK(weft_comm_destroy(comm));
+      return;
+    }
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_EQ(weft_comm_abort(comm), WEFT_SUCCESS);
+    });
+    std::vector<float> x(4096, 2.0f);
+    const auto start = Clock::now();
+    EXPECT_TRUE(
+        failsWith(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr), WEFT_ERR_ABORTED, "abort"));
+    EXPECT_LT(secondsSince(start), 0.3 + 1.0);
+    aborter.join();
+    const auto destroy = Clock::now();
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    EXPECT_LT(secondsSince(destroy), 1.0);
+  }));
+}
+
+// Communicators made and destroyed over the proxy leave no thread, descriptor or mapping behind.
+// Each one joins through the launcher's variables on a port of its own (a unique id serves once).
+TEST_P(Proxy, NothingIsLeftBehind) {
+  const Backend b = GetParam();
+  const int basePort = 20000 + static_cast<int>(getpid() % 20000);
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t&) {
+    useBackend(b);
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+    setenv("WEFT_BOOTSTRAP_ADDR", "127.0.0.1", 1);
+    setenv("WEFT_BOOTSTRAP_SECRET", "proxy-leak-test", 1);
+    auto once = [&](int i) {
+      setenv("WEFT_BOOTSTRAP_PORT", std::to_string(basePort + i).c_str(), 1);
+      weft_comm_t comm = nullptr;
+      WEFT_ASSERT_OK(weft_comm_init_env(&comm, nullptr));
+      void* y = nullptr;
+      WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &y));
+      std::vector<float> x(1024, 1.0f);
+      WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr));
+      WEFT_ASSERT_OK(weft_comm_finalize(comm));
+      WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    };
+    once(0);  // the libraries' one-time state
+    const int threads = countEntries("/proc/self/task"), fds = countEntries("/proc/self/fd");
+    for (int i = 1; i <= 4; ++i) once(i);
+    EXPECT_EQ(countEntries("/proc/self/task"), threads);
+    EXPECT_LE(countEntries("/proc/self/fd"), fds);
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Proxy, ::testing::ValuesIn(kBackends),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// One rank asks for the proxy and another does not: every rank fails at init, naming the setting.
+TEST(ProxySetup, RanksThatDisagreeOnTheTransportFailInit) {
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_TRANSPORT", rank == 0 ? "proxy" : "auto", 1);
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE, "transport"));
+  }));
+}
+
+TEST(ProxySetup, RanksThatDisagreeOnTheBackEndFailInit) {
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    useBackend(kBackends[rank == 0 ? 0 : 2]);
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE, "proxy_backend"));
+  }));
+}
+
+// A provider that does not exist: a clear error on every rank, saying what was tried.
+TEST(ProxySetup, AMissingProviderIsAClearInitError) {
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    useBackend(Backend{"none", "ofi", "FI_PROVIDER", "no-such-provider"});
+    weft_comm_t comm = nullptr;
+    const weft_result_t r = weft_comm_init_rank(&comm, n, id, rank, nullptr);
+    EXPECT_TRUE(r == WEFT_ERR_NOT_SUPPORTED || r == WEFT_ERR_TRANSPORT) << weft_get_error_string(r);
+    const std::string msg = weft_get_last_error(nullptr);
+    EXPECT_NE(msg.find("FI_PROVIDER=no-such-provider"), std::string::npos) << msg;
+  }));
+}
+
+TEST(ProxySetup, ABadBackEndNameIsNamed) {
+  EXPECT_TRUE(runRanks(1, [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_PROXY_BACKEND", "carrier-pigeon", 1);
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(
+        failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_ARGUMENT, "proxy_backend"));
+  }));
+}
+
+TEST(ProxySetup, AProxyCpuThatDoesNotExistIsNamed) {
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    useBackend(kBackends[0]);
+    setenv("WEFT_PROXY_CPU", "100000", 1);
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_ARGUMENT, "proxy_cpu"));
+  }));
+}
+
+// node_ranks splits one host into nodes: p2p inside a block, the proxy across, and a job asking for
+// p2p everywhere is told which rank is on another node.
+TEST(ProxySetup, NodeRanksSplitsTheHost) {
+  EXPECT_TRUE(runRanks(4, [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_NODE_RANKS", "2", 1);
+    setenv("WEFT_TRANSPORT", "p2p", 1);
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE,
+                          "is on another node (node_ranks)"));
+  }));
+}
+
+}  // namespace
+}  // namespace weft::test
