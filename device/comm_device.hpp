@@ -250,15 +250,11 @@ WEFT_HOST_DEVICE Status waitEveryPeer(const Coop& c, const CommView& v, PeerSign
 // rank's mirror of it where it is reached through the proxy. The *To primitives then post what
 // the proxy must carry; on a mapped peer they are the plain primitives above.
 
-// GPU builds refuse proxy peers at init for now (backend_gpu.cpp; docs/design-notes.md says what
-// the GPU path still needs), so their kernels carry none of this code.
+// Null where device code is not built to post (kProxyInDevice), so that every proxy branch below
+// compiles away there.
 WEFT_HOST_DEVICE const ProxyView* proxyOf(const CommView& v) {
-#if defined(WEFT_BACKEND_CPU)
-  return reinterpret_cast<const ProxyView*>(v.heap[v.nranks]);
-#else
-  (void)v;
+  if constexpr (kProxyInDevice) return reinterpret_cast<const ProxyView*>(v.heap[v.nranks]);
   return nullptr;
-#endif
 }
 WEFT_HOST_DEVICE bool viaProxy(const CommView& v, int peer) {
   const ProxyView* p = proxyOf(v);

@@ -66,6 +66,8 @@ Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks,
 bool gemmSplitsLastWave();
 // How many blocks of `threads` of the launched kernel of `kind` the current device runs at once.
 Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks);
+// The same for the persistent kernel.
+Outcome residentPersistentBlocks(int threads, int* blocks);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);

@@ -19,6 +19,15 @@
 
 namespace weft::dev {
 
+// Whether device code is built to post to the proxy. GPU builds refuse proxy peers at init for now
+// (runtime/backend_gpu.cpp; docs/design-notes.md says what the GPU path still needs), so their
+// kernels carry none of it: the GEMV sits at its register limit.
+#if defined(WEFT_BACKEND_CPU)
+constexpr bool kProxyInDevice = true;
+#else
+constexpr bool kProxyInDevice = false;
+#endif
+
 enum class TriggerKind : uint32_t {
   kPut = 1,          // RMA write of mirror bytes [offset, offset + bytes) into the peer's heap
   kPutRows = 2,      // `rows` runs of `rowBytes` at `stride`, from offset (a tile's rows)

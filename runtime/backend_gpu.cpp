@@ -268,7 +268,10 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     // Every op kernel's blocks may wait on a peer's: the sharers' kernels must all be resident at
     // once, so each takes its share of what the device holds (the generic op kernel's, for workers).
     int resident = 0;
-    require(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, &resident), "sizing the op kernel's grid");
+    if (e.persistent)
+      require(gpu::residentPersistentBlocks(e.threads, &resident), "sizing the persistent kernel's grid");
+    else
+      require(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, &resident), "sizing the op kernel's grid");
     e.workers = std::max(1, std::min(e.workers, e.share(resident)));
     WEFT_LOG(kInfo, kEngine,
              "{} ranks of this job use this GPU: each op kernel takes at most 1/{} of its blocks ({} workers); "

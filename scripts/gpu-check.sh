@@ -8,7 +8,7 @@
 # for the benches (default: 2, 4 and 8 where there are that many GPUs, else 1; with -s 2 and 4).
 # -s: ranks share GPUs (round-robin), so every multi-rank case runs on one GPU: starts MPS with a
 # private pipe directory (stopped on exit) so that the ranks' kernels run side by side, and lets
-# the GPU tests take more ranks than GPUs. -o: where each step's log goes (default:
+# the GPU tests take more ranks than GPUs (the benches are skipped: NCCL takes a GPU per rank). -o: where each step's log goes (default:
 # gpu-check.<time>). -t: each step's time limit (default 600 s).
 # Programs come from PATH (a bundle's env.sh puts them there), else from build-cuda/bin. Prints
 # each step's verdict and the benches' rows; exits non-zero if any step failed or ran out of time.
@@ -73,6 +73,11 @@ for s in "${steps[@]}"; do
     need "$tests" tests weft_gpu_tests || continue
     step "tests" "$out/tests.log" "$tests" --gtest_brief=1
     grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log"
+    continue
+  fi
+  if [ $share -eq 1 ]; then
+    # NCCL, the benches' baseline, refuses ranks that share a GPU.
+    echo "== $s: skipped (-s: NCCL takes one GPU per rank)"
     continue
   fi
   need "$bench" "$s" weft-bench && need "$run" "$s" weftrun || continue

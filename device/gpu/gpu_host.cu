@@ -397,6 +397,19 @@ Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks) {
   return o;
 }
 
+Outcome residentPersistentBlocks(int threads, int* blocks) {
+  int device = 0, perSm = 0;
+  gpuDeviceProp_t prop{};
+  Outcome o = check(GPU(GetDevice)(&device), "GetDevice");
+  if (o) o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
+  if (o)
+    o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(
+                  &perSm, reinterpret_cast<const void*>(dev::persistentKernel), threads, 0),
+              "OccupancyMaxActiveBlocksPerMultiprocessor");
+  if (o) *blocks = perSm * prop.multiProcessorCount;
+  return o;
+}
+
 Outcome eventCreate(void** event) {
   GPU(Event_t) e;
   Outcome o = check(GPU(EventCreateWithFlags)(&e, GPU(EventDisableTiming)), "EventCreateWithFlags");

@@ -46,6 +46,7 @@ WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const Op
       llStore(flaggedPair(v, seq, j, v.rank, k), x, flag);
     }
   }
+  if constexpr (!kProxyInDevice) return Status::kOk;
   if (proxyOf(v) == nullptr || r.hi <= r.lo) return Status::kOk;
   c.sync();
   Status st = Status::kOk;

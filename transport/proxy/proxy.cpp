@@ -244,11 +244,12 @@ void Proxy::run() {
       idle = 0;
       continue;
     }
-    // Idle: poll hard for a while, then give the core away in growing steps (ranks, workers and
-    // proxies of a job may share few cores), never longer than 50 us between polls.
+    // Idle: poll hard for a while, then give the core away (ranks, workers and proxies of a job
+    // may share few cores): by yielding while operations are in flight (their completions and
+    // the peers' replies need this thread), by sleeping in growing steps, at most 50 us, when not.
     ++idle;
     if (idle < 256) continue;
-    if (idle < 1024)
+    if (idle < 1024 || backend_->outstanding() != 0)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(idle < 8192 ? 5 : 50));
