@@ -28,10 +28,28 @@ struct Backend {
   const char* var;      // UCX_TLS or FI_PROVIDER
   const char* value;
 };
-constexpr Backend kBackends[] = {{"ucx_tcp", "ucx", "UCX_TLS", "tcp"},
-                                 {"ucx_shm", "ucx", "UCX_TLS", "shm,self"},
-                                 {"ofi_tcp", "ofi", "FI_PROVIDER", "tcp"},
-                                 {"ofi_shm", "ofi", "FI_PROVIDER", "shm"}};
+// The back-ends this build has (the ThreadSanitizer build leaves UCX out: cmake/WeftDependencies.cmake).
+const std::vector<Backend> kBackends = {
+#if defined(WEFT_TEST_UCX)
+    {"ucx_tcp", "ucx", "UCX_TLS", "tcp"},
+    {"ucx_shm", "ucx", "UCX_TLS", "shm,self"},
+#endif
+#if defined(WEFT_TEST_OFI)
+    {"ofi_tcp", "ofi", "FI_PROVIDER", "tcp"},
+    {"ofi_shm", "ofi", "FI_PROVIDER", "shm"},
+#endif
+};
+constexpr Backend kUcxTcp{"ucx_tcp", "ucx", "UCX_TLS", "tcp"}, kOfiTcp{"ofi_tcp", "ofi", "FI_PROVIDER", "tcp"};
+
+#define WEFT_REQUIRE_A_BACKEND() \
+  if (kBackends.empty()) GTEST_SKIP() << "no proxy back-end is built"
+
+// Traffic through the proxy is left to the normal build (tests/CMakeLists.txt says why).
+#if defined(WEFT_TEST_SANITIZED)
+#define WEFT_SKIP_UNDER_SANITIZERS() GTEST_SKIP() << "the proxy's traffic runs in the normal build only"
+#else
+#define WEFT_SKIP_UNDER_SANITIZERS() (void)0
+#endif
 
 void useBackend(const Backend& b) {
   setenv("WEFT_TRANSPORT", "proxy", 1);
@@ -53,11 +71,12 @@ class Proxy : public ::testing::TestWithParam<Backend> {};
 // A rank killed mid-job: every survivor's op fails within the timeout (the back-end's own error,
 // or the wait's timeout where the transport cannot tell), naming a rank, and the failure sticks.
 TEST_P(Proxy, AKilledRankFailsTheSurvivorsWithinTheTimeout) {
+  WEFT_SKIP_UNDER_SANITIZERS();
   const Backend b = GetParam();
   std::vector<RankExit> exits = forkRanks(3, [&](int rank, int n, const weft_unique_id_t& id) {
     useBackend(b);
     weft_config_t config = WEFT_CONFIG_INITIALIZER;
-    config.timeout_s = 1.0;
+    config.timeout_s = 5.0;  // the first op, under a sanitizer on a loaded machine, takes its time
     weft_comm_t comm = initRank(rank, n, id, &config);
     ASSERT_NE(comm, nullptr);
     void* y = nullptr;
@@ -70,7 +89,7 @@ TEST_P(Proxy, AKilledRankFailsTheSurvivorsWithinTheTimeout) {
     EXPECT_TRUE(r == WEFT_ERR_TRANSPORT || r == WEFT_ERR_TIMEOUT) << weft_get_error_string(r);
     EXPECT_NE(std::string(weft_get_last_error(nullptr)).find("rank "), std::string::npos)
         << weft_get_last_error(nullptr);
-    EXPECT_LT(secondsSince(start), 1.0 + 2.0);
+    EXPECT_LT(secondsSince(start), 5.0 + 2.0);
     weft_result_t async = WEFT_SUCCESS;
     WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
     EXPECT_NE(async, WEFT_SUCCESS);
@@ -89,6 +108,7 @@ TEST_P(Proxy, AKilledRankFailsTheSurvivorsWithinTheTimeout) {
 // Abort while an op waits on a peer that never joins: it returns within a second, and destroy
 // does not wait for the proxy to drain.
 TEST_P(Proxy, AbortEndsAWaitingOpWithinOneSecond) {
+  WEFT_SKIP_UNDER_SANITIZERS();
   const Backend b = GetParam();
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
     useBackend(b);
@@ -120,6 +140,7 @@ TEST_P(Proxy, AbortEndsAWaitingOpWithinOneSecond) {
 // Communicators made and destroyed over the proxy leave no thread, descriptor or mapping behind.
 // Each one joins through the launcher's variables on a port of its own (a unique id serves once).
 TEST_P(Proxy, NothingIsLeftBehind) {
+  WEFT_SKIP_UNDER_SANITIZERS();
   const Backend b = GetParam();
   const int basePort = 20000 + static_cast<int>(getpid() % 20000);
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t&) {
@@ -147,6 +168,7 @@ TEST_P(Proxy, NothingIsLeftBehind) {
   }));
 }
 
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Proxy);
 INSTANTIATE_TEST_SUITE_P(Backends, Proxy, ::testing::ValuesIn(kBackends),
                          [](const auto& info) { return std::string(info.param.name); });
 
@@ -160,8 +182,11 @@ TEST(ProxySetup, RanksThatDisagreeOnTheTransportFailInit) {
 }
 
 TEST(ProxySetup, RanksThatDisagreeOnTheBackEndFailInit) {
+#if !defined(WEFT_TEST_UCX) || !defined(WEFT_TEST_OFI)
+  GTEST_SKIP() << "needs both back-ends built";
+#endif
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
-    useBackend(kBackends[rank == 0 ? 0 : 2]);
+    useBackend(rank == 0 ? kUcxTcp : kOfiTcp);
     weft_comm_t comm = nullptr;
     EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE, "proxy_backend"));
   }));
@@ -169,6 +194,9 @@ TEST(ProxySetup, RanksThatDisagreeOnTheBackEndFailInit) {
 
 // A provider that does not exist: a clear error on every rank, saying what was tried.
 TEST(ProxySetup, AMissingProviderIsAClearInitError) {
+#if !defined(WEFT_TEST_OFI)
+  GTEST_SKIP() << "needs the libfabric back-end built";
+#endif
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
     useBackend(Backend{"none", "ofi", "FI_PROVIDER", "no-such-provider"});
     weft_comm_t comm = nullptr;
@@ -189,6 +217,7 @@ TEST(ProxySetup, ABadBackEndNameIsNamed) {
 }
 
 TEST(ProxySetup, AProxyCpuThatDoesNotExistIsNamed) {
+  WEFT_REQUIRE_A_BACKEND();
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
     useBackend(kBackends[0]);
     setenv("WEFT_PROXY_CPU", "100000", 1);

@@ -340,7 +340,12 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
   WireMessage m{h.kind, deliver ? static_cast<uint32_t>(h.value) : 0, h.offset,
                 deliver ? 0 : h.value};  // goodbye: value = rank
   memcpy(op->buffer, &m, sizeof m);
-  if (deliver) memcpy(op->buffer + sizeof m, mirrors_[peer].base + h.offset, m.bytes);
+  if (deliver) {
+    memcpy(op->buffer + sizeof m, mirrors_[peer].base + h.offset, m.bytes);
+    // The workers rewrite these bytes only after the peer has them (the exchange's epochs): a
+    // causality through the peer that ThreadSanitizer cannot see, so it is told (gpu.hpp).
+    gpu::crossProcessRelease();
+  }
   const ssize_t rc =
       fi_send(ep_, op->buffer, sizeof m + m.bytes, localMr_ ? fi_mr_desc(msgMr_) : nullptr, p.addr, &op->ctx);
   const uint64_t now = gpu::nowNs();

@@ -14,6 +14,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "device/gpu.hpp"
 #include "transport/net/backend.hpp"
 
 namespace weft::transport {
@@ -272,7 +273,10 @@ bool UcxBackend::send(int peer, const WireMessage& m, const uint8_t* payload) {
   if (p.failed) return true;  // dropped: the fault is recorded, the op will fail
   auto buffer = std::make_unique<uint8_t[]>(sizeof m + m.bytes);
   memcpy(buffer.get(), &m, sizeof m);
-  if (m.bytes) memcpy(buffer.get() + sizeof m, payload, m.bytes);
+  if (m.bytes) {
+    memcpy(buffer.get() + sizeof m, payload, m.bytes);
+    gpu::crossProcessRelease();  // as in the libfabric back-end: the workers rewrite them only later
+  }
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   rp.flags = UCP_AM_SEND_FLAG_EAGER;
