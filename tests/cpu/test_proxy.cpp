@@ -1,8 +1,11 @@
 // The host proxy's own behaviour: faults through it, ranks that disagree about it, back-ends that
 // are not there, and nothing left behind. (Every op through it, on each back-end and topology, is
 // the rest of this suite run again with the proxy forced: tests/CMakeLists.txt.)
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -64,6 +67,19 @@ int countEntries(const char* dir) {
     closedir(d);
   }
   return n;
+}
+
+// A loopback port that is free now (the kernel's choice), so that runs in parallel do not collide.
+int freePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? ntohs(a.sin_port) : 0;
 }
 
 class Proxy : public ::testing::TestWithParam<Backend> {};
@@ -150,7 +166,8 @@ TEST_P(Proxy, AbortEndsAWaitingOpWithinOneSecond) {
 TEST_P(Proxy, NothingIsLeftBehind) {
   WEFT_SKIP_UNDER_SANITIZERS();
   const Backend b = GetParam();
-  const int basePort = 20000 + static_cast<int>(getpid() % 20000);
+  std::vector<int> ports;
+  for (int i = 0; i < 5; ++i) ports.push_back(freePort());
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t&) {
     useBackend(b);
     setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -158,7 +175,7 @@ TEST_P(Proxy, NothingIsLeftBehind) {
     setenv("WEFT_BOOTSTRAP_ADDR", "127.0.0.1", 1);
     setenv("WEFT_BOOTSTRAP_SECRET", "proxy-leak-test", 1);
     auto once = [&](int i) {
-      setenv("WEFT_BOOTSTRAP_PORT", std::to_string(basePort + i).c_str(), 1);
+      setenv("WEFT_BOOTSTRAP_PORT", std::to_string(ports[i]).c_str(), 1);
       weft_comm_t comm = nullptr;
       WEFT_ASSERT_OK(weft_comm_init_env(&comm, nullptr));
       void* y = nullptr;
