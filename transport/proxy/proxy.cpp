@@ -3,6 +3,7 @@
 #include <hwloc.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -56,28 +57,44 @@ Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, co
     : nranks_(ex.nranks()), heap_(heap), viaProxy_(viaProxy), mirrors_(ex.nranks()), cpu_(options.cpu) {
   if (options.depth == 0 || (options.depth & (options.depth - 1)) != 0)
     throw Error(Code::kInvalidArgument, "proxy ring depth must be a power of two");
+  try {
+    start(ex, heap, options);
+  } catch (...) {
+    backend_.reset();  // its registrations go before the memory they name
+    unmapAll();
+    throw;
+  }
+  WEFT_LOG(kInfo, kProxy, "rank {}: {}", ex.rank(), describe());
+}
+
+void Proxy::unmapAll() {
+  for (auto& m : mirrors_)
+    if (m.base) munmap(m.base, m.bytes);
+  if (shared_.base) munmap(shared_.base, shared_.bytes);
+  mirrors_.assign(mirrors_.size(), Region{});
+  shared_ = Region{};
+}
+
+void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   // A mirror per proxy peer, as large as its heap; pages are only backed where the ops write.
   for (int r = 0; r < nranks_; ++r) {
-    if (!viaProxy[r]) continue;
+    if (!viaProxy_[r]) continue;
     void* p = mmap(nullptr, heap.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-      for (auto& m : mirrors_)
-        if (m.base) munmap(m.base, m.bytes);
+    if (p == MAP_FAILED)
       throwSystemError("mapping a mirror of rank " + std::to_string(r) + "'s heap (" + std::to_string(heap.bytes) +
                        " bytes)");
-    }
     mirrors_[r] = Region{static_cast<uint8_t*>(p), heap.bytes};
   }
 
   std::vector<std::string> tried;
   if (options.backend == "auto") {
     for (const auto& name : backendsBuilt()) {
-      tried.push_back(openOne(name, viaProxy, heap, mirrors_, &backend_));
+      tried.push_back(openOne(name, viaProxy_, heap, mirrors_, &backend_));
       if (backend_) break;
     }
     if (tried.empty()) tried.push_back("no back-end is built into this weft (UCX or libfabric development files)");
   } else if (options.backend == "ucx" || options.backend == "ofi") {
-    tried.push_back(openOne(options.backend, viaProxy, heap, mirrors_, &backend_));
+    tried.push_back(openOne(options.backend, viaProxy_, heap, mirrors_, &backend_));
   } else {
     tried.push_back("proxy_backend: '" + options.backend + "' is not one of auto, ucx, ofi");
   }
@@ -104,14 +121,18 @@ Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, co
   backend_->connect(ex);
   backend_->setPatience(options.timeoutS);
 
-  ring_ = std::make_unique<dev::Trigger[]>(options.depth);
-  memset(ring_.get(), 0, sizeof(dev::Trigger) * options.depth);
-  view_.ring = ring_.get();
-  view_.head = &head_;
-  view_.tail = &tail_;
-  view_.tailSeen = &tailSeen_;
-  view_.depth = options.depth;
-  view_.viaProxy = viaProxy_.data();
+  // The ring, then the tail on a line of its own, then the peer flags; zero-filled.
+  depth_ = options.depth;
+  const uint64_t ringBytes = sizeof(dev::Trigger) * depth_, page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t sharedBytes = (ringBytes + 64 + nranks_ + page - 1) / page * page;
+  void* shared = mmap(nullptr, sharedBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) throwSystemError("mapping the host proxy's trigger ring");
+  shared_ = Region{static_cast<uint8_t*>(shared), sharedBytes};
+  ring_ = reinterpret_cast<dev::Trigger*>(shared_.base);
+  tail_ = reinterpret_cast<uint64_t*>(shared_.base + ringBytes);
+  sharedViaProxy_ = shared_.base + ringBytes + 64;
+  memcpy(sharedViaProxy_, viaProxy_.data(), nranks_);
+  view_ = deviceView(shared_.base, &head_, &tailSeen_);
   std::promise<std::string> started;
   auto ready = started.get_future();
   thread_ = std::thread([this, &started] {
@@ -129,7 +150,6 @@ Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, co
     thread_.join();
     throw Error(Code::kInvalidArgument, err);
   }
-  WEFT_LOG(kInfo, kProxy, "rank {}: {}", ex.rank(), describe());
 }
 
 void Proxy::stop(bool drain) {
@@ -141,8 +161,19 @@ void Proxy::stop(bool drain) {
 Proxy::~Proxy() {
   stop(true);
   backend_.reset();
-  for (auto& m : mirrors_)
-    if (m.base) munmap(m.base, m.bytes);
+  unmapAll();
+}
+
+dev::ProxyView Proxy::deviceView(uint8_t* shared, uint64_t* head, uint64_t* tailSeen) const {
+  auto at = [&](const void* p) { return shared + (static_cast<const uint8_t*>(p) - shared_.base); };
+  dev::ProxyView v{};
+  v.ring = reinterpret_cast<dev::Trigger*>(at(ring_));
+  v.head = head;
+  v.tail = reinterpret_cast<const uint64_t*>(at(tail_));
+  v.tailSeen = tailSeen;
+  v.depth = depth_;
+  v.viaProxy = at(sharedViaProxy_);
+  return v;
 }
 
 std::string Proxy::describe() const {
@@ -216,9 +247,16 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
                                 std::to_string(offset) + ", word " + std::to_string(w1) + ")"});
 }
 
+// Whether the next slot holds a committed trigger. The engine has stopped when this is asked (no
+// slot is claimed and left half-written), so every trigger posted is committed.
+bool Proxy::committed() const {
+  const uint64_t w0 = gpu::atomicLoad<gpu::Order::kAcquire>(&ring_[taken_ & (depth_ - 1)].w0);
+  return (w0 & dev::kTriggerCommit) == dev::commitFor(taken_, depth_);
+}
+
 // Takes up to a ring's worth of committed triggers. Returns how many.
 uint32_t Proxy::drainRing() {
-  const uint32_t depth = view_.depth;
+  const uint32_t depth = depth_;
   uint32_t n = 0;
   for (; n < depth; ++n) {
     dev::Trigger* t = &ring_[taken_ & (depth - 1)];
@@ -227,7 +265,7 @@ uint32_t Proxy::drainRing() {
     const uint64_t w1 = gpu::atomicLoad<gpu::Order::kRelaxed>(&t->w1);
     gpu::crossProcessAcquire();
     ++taken_;
-    gpu::atomicStore<gpu::Order::kRelease>(&tail_, taken_);
+    gpu::atomicStore<gpu::Order::kRelease>(tail_, taken_);
     take(w0 & ~dev::kTriggerCommit, w1);
   }
   return n;
@@ -261,8 +299,7 @@ void Proxy::run() {
   backend_->setPatience(0.2);
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(drain_ ? kDrainMs : 0);
   while (std::chrono::steady_clock::now() < until) {
-    const bool posted = gpu::atomicLoad<gpu::Order::kAcquire>(&head_) != taken_;
-    if (!posted && backend_->outstanding() == 0) break;
+    if (!committed() && backend_->outstanding() == 0) break;
     drainRing();
     backend_->progress();
   }

@@ -37,7 +37,15 @@ class Proxy {
   Proxy& operator=(const Proxy&) = delete;
 
   uint8_t* mirror(int peer) const { return mirrors_[peer].base; }
+  // The view for device code that runs in this process's threads (the CPU backend).
   dev::ProxyView* view() { return &view_; }
+  // What device code on a GPU reaches in host memory (the ring, its tail, the peer flags): one
+  // page-aligned block for the GPU backend to map into the device.
+  Region deviceShared() const { return shared_; }
+  // The view for a GPU: `shared` is deviceShared() as the device addresses it; `head` and
+  // `tailSeen` are words in device memory, zeroed (only producers use them: the host never reads
+  // the head, it finds the committed slots by their commit bits).
+  dev::ProxyView deviceView(uint8_t* shared, uint64_t* head, uint64_t* tailSeen) const;
   // Called once, from the proxy thread, with the first fault (at once if one came already).
   void onFault(std::function<void(const PeerFault&)> sink);
   std::optional<PeerFault> fault() const;
@@ -51,7 +59,10 @@ class Proxy {
   void stop(bool drain);
 
  private:
+  void start(Exchange& ex, Region heap, const ProxyOptions& options);
+  void unmapAll();
   void run();
+  bool committed() const;
   uint32_t drainRing();
   void take(uint64_t w0, uint64_t w1);
   void noteFault(const PeerFault& f);
@@ -61,10 +72,14 @@ class Proxy {
   std::vector<uint8_t> viaProxy_;
   std::vector<Region> mirrors_;
   std::unique_ptr<NetBackend> backend_;
-  // The ring and its counters: what the device sees (view_) points here.
-  std::unique_ptr<dev::Trigger[]> ring_;
+  // The ring, its tail and the peer flags in one mapping (deviceShared()); the producers' head and
+  // their cached tail here for the CPU backend's view_ (on a GPU in device memory).
+  Region shared_;
+  dev::Trigger* ring_ = nullptr;
+  uint64_t* tail_ = nullptr;
+  uint8_t* sharedViaProxy_ = nullptr;
+  uint32_t depth_ = 0;
   alignas(64) uint64_t head_ = 0;
-  alignas(64) uint64_t tail_ = 0;
   alignas(64) uint64_t tailSeen_ = 0;
   uint64_t taken_ = 0;  // the proxy thread's own count of triggers taken
   dev::ProxyView view_{};
