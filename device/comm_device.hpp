@@ -262,8 +262,8 @@ WEFT_HOST_DEVICE bool viaProxy(const CommView& v, int peer) {
 }
 
 // A status some threads of the group computed (the leader's posts), seen by every thread where a
-// proxy could have made it fail; a mapped-only communicator never does (and GPU builds compile
-// the barrier away).
+// proxy could have made it fail; a mapped-only communicator never does (and the direct GPU kernels
+// compile the barrier away).
 template <class Coop>
 WEFT_HOST_DEVICE Status uniform(const Coop& c, const CommView& v, Status st) {
   return proxyOf(v) != nullptr ? c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk : st;

@@ -54,20 +54,24 @@ Outcome streamIsCapturing(void* stream, bool* capturing);
 // Stream-ordered 64-bit store, and wait until *addr >= value; addr is a device-mapped address.
 Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value);
 Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value);
+// `proxied` below picks the kernels whose device code posts to the host proxy, for a communicator
+// with proxy peers (gpu/kernels.hpp).
 // Launches the persistent kernel: `blocks` workers of `threads` threads on `stream`, starting at
 // ticket `firstTicket`.
-Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream, uint64_t firstTicket);
+Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream, uint64_t firstTicket,
+                         bool proxied);
 
 // Launches one op as a kernel of `blocks` x `threads` on `stream` (eagerly, or into the graph the
 // stream is capturing), the kernel of the op's family.
-Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream);
+Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream,
+                 bool proxied);
 // Whether the GEMM kernel this device runs can split its last wave along k (the sm_90a tile:
 // gemm_split_device.hpp); the engine then gives it a partials buffer.
 bool gemmSplitsLastWave();
 // How many blocks of `threads` of the launched kernel of `kind` the current device runs at once.
-Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks);
+Outcome residentOpBlocks(dev::OpKind kind, int threads, bool proxied, int* blocks);
 // The same for the persistent kernel.
-Outcome residentPersistentBlocks(int threads, int* blocks);
+Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);

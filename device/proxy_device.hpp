@@ -19,10 +19,10 @@
 
 namespace weft::dev {
 
-// Whether device code is built to post to the proxy. GPU builds refuse proxy peers at init for now
-// (runtime/backend_gpu.cpp; docs/design-notes.md says what the GPU path still needs), so their
-// kernels carry none of it: the GEMV sits at its register limit.
-#if defined(WEFT_BACKEND_CPU)
+// Whether device code is built to post to the proxy: always on the CPU backend; on a GPU only in
+// the proxied variant of each kernel (device/gpu/kernels.hpp), which a communicator with proxy
+// peers launches, so that the direct kernels carry none of it (the GEMV sits at its register limit).
+#if defined(WEFT_BACKEND_CPU) || defined(WEFT_PROXY_IN_DEVICE)
 constexpr bool kProxyInDevice = true;
 #else
 constexpr bool kProxyInDevice = false;

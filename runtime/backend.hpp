@@ -21,7 +21,7 @@ namespace weft {
 class HeapMemory {
  public:
   // Collective over the bootstrap. The segment's first `controlBytes` read as zero.
-  // Throws weft::Error (GPU backends: kNotSupported for proxy peers, not built there yet).
+  // Throws weft::Error.
   HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t controlBytes,
              const transport::ProxyOptions& proxy);
   ~HeapMemory();
@@ -61,8 +61,10 @@ class Engine {
   // Starts the engine over `view` (whose queue lives in `queue`); mode is the `engine` setting.
   // `deviceSharers` ranks of the job use this rank's device (deviceKey): each op kernel then takes
   // at most that share of the blocks the device holds at once, so that the sharers' kernels, whose
-  // blocks wait on each other, all fit side by side (under MPS).
-  Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers);
+  // blocks wait on each other, all fit side by side (under MPS). `proxied`: the communicator has a
+  // host proxy, so a GPU runs the kernels whose device code posts to it.
+  Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers,
+         bool proxied);
   // Stops the engine (the caller has set the queue's stop word) and completes, as aborted, every op
   // it had not finished, so that no stream waits on it forever.
   ~Engine();

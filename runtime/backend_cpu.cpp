@@ -5,24 +5,13 @@
 #include <cstring>
 
 #include "backend.hpp"
+#include "bootstrap_exchange.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "device/cpu/cpu_engine.hpp"
 #include "transport/peers.hpp"
 
 namespace weft {
-
-// The bootstrap, as the transport layer asks for it.
-class BootstrapExchange final : public transport::Exchange {
- public:
-  explicit BootstrapExchange(Bootstrap& boot) : boot_(boot) {}
-  int rank() const override { return boot_.rank(); }
-  int nranks() const override { return boot_.nranks(); }
-  void allGather(const void* mine, size_t bytes, void* all) override { boot_.allGather(mine, bytes, all); }
-
- private:
-  Bootstrap& boot_;
-};
 
 struct HeapMemory::Impl {
   std::unique_ptr<transport::PeerTable> peers;
@@ -46,7 +35,7 @@ struct Engine::Impl {
   dev::CpuEngine threads;
 };
 
-Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string&, int)
+Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string&, int, bool)
     : impl_(std::make_unique<Impl>()) {
   impl_->queue = &queue;
   impl_->control = view.control;

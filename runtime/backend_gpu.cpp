@@ -1,4 +1,5 @@
-// GPU backends (CUDA, HIP): the heap is device memory that local peers map through IPC handles.
+// GPU backends (CUDA, HIP): the heap is device memory that local peers map through IPC handles, or,
+// in a job with peers on other nodes, host memory the device addresses (see HeapMemory below).
 // An op runs as its own kernel on the caller's stream (launched engine, the default), or through
 // the persistent kernel polling the queue in pinned host memory, reached in stream order by a
 // stream write of the slot's `ready` word and a stream wait on its `done` word. Under graph
@@ -8,12 +9,14 @@
 #include <mutex>
 
 #include "backend.hpp"
+#include "bootstrap_exchange.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "device/blas_host.hpp"
 #include "device/gpu_host.hpp"
 #include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/gemm_alltoall_device.hpp"
+#include "transport/peers.hpp"
 
 namespace weft {
 
@@ -41,9 +44,20 @@ Undo(F) -> Undo<F>;
 
 }  // namespace
 
+// Where every rank's heap is, as this process's device addresses it:
+//   - every peer mapped (one node): the heap is device memory, exported to the node's peers by IPC;
+//   - a job with peers on other nodes: the heap is host memory, the CPU backend's peer table
+//     (POSIX shared memory mapped by the node's peers, a mirror of each remote peer's heap, the
+//     host proxy), registered so the device addresses it. The kernels then store a tile bound for
+//     another node straight into pinned host memory, where the network reads it, and read what
+//     arrives where the network wrote it; neither Debian's UCX nor its libfabric can register
+//     device memory (docs/design-notes.md, "The host proxy on a GPU").
 struct HeapMemory::Impl {
   void* own = nullptr;
   std::vector<void*> imported;
+  std::unique_ptr<transport::PeerTable> peers;
+  std::vector<void*> registered;  // host memory mapped into the device
+  void* proxyWords = nullptr;     // device memory: the ring's head, its cached tail, the ProxyView
   std::vector<uint8_t*> bases;
   void* deviceBases = nullptr;
 
@@ -52,46 +66,106 @@ struct HeapMemory::Impl {
       if (p) gpu::ipcClose(p);
     if (deviceBases) gpu::deviceFree(deviceBases);
     if (own) gpu::deviceFree(own);
+    if (proxyWords) gpu::deviceFree(proxyWords);
+    // Unregistered before the peer table unmaps the memory (the proxy has stopped: Comm::~Comm).
+    for (void* p : registered) gpu::hostUnregister(p);
+    peers.reset();
+  }
+
+  void mapDevice(Bootstrap& boot, uint64_t bytes, uint64_t controlBytes);
+  void mapHost(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
+               const transport::ProxyOptions& proxy);
+  // Registers host memory; the device must address it where the host does (the heap's pointers
+  // are handed to the caller, who passes them to kernels and to weft alike).
+  void registerHost(void* p, uint64_t bytes, const std::string& what) {
+    void* onDevice = nullptr;
+    require(gpu::hostRegister(p, bytes, &onDevice), "mapping " + what + " into the GPU");
+    registered.push_back(p);
+    if (onDevice != p)
+      throw Error(Code::kNotSupported, "mapping " + what +
+                                           " into the GPU: this GPU addresses registered host memory elsewhere than "
+                                           "the host does, which the host proxy's heap needs");
   }
 };
 
 HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
-                       uint64_t controlBytes, const transport::ProxyOptions&)
+                       uint64_t controlBytes, const transport::ProxyOptions& proxy)
     : impl_(std::make_unique<Impl>()) {
-  transport::requireDirectPaths(paths);
-  const int n = boot.nranks(), me = boot.rank();
-  require(gpu::deviceMalloc(&impl_->own, bytes), "heap_bytes: the symmetric heap");
-  // Zeroed on a stream of its own and waited for: a memset on the legacy stream would not be
-  // ordered before the ops that later run on callers' non-blocking streams.
-  void* zeroing = nullptr;
-  require(gpu::streamCreateNonBlocking(&zeroing), "creating a stream to zero the heap's control area");
-  const gpu::Outcome zeroed = gpu::zeroDeviceNow(impl_->own, controlBytes, zeroing, 10.0);
-  gpu::streamDestroy(zeroing);
-  require(zeroed, "zeroing the heap's control area");
-  gpu::IpcHandle mine{};
-  require(gpu::ipcExport(&mine, impl_->own), "exporting the heap to local peers");
-  std::vector<gpu::IpcHandle> all(n);
+  // The heap's kind is the job's: the ranks of a node map each other's heaps alike.
+  uint32_t mine = 0;
+  for (transport::Path p : paths) mine |= p == transport::Path::kProxy;
+  std::vector<uint32_t> all(boot.nranks());
   boot.allGather(&mine, sizeof mine, all.data());
-  impl_->bases.assign(n + 1, nullptr);  // no proxy view: GPU builds take no proxy peers yet
-  impl_->imported.assign(n, nullptr);
-  for (int r = 0; r < n; ++r) {
-    if (r == me) {
-      impl_->bases[r] = static_cast<uint8_t*>(impl_->own);
-      continue;
-    }
-    require(gpu::ipcImport(&impl_->imported[r], all[r]), "mapping rank " + std::to_string(r) + "'s heap");
-    impl_->bases[r] = static_cast<uint8_t*>(impl_->imported[r]);
-  }
-  require(gpu::deviceMalloc(&impl_->deviceBases, (n + 1) * sizeof(uint8_t*)), "the table of heap bases");
-  require(gpu::copyToDevice(impl_->deviceBases, impl_->bases.data(), (n + 1) * sizeof(uint8_t*)),
+  uint32_t any = 0;
+  for (uint32_t a : all) any |= a;
+  if (any)
+    impl_->mapHost(boot, paths, bytes, proxy);
+  else
+    impl_->mapDevice(boot, bytes, controlBytes);
+  require(gpu::deviceMalloc(&impl_->deviceBases, impl_->bases.size() * sizeof(uint8_t*)), "the table of heap bases");
+  require(gpu::copyToDevice(impl_->deviceBases, impl_->bases.data(), impl_->bases.size() * sizeof(uint8_t*)),
           "the table of heap bases");
   // No rank's op may reach a peer's control area before the peer zeroed it.
   boot.barrier();
 }
 
+void HeapMemory::Impl::mapDevice(Bootstrap& boot, uint64_t bytes, uint64_t controlBytes) {
+  const int n = boot.nranks(), me = boot.rank();
+  require(gpu::deviceMalloc(&own, bytes), "heap_bytes: the symmetric heap");
+  // Zeroed on a stream of its own and waited for: a memset on the legacy stream would not be
+  // ordered before the ops that later run on callers' non-blocking streams.
+  void* zeroing = nullptr;
+  require(gpu::streamCreateNonBlocking(&zeroing), "creating a stream to zero the heap's control area");
+  const gpu::Outcome zeroed = gpu::zeroDeviceNow(own, controlBytes, zeroing, 10.0);
+  gpu::streamDestroy(zeroing);
+  require(zeroed, "zeroing the heap's control area");
+  gpu::IpcHandle mine{};
+  require(gpu::ipcExport(&mine, own), "exporting the heap to local peers");
+  std::vector<gpu::IpcHandle> all(n);
+  boot.allGather(&mine, sizeof mine, all.data());
+  bases.assign(n + 1, nullptr);  // no proxy view
+  imported.assign(n, nullptr);
+  for (int r = 0; r < n; ++r) {
+    if (r == me) {
+      bases[r] = static_cast<uint8_t*>(own);
+      continue;
+    }
+    require(gpu::ipcImport(&imported[r], all[r]), "mapping rank " + std::to_string(r) + "'s heap");
+    bases[r] = static_cast<uint8_t*>(imported[r]);
+  }
+}
+
+void HeapMemory::Impl::mapHost(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
+                               const transport::ProxyOptions& proxy) {
+  const int n = boot.nranks(), me = boot.rank();
+  BootstrapExchange ex(boot);
+  peers = std::make_unique<transport::PeerTable>(ex, paths, bytes, proxy);  // zero-filled
+  bases.assign(n + 1, nullptr);
+  for (int r = 0; r < n; ++r) {
+    bases[r] = peers->base(r);
+    registerHost(bases[r], bytes,
+                 r == me                               ? "the symmetric heap (host memory: this job has proxy peers)"
+                 : paths[r] == transport::Path::kProxy ? "the mirror of rank " + std::to_string(r) + "'s heap"
+                                                       : "rank " + std::to_string(r) + "'s heap");
+  }
+  transport::Proxy* px = peers->proxy();
+  if (!px || !peers->engineBases()[n]) return;  // no proxy peer of this rank's
+  const transport::Region shared = px->deviceShared();
+  registerHost(shared.base, shared.bytes, "the host proxy's trigger ring");
+  struct Words {
+    uint64_t head = 0, tailSeen = 0;
+    dev::ProxyView view;
+  } words;
+  require(gpu::deviceMalloc(&proxyWords, sizeof words), "the host proxy's device words");
+  auto* onDevice = static_cast<Words*>(proxyWords);
+  words.view = px->deviceView(shared.base, &onDevice->head, &onDevice->tailSeen);
+  require(gpu::copyToDevice(proxyWords, &words, sizeof words), "the host proxy's device words");
+  bases[n] = reinterpret_cast<uint8_t*>(&onDevice->view);
+}
+
 HeapMemory::~HeapMemory() = default;
 uint8_t* HeapMemory::base(int rank) const { return impl_->bases[rank]; }
-transport::Proxy* HeapMemory::proxy() const { return nullptr; }
+transport::Proxy* HeapMemory::proxy() const { return impl_->peers ? impl_->peers->proxy() : nullptr; }
 uint8_t* const* HeapMemory::engineBases() const { return static_cast<uint8_t* const*>(impl_->deviceBases); }
 
 struct Engine::Impl {
@@ -99,6 +173,7 @@ struct Engine::Impl {
   uint8_t* queueDevice = nullptr;  // the queue's shared memory as the GPU addresses it
   dev::CommView view;              // with device addresses
   bool persistent = false;
+  bool proxied = false;    // the kernels that post to the host proxy
   void* stream = nullptr;  // persistent: the engine's own stream
   void* lastOp = nullptr;  // event after the latest op kernel on a caller's stream (launched ops, or a
                            // persistent engine's GEMM op), to order ops across streams
@@ -139,7 +214,7 @@ struct Engine::Impl {
     uint32_t* alive = queue->alive();
     for (int w = 0; w < workers; ++w) gpu::atomicStore<gpu::Order::kRelease>(&alive[w], 1u);
     const uint64_t first = gpu::atomicLoad<gpu::Order::kAcquire>(&queue->header()->completed);
-    return gpu::launchPersistent(view, workers, threads, stream, first);
+    return gpu::launchPersistent(view, workers, threads, stream, first, proxied);
   }
 
   // An op that could not be handed over leaves every peer's counters ahead of this rank's: the
@@ -207,7 +282,7 @@ struct Engine::Impl {
       d = &split;
     }
     const int blocks = static_cast<int>(std::min<uint64_t>(d->nitems, static_cast<uint64_t>(grid)));
-    return gpu::launchOp(view, *d, blocks, threads, stream);
+    return gpu::launchOp(view, *d, blocks, threads, stream, proxied);
   }
 
   // Persistent engine, GEMM op: it runs as its own kernel (its tiles need the SM's shared memory).
@@ -243,9 +318,11 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers)
+Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers,
+               bool proxied)
     : impl_(std::make_unique<Impl>()) {
   Impl& e = *impl_;
+  e.proxied = proxied;
   e.queue = &queue;
   e.workers = workers;
   e.sharers = std::max(1, deviceSharers);
@@ -262,16 +339,18 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.view.slots = e.onDevice(queue.slots());
   e.view.alive = e.onDevice(queue.alive());
   require(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
-  require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, &e.gemmBlocks), "sizing the GEMM kernel's grid");
+  require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, e.proxied, &e.gemmBlocks),
+          "sizing the GEMM kernel's grid");
   e.gemmBlocks = e.share(e.gemmBlocks);
   if (e.sharers > 1) {
     // Every op kernel's blocks may wait on a peer's: the sharers' kernels must all be resident at
     // once, so each takes its share of what the device holds (the generic op kernel's, for workers).
     int resident = 0;
     if (e.persistent)
-      require(gpu::residentPersistentBlocks(e.threads, &resident), "sizing the persistent kernel's grid");
+      require(gpu::residentPersistentBlocks(e.threads, e.proxied, &resident), "sizing the persistent kernel's grid");
     else
-      require(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, &resident), "sizing the op kernel's grid");
+      require(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, e.proxied, &resident),
+              "sizing the op kernel's grid");
     e.workers = std::max(1, std::min(e.workers, e.share(resident)));
     WEFT_LOG(kInfo, kEngine,
              "{} ranks of this job use this GPU: each op kernel takes at most 1/{} of its blocks ({} workers); "
@@ -296,10 +375,11 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     require(e.launch(), "starting the persistent kernel");
     destroyStream.armed = false;
   } else {
-    require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, &e.gatherBlocks),
+    require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, e.proxied, &e.gatherBlocks),
             "sizing the embedding kernel's grid");
-    require(gpu::residentOpBlocks(dev::OpKind::kGemv, e.threads, &e.gemvBlocks), "sizing the GEMV kernel's grid");
-    require(gpu::residentOpBlocks(dev::OpKind::kAllReduceOneShot, e.threads, &e.oneShotBlocks),
+    require(gpu::residentOpBlocks(dev::OpKind::kGemv, e.threads, e.proxied, &e.gemvBlocks),
+            "sizing the GEMV kernel's grid");
+    require(gpu::residentOpBlocks(dev::OpKind::kAllReduceOneShot, e.threads, e.proxied, &e.oneShotBlocks),
             "sizing the one-shot AllReduce's grid");
     e.gatherBlocks = e.share(e.gatherBlocks);
     e.gemvBlocks = e.share(e.gemvBlocks);
@@ -412,7 +492,8 @@ std::string Engine::describe() const {
                 " for a one-shot AllReduce), on the caller's stream";
   const std::string gemm =
       ", a GEMM + All-to-All as its own kernel of " + std::to_string(impl_->gemmBlocks) + " blocks";
-  return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how + gemm;
+  const std::string proxy = impl_->proxied ? "; kernels that post to the host proxy" : "";
+  return "GPU " + std::to_string(impl_->device) + " (" + name + "), " + how + gemm + proxy;
 }
 
 std::string Engine::deviceKey() {

@@ -227,7 +227,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     sharers += mine.device[0] != '\0' && r.hostHash == mine.hostHash && strcmp(r.device, mine.device) == 0;
   }
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")),
-                                        s.getString("engine"), sharers);
+                                        s.getString("engine"), sharers, c->heap_->proxy() != nullptr);
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes", rank, nranks, c->host_.hostname,
            c->engine_->describe(), c->queue_->depth(), c->tileBytes_);
   return c;

@@ -32,13 +32,4 @@ inline Path choosePath(int me, int peer, Node myNode, Node peerNode, bool forceP
   return Path::kProxy;
 }
 
-// GPU builds map peers by IPC and do not take proxy peers yet (docs/design-notes.md).
-inline void requireDirectPaths(const std::vector<Path>& paths) {
-  for (size_t r = 0; r < paths.size(); ++r)
-    if (paths[r] == Path::kProxy)
-      throw Error(Code::kNotSupported, "rank " + std::to_string(r) +
-                                           " needs the host proxy (another node, transport=proxy or node_ranks), "
-                                           "which GPU builds do not provide yet; the CPU backend does");
-}
-
 }  // namespace weft::transport

@@ -1,8 +1,9 @@
 // Every way this rank reaches its peers, behind one table: this rank's heap segment, the segments
 // of peers on the same node mapped into this process (p2p), and the host proxy for the rest. The
 // runtime asks for a peer's base and for the engine's table; it never sees a mechanism.
-// The CPU backend's heap is POSIX shared memory (p2p/shm_segment.hpp); a GPU backend maps its
-// device heap by IPC (runtime/backend_gpu.cpp) and does not take proxy peers yet.
+// The CPU backend's heap is POSIX shared memory (p2p/shm_segment.hpp); so is a GPU backend's in a
+// job with proxy peers (it registers the memory with the device); otherwise a GPU backend maps
+// its device heap by IPC (runtime/backend_gpu.cpp).
 #pragma once
 
 #include <memory>

@@ -4,7 +4,8 @@
 
 namespace weft::dev {
 
-#if defined(WEFT_BACKEND_CUDA)
+// The image's word and its reader are the direct variant's (the proxied one has the same tile).
+#if defined(WEFT_BACKEND_CUDA) && !defined(WEFT_PROXY_IN_DEVICE)
 namespace {
 // Each architecture's image says which tile it has (gemmKernelHasTmaTile; HIP has none to ask).
 __device__ const int kImageHasTmaTile =
@@ -16,6 +17,7 @@ __device__ const int kImageHasTmaTile =
 }  // namespace
 #endif
 
+#if !defined(WEFT_PROXY_IN_DEVICE)
 // Read on a stream of its own: a plain cudaMemcpyFromSymbol runs on the legacy stream, which
 // would wait for the caller's blocking streams, and is refused while any thread captures a graph.
 bool gemmKernelHasTmaTile() {
@@ -33,6 +35,9 @@ bool gemmKernelHasTmaTile() {
   return false;
 #endif
 }
+#endif
+
+namespace WEFT_KERNEL_VARIANT {
 
 static_assert(tile::kThreads == gpu::kBlockThreads, "the GEMM's tile is a whole block's work");
 
@@ -56,4 +61,5 @@ __global__ void __launch_bounds__(tile::kThreads, 1)
 #endif
 }
 
+}  // namespace WEFT_KERNEL_VARIANT
 }  // namespace weft::dev

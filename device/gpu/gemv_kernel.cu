@@ -4,7 +4,7 @@
 #include "kernels.hpp"
 #include "launched_device.hpp"
 
-namespace weft::dev {
+namespace weft::dev::WEFT_KERNEL_VARIANT {
 
 __global__ void WEFT_BLOCK_BOUNDS gemvKernel(CommView view, OpDesc desc) {
 #if defined(WEFT_HAVE_MMA)
@@ -17,4 +17,4 @@ __global__ void WEFT_BLOCK_BOUNDS gemvKernel(CommView view, OpDesc desc) {
   });
 }
 
-}  // namespace weft::dev
+}  // namespace weft::dev::WEFT_KERNEL_VARIANT

@@ -278,33 +278,54 @@ Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value) {
 }
 #endif
 
-Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream, uint64_t firstTicket) {
-  dev::persistentKernel<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, firstTicket);
+namespace {
+using OpKernel = void (*)(dev::CommView, dev::OpDesc);
+using GemmKernel = void (*)(dev::CommView, dev::OpDesc, const dev::tile::GemmMaps);
+// The kernels of one variant (kernels.hpp).
+struct Kernels {
+  void (*persistent)(dev::CommView, uint64_t);
+  OpKernel op, oneShotLines, gemv, embedding;
+  GemmKernel gemm;
+};
+const Kernels& kernels(bool proxied) {
+  static const Kernels direct{dev::direct::persistentKernel,   dev::direct::opKernel,
+                              dev::direct::oneShotLinesKernel, dev::direct::gemvKernel,
+                              dev::direct::embeddingKernel,    dev::direct::gemmKernel};
+  static const Kernels viaProxy{dev::proxied::persistentKernel,   dev::proxied::opKernel,
+                                dev::proxied::oneShotLinesKernel, dev::proxied::gemvKernel,
+                                dev::proxied::embeddingKernel,    dev::proxied::gemmKernel};
+  return proxied ? viaProxy : direct;
+}
+// The kernel of every kind but the GEMM's, whose kernel takes the tensor maps too. `lines`: the
+// one-shot AllReduce's wire format (its occupancy is asked of the 128-byte lines' kernel; on H200
+// both kernels hold two blocks per SM).
+OpKernel kernelOf(dev::OpKind kind, bool lines, bool proxied) {
+  const Kernels& k = kernels(proxied);
+  switch (kind) {
+    case dev::OpKind::kGemv:
+    case dev::OpKind::kGemvAllReduce:
+      return k.gemv;
+    case dev::OpKind::kEmbeddingAllToAll:
+      return k.embedding;
+    case dev::OpKind::kAllReduceOneShot:
+      return lines ? k.oneShotLines : k.op;
+    default:
+      return k.op;
+  }
+}
+const void* kernelAddress(dev::OpKind kind, bool proxied) {
+  return kind == dev::OpKind::kGemmAllToAll ? reinterpret_cast<const void*>(kernels(proxied).gemm)
+                                            : reinterpret_cast<const void*>(kernelOf(kind, true, proxied));
+}
+}  // namespace
+
+Outcome launchPersistent(const dev::CommView& view, int blocks, int threads, void* stream, uint64_t firstTicket,
+                         bool proxied) {
+  kernels(proxied).persistent<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, firstTicket);
   return check(GPU(GetLastError)(), "launch of the persistent kernel");
 }
 
 namespace {
-using OpKernel = void (*)(dev::CommView, dev::OpDesc);
-// The kernel of every kind but the GEMM's, whose kernel takes the tensor maps too. `lines`: the
-// one-shot AllReduce's wire format (its occupancy is asked of the 128-byte lines' kernel; on H200
-// both kernels hold two blocks per SM).
-OpKernel kernelOf(dev::OpKind kind, bool lines) {
-  switch (kind) {
-    case dev::OpKind::kGemv:
-    case dev::OpKind::kGemvAllReduce:
-      return dev::gemvKernel;
-    case dev::OpKind::kEmbeddingAllToAll:
-      return dev::embeddingKernel;
-    case dev::OpKind::kAllReduceOneShot:
-      return lines ? dev::oneShotLinesKernel : dev::opKernel;
-    default:
-      return dev::opKernel;
-  }
-}
-const void* kernelAddress(dev::OpKind kind) {
-  return kind == dev::OpKind::kGemmAllToAll ? reinterpret_cast<const void*>(dev::gemmKernel)
-                                            : reinterpret_cast<const void*>(kernelOf(kind, true));
-}
 
 // Whether the GEMM kernel the current device runs is the sm_90a build (the copy engine's tile),
 // as its image says (a plain sm_90 image has the same binary version and the cp.async tile); asked
@@ -316,13 +337,13 @@ bool gemmUsesTma() {
 
 // Dynamic shared memory of the kernel of `kind`; the first call for a kernel that needs more than
 // the default 48 KB on a device raises its limit there (a function's attribute is set per device).
-Outcome sharedBytesOf(dev::OpKind kind, int* bytes) {
+Outcome sharedBytesOf(dev::OpKind kind, bool proxied, int* bytes) {
   *bytes = kind == dev::OpKind::kGemmAllToAll ? dev::gemmSharedBytes(gemmUsesTma()) : 0;
   if (*bytes <= 48 * 1024) return {};
-  static PerDevice raised;  // 1: the GEMM kernel's limit is raised
-  std::atomic<uint8_t>* word = deviceWord(raised);
+  static PerDevice raised[2];  // 1: the GEMM kernel's limit is raised, per variant
+  std::atomic<uint8_t>* word = deviceWord(raised[proxied]);
   if (word && word->load(std::memory_order_acquire) == 1) return {};
-  Outcome o = check(GPU(FuncSetAttribute)(reinterpret_cast<const void*>(dev::gemmKernel),
+  Outcome o = check(GPU(FuncSetAttribute)(reinterpret_cast<const void*>(kernels(proxied).gemm),
                                           GPU(FuncAttributeMaxDynamicSharedMemorySize), *bytes),
                     "FuncSetAttribute(MaxDynamicSharedMemorySize) of the GEMM kernel");
   if (o && word) word->store(1, std::memory_order_release);
@@ -366,16 +387,17 @@ Outcome encodeGemmMaps(const dev::OpDesc& desc, dev::tile::GemmMaps* maps) {
 }
 }  // namespace
 
-Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream) {
+Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks, int threads, void* stream,
+                 bool proxied) {
   const auto kind = static_cast<dev::OpKind>(desc.kind);
   int shared = 0;
-  if (Outcome o = sharedBytesOf(kind, &shared); !o) return o;
+  if (Outcome o = sharedBytesOf(kind, proxied, &shared); !o) return o;
   if (kind == dev::OpKind::kGemmAllToAll) {
     dev::tile::GemmMaps maps;
     if (Outcome o = encodeGemmMaps(desc, &maps); !o) return o;
-    dev::gemmKernel<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc, maps);
+    kernels(proxied).gemm<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc, maps);
   } else {
-    const OpKernel kernel = kernelOf(kind, desc.arg[dev::AllReduceOneShotOp::kArgLines] != 0);
+    const OpKernel kernel = kernelOf(kind, desc.arg[dev::AllReduceOneShotOp::kArgLines] != 0, proxied);
     kernel<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc);
   }
   return check(GPU(GetLastError)(), "launch of an op kernel");
@@ -383,28 +405,28 @@ Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks,
 
 bool gemmSplitsLastWave() { return gemmUsesTma(); }
 
-Outcome residentOpBlocks(dev::OpKind kind, int threads, int* blocks) {
+Outcome residentOpBlocks(dev::OpKind kind, int threads, bool proxied, int* blocks) {
   int device = 0, perSm = 0;
   gpuDeviceProp_t prop{};
   int shared = 0;
-  Outcome o = sharedBytesOf(kind, &shared);
+  Outcome o = sharedBytesOf(kind, proxied, &shared);
   if (o) o = check(GPU(GetDevice)(&device), "GetDevice");
   if (o) o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
   if (o)
-    o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&perSm, kernelAddress(kind), threads, shared),
+    o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(&perSm, kernelAddress(kind, proxied), threads, shared),
               "OccupancyMaxActiveBlocksPerMultiprocessor");
   if (o) *blocks = perSm * prop.multiProcessorCount;
   return o;
 }
 
-Outcome residentPersistentBlocks(int threads, int* blocks) {
+Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks) {
   int device = 0, perSm = 0;
   gpuDeviceProp_t prop{};
   Outcome o = check(GPU(GetDevice)(&device), "GetDevice");
   if (o) o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
   if (o)
     o = check(GPU(OccupancyMaxActiveBlocksPerMultiprocessor)(
-                  &perSm, reinterpret_cast<const void*>(dev::persistentKernel), threads, 0),
+                  &perSm, reinterpret_cast<const void*>(kernels(proxied).persistent), threads, 0),
               "OccupancyMaxActiveBlocksPerMultiprocessor");
   if (o) *blocks = perSm * prop.multiProcessorCount;
   return o;

@@ -7,7 +7,7 @@
 #include "kernels.hpp"
 #include "launched_device.hpp"
 
-namespace weft::dev {
+namespace weft::dev::WEFT_KERNEL_VARIANT {
 
 __global__ void WEFT_BLOCK_BOUNDS opKernel(CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
@@ -37,4 +37,4 @@ __global__ void __launch_bounds__(gpu::kBlockThreads, 2) embeddingKernel(CommVie
   });
 }
 
-}  // namespace weft::dev
+}  // namespace weft::dev::WEFT_KERNEL_VARIANT

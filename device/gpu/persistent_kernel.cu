@@ -4,7 +4,7 @@
 #include "../engine_device.hpp"
 #include "kernels.hpp"
 
-namespace weft::dev {
+namespace weft::dev::WEFT_KERNEL_VARIANT {
 
 __global__ void WEFT_BLOCK_BOUNDS persistentKernel(CommView view, uint64_t firstTicket) {
   __shared__ unsigned long long scratch;
@@ -13,4 +13,4 @@ __global__ void WEFT_BLOCK_BOUNDS persistentKernel(CommView view, uint64_t first
   runWorker(coop, view, firstTicket, static_cast<int>(blockIdx.x));
 }
 
-}  // namespace weft::dev
+}  // namespace weft::dev::WEFT_KERNEL_VARIANT
