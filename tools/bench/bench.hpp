@@ -32,6 +32,9 @@ struct Options {
   bool coldW = false;
   // gemm_alltoall shapes: rows per rank, k, h.
   std::vector<struct GemmShape> gemmShapes;
+  // The unfused baseline's collective: NCCL's, or weft's own (embedding_alltoall), for ranks that
+  // share a GPU or reach each other through the host proxy, where NCCL does not run.
+  std::string baseline = "nccl";
 };
 
 struct GemmShape {

@@ -64,8 +64,10 @@ Context setUp(const Options& o) {
   weftOk(weft_mem_alloc(c.weft, bytes, &c.weftRecv), "weft_mem_alloc");
   cuda(cudaMalloc(&c.send, bytes), "cudaMalloc send");
   cuda(cudaMalloc(&c.ncclRecv, bytes), "cudaMalloc recv");
-  const ncclUniqueId id = shareNcclId(c);
-  ncclOk(ncclCommInitRank(&c.nccl, c.nranks, id, c.rank), "ncclCommInitRank");
+  if (o.baseline == "nccl") {
+    const ncclUniqueId id = shareNcclId(c);
+    ncclOk(ncclCommInitRank(&c.nccl, c.nranks, id, c.rank), "ncclCommInitRank");
+  }
   return c;
 }
 
@@ -131,7 +133,7 @@ Peers::~Peers() {
 
 void tearDown(Context& c) {
   cudaStreamSynchronize(c.stream);
-  ncclCommDestroy(c.nccl);
+  if (c.nccl) ncclCommDestroy(c.nccl);
   weft_mem_free(c.weft, c.weftRecv);
   weftOk(weft_comm_finalize(c.weft), "weft_comm_finalize");
   weft_comm_destroy(c.weft);

@@ -1,6 +1,7 @@
 // weft-bench embedding_alltoall: the fused op against an unfused pooling kernel + NCCL all-to-all
-// in the same run, on the same stream, plus pooling alone, the all-to-all alone and a
-// device-to-device copy (the bandwidth pooling should approach). Every rank owns the same number
+// (or, with --baseline weft, weft's own All-to-All) in the same run, on the same stream, plus
+// pooling alone, the all-to-all alone and a device-to-device copy (the bandwidth pooling should
+// approach). Every rank owns the same number
 // of tables; bags have exactly `pooling` indices, drawn uniformly from their table.
 #include <cmath>
 #include <cstdio>
@@ -77,7 +78,12 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
     cuda(cudaMalloc(&tableOffsets, (s.tables + 1) * 8), "cudaMalloc table offsets");
     const uint64_t recvBytes = lb * total * s.dim * t.bytes;
     cuda(cudaMalloc(&send, recvBytes), "cudaMalloc send");
-    cuda(cudaMalloc(&baseRecv, recvBytes), "cudaMalloc recv");
+    // weft's All-to-All writes into the symmetric heap.
+    if (o.baseline == "weft")
+      if (weft_mem_alloc(c.weft, recvBytes, &baseRecv) != WEFT_SUCCESS)
+        die(std::string("weft_mem_alloc (the baseline's recv): ") + weft_get_last_error(nullptr));
+    else
+      cuda(cudaMalloc(&baseRecv, recvBytes), "cudaMalloc recv");
     const uint64_t copyBytes = uint64_t{1} << 30;
     cuda(cudaMalloc(&big, 2 * copyBytes), "cudaMalloc copy buffers");
     fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, 0xe3b0 + rows.size(), c.rank, s.tables * s.rows * s.dim);
@@ -107,6 +113,11 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
     };
     const uint64_t block = lb * s.tables * s.dim;  // elements to each rank
     auto allToAll = [&] {
+      if (o.baseline == "weft") {
+        if (weft_alltoall(c.weft, send, baseRecv, block, t.weft, c.stream) != WEFT_SUCCESS)
+          die(std::string("weft all-to-all: ") + weft_get_last_error(nullptr));
+        return;
+      }
       ncclGroupStart();
       for (int p = 0; p < c.nranks; ++p) {
         ncclSend(static_cast<char*>(send) + p * block * t.bytes, block, t.nccl, p, c.nccl, c.stream);
@@ -127,8 +138,8 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
       baseline();
       cuda(cudaStreamSynchronize(c.stream), "sync");
       std::vector<uint8_t> a(recvBytes), b(recvBytes);
-      cuda(cudaMemcpy(a.data(), c.weftRecv, recvBytes, cudaMemcpyDeviceToHost), "copy weft's recv");
-      cuda(cudaMemcpy(b.data(), baseRecv, recvBytes, cudaMemcpyDeviceToHost), "copy the baseline's recv");
+      cuda(cudaMemcpy(a.data(), c.weftRecv, recvBytes, cudaMemcpyDefault), "copy weft's recv");
+      cuda(cudaMemcpy(b.data(), baseRecv, recvBytes, cudaMemcpyDefault), "copy the baseline's recv");
       r.diff = 0;
       // weft: [sample][src * tables + t][:]; baseline: [src][sample][t][:].
       for (int64_t src = 0; src < c.nranks; ++src)
@@ -148,8 +159,12 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
     r.copyGBs = 2.0 * copyBytes / (copyUs * 1e3);
     r.poolGBs = static_cast<double>(nIdx) * s.dim * t.bytes / (r.poolUs * 1e3);
     rows.push_back(r);
-    for (void* p : {w, send, baseRecv, big, static_cast<void*>(indices), static_cast<void*>(offsets),
-                    static_cast<void*>(tableOffsets)})
+    if (o.baseline == "weft")
+      weft_mem_free(c.weft, baseRecv);
+    else
+      cudaFree(baseRecv);
+    for (void* p :
+         {w, send, big, static_cast<void*>(indices), static_cast<void*>(offsets), static_cast<void*>(tableOffsets)})
       cudaFree(p);
   }
   return rows;
@@ -157,8 +172,8 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
 
 void reportEmbedding(const Context& c, const Options& o, const std::vector<EmbedRow>& rows) {
   if (c.rank != 0) return;
-  std::printf("# weft-bench embedding_alltoall, %d ranks, dtype %s, %s; baseline: pooling kernel + NCCL all-to-all\n",
-              c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager");
+  std::printf("# weft-bench embedding_alltoall, %d ranks, dtype %s, %s; baseline: pooling kernel + %s all-to-all\n",
+              c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager", o.baseline == "weft" ? "weft" : "NCCL");
   std::printf("%6s %8s %5s %6s %4s %10s %10s %8s %9s %9s %9s %9s %7s\n", "tables", "rows", "dim", "batch", "pool",
               "fused_us", "base_us", "speedup", "pool_us", "a2a_us", "pool_GBs", "copy_GBs", "#diff");
   JsonRows json(c, o, "embedding_alltoall");

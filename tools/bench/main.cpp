@@ -51,7 +51,12 @@ int main(int argc, char** argv) {
                "gemv_allreduce: every op (weft's and the baseline's) reads w from a copy not in L2, as in decoding");
   std::vector<std::string> gemmShapes{"4096x2048x7168", "16384x2048x7168", "8192x14336x4096"};
   app.add_option("--shapes", gemmShapes, "gemm_alltoall: TOKENSxKxH per rank (comma list)")->delimiter(',');
+  app.add_option("--baseline", o.baseline,
+                 "The unfused baseline's collective: nccl, or weft (embedding_alltoall: pooling, then weft's "
+                 "All-to-All; for ranks that share a GPU or reach each other through the host proxy)")
+      ->check(CLI::IsMember({"nccl", "weft"}));
   CLI11_PARSE(app, argc, argv);
+  if (o.baseline == "weft" && o.op != "embedding_alltoall") die("--baseline weft: only for embedding_alltoall");
   for (const std::string& s : gemmShapes) {
     GemmShape g{};
     if (std::sscanf(s.c_str(), "%ldx%ldx%ld", &g.tokens, &g.k, &g.h) != 3 || g.tokens < 0 || g.k < 0 || g.h < 0)
