@@ -4,7 +4,9 @@
 #
 #   scripts/gpu-check.sh [-s] [-r "2 4"] [-o DIR] [-t SECONDS] [STEP...]
 #
-# STEP: tests, gemm, gemv, embedding, allreduce (default: all, in that order). -r: the rank counts
+# STEP: tests, proxy, gemm, gemv, embedding, allreduce (default: all, in that order). proxy: the
+# GPU tests' multi-rank cases again through the host proxy, over UCX and libfabric (tcp), with
+# every rank a node of its own (4x1) and as two nodes of two ranks (2x2). -r: the rank counts
 # for the benches (default: 2, 4 and 8 where there are that many GPUs, else 1; with -s 2 and 4).
 # -s: ranks share GPUs (round-robin), so every multi-rank case runs on one GPU: starts MPS with a
 # private pipe directory (stopped on exit) so that the ranks' kernels run side by side, and lets
@@ -26,9 +28,9 @@ while getopts "sr:o:t:" opt; do
 done
 shift $((OPTIND - 1))
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests gemm gemv embedding allreduce)
+[ ${#steps[@]} -eq 0 ] && steps=(tests proxy gemm gemv embedding allreduce)
 for s in "${steps[@]}"; do
-  case $s in tests | gemm | gemv | embedding | allreduce) ;; *) echo "gpu-check: no step '$s'" >&2; exit 2 ;; esac
+  case $s in tests | proxy | gemm | gemv | embedding | allreduce) ;; *) echo "gpu-check: no step '$s'" >&2; exit 2 ;; esac
 done
 
 program() { command -v "$1" 2>/dev/null || { [ -x "build-cuda/bin/$1" ] && echo "build-cuda/bin/$1"; }; }
@@ -73,6 +75,21 @@ for s in "${steps[@]}"; do
     need "$tests" tests weft_gpu_tests || continue
     step "tests" "$out/tests.log" "$tests" --gtest_brief=1
     grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log"
+    continue
+  fi
+  if [ "$s" = proxy ]; then
+    need "$tests" proxy weft_gpu_tests || continue
+    for backend in "ucx_tcp WEFT_PROXY_BACKEND=ucx UCX_TLS=tcp" "ofi_tcp WEFT_PROXY_BACKEND=ofi FI_PROVIDER=tcp"; do
+      for topology in "4x1 WEFT_TRANSPORT=proxy" "2x2 WEFT_NODE_RANKS=2"; do
+        set -- $backend
+        name="proxy.$1.${topology%% *}"
+        shift
+        log="$out/$name.log"
+        step "$name" "$log" env "$@" ${topology#* } "$tests" --gtest_brief=1 \
+          --gtest_filter='Gpus/*/2gpus_*:Gpus/*/4gpus_*:GpuFaults.*'
+        grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log"
+      done
+    done
     continue
   fi
   if [ $share -eq 1 ]; then
