@@ -1,4 +1,5 @@
 // The bootstrap with threads as ranks: exchange, validation and bounded failure.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +14,14 @@ namespace weft {
 namespace {
 
 UniqueId loopbackId() { return createUniqueId("127.0.0.1", ""); }
+
+int openFds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
 
 // Joins `n` ranks (threads) with a bootstrap timeout of `timeoutS`; each rank's error, "" if none.
 std::vector<std::string> joinAll(const UniqueId& id, int n, double timeoutS) {
@@ -131,6 +140,20 @@ TEST(Bootstrap, SilentAndSlowConnectionsDelayNoRank) {
   // 20 s is below the two 10 s waits the old rank 0 spent on the first two silent connections.
   const std::vector<std::string> errors = joinAll(id, 3, 20);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// Each unused weft_get_unique_id used to keep its listening socket for the life of the process.
+TEST(UniqueId, UnusedIdsKeepABoundedNumberOfSockets) {
+  const int before = openFds();
+  std::vector<UniqueId> ids;
+  for (int i = 0; i < 200; ++i) ids.push_back(loopbackId());
+  EXPECT_LE(openFds() - before, static_cast<int>(kMaxKeptListeners));
+  // The oldest id's listener was closed; its rank 0 listens again on the same port.
+  const std::vector<std::string> errors = joinAll(ids.front(), 2, 20);
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  for (const UniqueId& id : ids) takeListener(id);
+  EXPECT_LE(openFds(), before);
 }
 
 }  // namespace
