@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -43,11 +44,11 @@ constexpr size_t kMaxJoining = 512;
 
 std::string rankName(int r) { return "rank " + std::to_string(r); }
 
-// Adopts every connection waiting at the listener.
-void acceptJoining(net::Socket& listener, std::vector<Joining>& joining, net::Deadline deadline) {
-  for (;;) {
+// Adopts every connection waiting at the listener; returns how many.
+int acceptJoining(net::Socket& listener, std::vector<Joining>& joining, net::Deadline deadline) {
+  for (int n = 0;; ++n) {
     net::Socket s = listener.acceptNow();
-    if (!s.valid()) return;
+    if (!s.valid()) return n;
     if (joining.size() >= kMaxJoining) {
       WEFT_LOG(kWarn, kBootstrap, "{} connections have sent no hello yet; dropped the oldest", joining.size());
       joining.erase(joining.begin());
@@ -147,7 +148,10 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
       peers_[h.rank] = std::move(s);
       ++joined;
     }
-    if (fds[0].revents) acceptJoining(listener, joining, deadline);
+    // None taken although one waits: out of descriptors until a connection's hello deadline frees
+    // one. Pause rather than spin on the listener.
+    if (fds[0].revents && acceptJoining(listener, joining, deadline) == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   Verdict ok{};
   const auto d = net::deadlineIn(timeoutS_);
