@@ -1,5 +1,6 @@
 #include "log.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,11 +111,28 @@ std::string expandFilePattern(const std::string& pattern) {
   return out;
 }
 
+void checkFileDirectory(const std::string& pattern) {
+  const std::string path = expandFilePattern(pattern);
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error(Code::kInvalidArgument,
+                "log_file: directory '" + dir + "' of '" + path + "' does not exist (weft does not create it)");
+}
+
 void configure(const std::string& level, const std::string& subsys, const std::string& file) {
   const Level l = parseLevel(level);
   const uint32_t mask = parseSubsys(subsys);
   if (!file.empty()) {
-    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(expandFilePattern(file));
+    // spdlog's file sink would create the missing directories (mode 0755) itself.
+    checkFileDirectory(file);
+    std::shared_ptr<spdlog::sinks::basic_file_sink_mt> sink;
+    try {
+      sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(expandFilePattern(file));
+    } catch (const spdlog::spdlog_ex& e) {
+      throw Error(Code::kInvalidArgument, std::string("log_file: ") + e.what());
+    }
     auto lg = std::make_shared<spdlog::logger>("weft", sink);
     lg->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [weft %P] [%l] %v");
     lg->set_level(spdlog::level::trace);

@@ -46,12 +46,15 @@ void emit(Level l, Subsys s, fmt::format_string<Args...> f, Args&&... args) {
 
 // Applies WEFT_LOG_LEVEL / WEFT_LOG_SUBSYS / WEFT_LOG_FILE style values. Throws weft::Error
 // (invalid argument) naming the bad value. `file` may contain %h (host name) and %p (pid); an
-// empty `file` means stderr. Process-wide: the last communicator initialised sets it.
+// empty `file` means stderr. The file is created or appended to; its directory must exist (it is
+// never created). Process-wide: the last communicator initialised sets it.
 void configure(const std::string& level, const std::string& subsys, const std::string& file);
 
 Level parseLevel(const std::string& s);
 uint32_t parseSubsys(const std::string& s);
 std::string expandFilePattern(const std::string& pattern);
+// Throws weft::Error (invalid argument) unless the directory of the expanded `pattern` exists.
+void checkFileDirectory(const std::string& pattern);
 
 }  // namespace weft::log
 

@@ -1,6 +1,11 @@
 #include "bootstrap.hpp"
 
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -26,7 +31,31 @@ struct Verdict {
 };
 static_assert(sizeof(Verdict) == 256);
 
+// A connection whose hello has not fully arrived. Each has until `until` to finish it; at most
+// kMaxJoining wait at once (beyond, the oldest is dropped), which bounds rank 0's descriptors.
+struct Joining {
+  net::Socket s;
+  net::Deadline until;
+  Hello hello;
+  size_t got;
+};
+constexpr double kHelloS = 10;
+constexpr size_t kMaxJoining = 512;
+
 std::string rankName(int r) { return "rank " + std::to_string(r); }
+
+// Adopts every connection waiting at the listener; returns how many.
+int acceptJoining(net::Socket& listener, std::vector<Joining>& joining, net::Deadline deadline) {
+  for (int n = 0;; ++n) {
+    net::Socket s = listener.acceptNow();
+    if (!s.valid()) return n;
+    if (joining.size() >= kMaxJoining) {
+      WEFT_LOG(kWarn, kBootstrap, "{} connections have sent no hello yet; dropped the oldest", joining.size());
+      joining.erase(joining.begin());
+    }
+    joining.push_back(Joining{std::move(s), std::min(deadline, net::deadlineIn(kHelloS)), Hello{}, 0});
+  }
+}
 
 }  // namespace
 
@@ -62,35 +91,67 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
   if (!listener.valid()) listener = net::Socket::listenOn(id.root);
   peers_.resize(nranks_);
   const auto deadline = net::deadlineIn(timeoutS_);
+  // Every connection's hello is read at once, each against its own deadline, so that connections
+  // that never speak (port scanners, a stale job's ranks) delay no real rank.
+  std::vector<Joining> joining;
   for (int joined = 1; joined < nranks_;) {
-    net::Socket s;
-    try {
-      s = listener.accept(deadline, std::to_string(nranks_ - joined) + " more rank(s) to join");
-    } catch (const Error& e) {
-      failJob(e.code(), e.what(), nullptr);
+    const auto now = net::Clock::now();
+    if (now > deadline)
+      failJob(Code::kTimeout,
+              "bootstrap: timed out waiting for " + std::to_string(nranks_ - joined) + " more rank(s) to join",
+              nullptr);
+    for (size_t i = 0; i < joining.size();)
+      if (now > joining[i].until) {
+        WEFT_LOG(kWarn, kBootstrap, "dropped a connection that sent no hello within {} s", kHelloS);
+        joining.erase(joining.begin() + i);
+      } else {
+        ++i;
+      }
+    auto wake = deadline;
+    std::vector<pollfd> fds{{listener.fd(), POLLIN, 0}};
+    for (const Joining& j : joining) {
+      fds.push_back({j.s.fd(), POLLIN, 0});
+      wake = std::min(wake, j.until);
     }
-    Hello h{};
-    try {
-      s.recvAll(&h, sizeof h, std::min(deadline, net::deadlineIn(10)), "a joining rank's hello");
-    } catch (const Error& e) {
-      WEFT_LOG(kWarn, kBootstrap, "dropped a connection that sent no hello: {}", e.what());
-      continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
+    if (rc < 0 && errno != EINTR) throwSystemError("poll");
+    if (rc <= 0) continue;
+    // Read hellos before accepting, so that the indices in `fds` still match `joining`.
+    for (size_t i = joining.size(); i-- > 0;) {
+      if (!fds[i + 1].revents) continue;
+      Joining& j = joining[i];
+      try {
+        j.got += j.s.recvNow(reinterpret_cast<uint8_t*>(&j.hello) + j.got, sizeof j.hello - j.got, "a joining rank");
+      } catch (const Error& e) {
+        WEFT_LOG(kWarn, kBootstrap, "dropped a connection that sent no hello: {}", e.what());
+        joining.erase(joining.begin() + i);
+        continue;
+      }
+      if (j.got < sizeof j.hello) continue;
+      net::Socket s = std::move(j.s);
+      const Hello h = j.hello;
+      joining.erase(joining.begin() + i);
+      Secret got;
+      memcpy(got.data(), h.secret, kSecretBytes);
+      if (h.magic != kHelloMagic || h.protocol != kProtocol || !secretsEqual(got, id.secret)) {
+        WEFT_LOG(kWarn, kBootstrap, "dropped a connection with a wrong secret or protocol");
+        continue;
+      }
+      if (h.nranks != nranks_)
+        failJob(Code::kInvalidUsage,
+                "nranks: " + rankName(h.rank) + " passed " + std::to_string(h.nranks) + ", rank 0 passed " +
+                    std::to_string(nranks_),
+                &s);
+      if (h.rank <= 0 || h.rank >= nranks_ || peers_[h.rank].valid())
+        failJob(Code::kInvalidUsage, "rank: " + std::to_string(h.rank) + " joined twice or is out of range", &s);
+      peers_[h.rank] = std::move(s);
+      ++joined;
     }
-    Secret got;
-    memcpy(got.data(), h.secret, kSecretBytes);
-    if (h.magic != kHelloMagic || h.protocol != kProtocol || !secretsEqual(got, id.secret)) {
-      WEFT_LOG(kWarn, kBootstrap, "dropped a connection with a wrong secret or protocol");
-      continue;
-    }
-    if (h.nranks != nranks_)
-      failJob(Code::kInvalidUsage,
-              "nranks: " + rankName(h.rank) + " passed " + std::to_string(h.nranks) + ", rank 0 passed " +
-                  std::to_string(nranks_),
-              &s);
-    if (h.rank <= 0 || h.rank >= nranks_ || peers_[h.rank].valid())
-      failJob(Code::kInvalidUsage, "rank: " + std::to_string(h.rank) + " joined twice or is out of range", &s);
-    peers_[h.rank] = std::move(s);
-    ++joined;
+    // None taken although one waits: out of descriptors until a connection's hello deadline frees
+    // one. Pause rather than spin on the listener.
+    if (fds[0].revents && acceptJoining(listener, joining, deadline) == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   Verdict ok{};
   const auto d = net::deadlineIn(timeoutS_);

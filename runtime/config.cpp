@@ -1,13 +1,19 @@
 #include "config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <sstream>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "weft/version.h"
 
 namespace weft {
@@ -151,6 +157,19 @@ const SettingSpec& spec(const std::string& name) {
   throw Error(Code::kInvalidArgument, "unknown setting '" + name + "'");
 }
 
+// The checks log::configure makes at init, made here too so that weftctl agrees with init.
+void validateLogSetting(const std::string& name, const std::string& where, const std::string& text) {
+  try {
+    if (name == "log_level") log::parseLevel(text);
+    if (name == "log_subsys") log::parseSubsys(text);
+    if (name == "log_file" && !text.empty()) log::checkFileDirectory(text);
+  } catch (const Error& e) {
+    const std::string why = e.what();
+    const size_t colon = why.find(": ");
+    throw Error(e.code(), where + ": " + (colon == std::string::npos ? why : why.substr(colon + 2)));
+  }
+}
+
 void validate(const SettingSpec& s, const SettingValue& v) {
   if (s.autoValue && v.text == "auto") return;
   const std::string where =
@@ -180,6 +199,7 @@ void validate(const SettingSpec& s, const SettingValue& v) {
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ucx or ofi");
       if (std::string(s.name) == "engine" && v.text != "launched" && v.text != "persistent")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not launched or persistent");
+      validateLogSetting(s.name, where, v.text);
       return;
   }
   if (std::string(s.name) == "tile_bytes" && static_cast<int64_t>(num) % 256 != 0)
@@ -191,9 +211,54 @@ void validate(const SettingSpec& s, const SettingValue& v) {
 
 }  // namespace
 
+namespace {
+
+const char* fileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+std::string readTextFile(const std::string& path, const std::string& what) {
+  const std::string name = what + " '" + path + "'";
+  // O_NONBLOCK: opening a FIFO without a writer must not wait.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error(Code::kInvalidArgument, systemErrorMessage(name + ": cannot be opened", errno));
+  struct stat st {};
+  std::string text;
+  try {
+    if (fstat(fd, &st) != 0) throw Error(Code::kInvalidArgument, systemErrorMessage(name + ": stat", errno));
+    if (!S_ISREG(st.st_mode))
+      throw Error(Code::kInvalidArgument, name + ": is " + fileKind(st.st_mode) + ", not a regular file");
+    const std::string tooLarge = name + ": is larger than " + std::to_string(kMaxTextFileBytes >> 10) + " KiB";
+    if (static_cast<uint64_t>(st.st_size) > kMaxTextFileBytes) throw Error(Code::kInvalidArgument, tooLarge);
+    // Read one byte past the bound, so that a file that grew since fstat is refused too.
+    text.resize(kMaxTextFileBytes + 1);
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n == 0) break;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Error(Code::kInvalidArgument, systemErrorMessage(name + ": read", errno));
+      got += static_cast<size_t>(n);
+    }
+    if (got > kMaxTextFileBytes) throw Error(Code::kInvalidArgument, tooLarge);
+    text.resize(got);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return text;
+}
+
 std::map<std::string, SettingValue> parseConfigFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(Code::kInvalidArgument, "config file " + path + ": cannot be opened");
+  std::istringstream in(readTextFile(path, "config file"));
   std::map<std::string, SettingValue> out;
   std::string line;
   for (int lineNo = 1; std::getline(in, line); ++lineNo) {

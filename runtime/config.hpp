@@ -63,9 +63,15 @@ class Settings {
 // 128-byte lines).
 uint64_t autoOneShotBytes(int nranks, bool lines);
 
+// The whole of a small text file that a setting names: a regular file of at most kMaxTextFileBytes.
+// Throws weft::Error (invalid argument) naming `what` and the path otherwise (a directory, a device
+// such as /dev/zero, a FIFO, a missing or larger file), without reading more than that bound.
+constexpr size_t kMaxTextFileBytes = size_t{1} << 20;
+std::string readTextFile(const std::string& path, const std::string& what);
+
 // Parses a flat TOML subset: `key = value` lines, '#' comments, optional [weft] section headers,
 // quoted strings, integers with optional KiB/MiB/GiB suffix in quotes, floats, booleans. Throws
-// weft::Error naming the file and line of a syntax error.
+// weft::Error naming the file and line of a syntax error, or the file if readTextFile refuses it.
 std::map<std::string, SettingValue> parseConfigFile(const std::string& path);
 
 // Numbers accept suffixes K, M, G (powers of 1024) for sizes. Throws on junk.

@@ -1,9 +1,9 @@
 #include "gemv_tuning.hpp"
 
-#include <fstream>
 #include <sstream>
 
 #include "common/error.hpp"
+#include "config.hpp"
 #include "gemv_tuning_builtin.hpp"  // generated from conf/gemv_tuning.tsv
 
 namespace weft {
@@ -92,11 +92,7 @@ GemvTuning GemvTuning::parse(const std::string& text, const std::string& origin)
 
 GemvTuning GemvTuning::load(const std::string& file) {
   if (file.empty()) return parse(kGemvTuningBuiltin, "built-in conf/gemv_tuning.tsv");
-  std::ifstream in(file);
-  if (!in) throw Error(Code::kInvalidArgument, "gemv_tuning_file: cannot read '" + file + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), file);
+  return parse(readTextFile(file, "gemv_tuning_file"), file);
 }
 
 const GemvTuningRow* GemvTuning::match(int nranks, uint64_t batch, uint64_t n, uint64_t kLocal) const {

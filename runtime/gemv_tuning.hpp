@@ -40,7 +40,8 @@ class GemvTuning {
   // Parses `text` (from `origin`, a file name or "built-in"); throws weft::Error (invalid argument)
   // naming the origin and line of the first bad row.
   static GemvTuning parse(const std::string& text, const std::string& origin);
-  // The file's table, or the built-in one (conf/gemv_tuning.tsv at build time) for "".
+  // The file's table, or the built-in one (conf/gemv_tuning.tsv at build time) for "". The file
+  // is read as readTextFile reads it (a regular file of at most 1 MiB).
   static GemvTuning load(const std::string& file);
 
   // The deciding row, or nullptr (then: fused).

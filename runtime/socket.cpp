@@ -88,7 +88,7 @@ void Socket::close() {
 }
 
 Socket Socket::listenOn(const SockAddr& addr) {
-  Socket s(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  Socket s(::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s.valid()) throwSystemError("socket");
   int one = 1;
   setsockopt(s.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -127,13 +127,22 @@ void Socket::waitFor(short events, Deadline deadline, const std::string& what) {
   }
 }
 
-Socket Socket::accept(Deadline deadline, const std::string& waitingFor) {
-  waitFor(POLLIN, deadline, waitingFor);
-  Socket c(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
-  if (!c.valid()) throwSystemError("accept");
-  int one = 1;
-  setsockopt(c.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return c;
+Socket Socket::acceptNow() {
+  for (;;) {
+    Socket c(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
+    if (c.valid()) {
+      int one = 1;
+      setsockopt(c.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      return c;
+    }
+    // A connection reset before it was accepted, or a shortage of descriptors, costs that one
+    // connection only; the caller polls again.
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EPROTO || errno == EMFILE || errno == ENFILE ||
+        errno == ENOBUFS || errno == ENOMEM)
+      return Socket();
+    throwSystemError("accept");
+  }
 }
 
 SockAddr Socket::localAddress() const {
@@ -171,6 +180,18 @@ void Socket::recvAll(void* data, size_t bytes, Deadline deadline, const std::str
     }
     p += n;
     bytes -= static_cast<size_t>(n);
+  }
+}
+
+size_t Socket::recvNow(void* data, size_t bytes, const std::string& from) {
+  for (;;) {
+    ssize_t n = ::recv(fd_, data, bytes, MSG_DONTWAIT);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0) throw Error(Code::kTransport, "bootstrap: " + from + " closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    if (errno == ECONNRESET) throw Error(Code::kTransport, "bootstrap: " + from + " reset the connection");
+    throwSystemError("recv");
   }
 }
 

@@ -43,15 +43,19 @@ class Socket {
   Socket& operator=(const Socket&) = delete;
   ~Socket() { close(); }
 
-  // Binds (SO_REUSEADDR) and listens; port 0 picks a free one.
+  // Binds (SO_REUSEADDR) and listens, non-blocking; port 0 picks a free one.
   static Socket listenOn(const SockAddr& addr);
   // Connects, retrying while the listener is not up yet, until the deadline.
   static Socket connectTo(const SockAddr& addr, Deadline deadline);
 
-  Socket accept(Deadline deadline, const std::string& waitingFor);
+  // Listener: the next waiting connection, or an invalid socket when none is waiting. Never blocks.
+  Socket acceptNow();
   SockAddr localAddress() const;
   void sendAll(const void* data, size_t bytes, Deadline deadline);
   void recvAll(void* data, size_t bytes, Deadline deadline, const std::string& from);
+  // Whatever has arrived, up to `bytes` (0 if nothing has). Never blocks; throws kTransport when the
+  // peer has closed.
+  size_t recvNow(void* data, size_t bytes, const std::string& from);
 
   int fd() const { return fd_; }
   int release() {

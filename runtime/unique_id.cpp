@@ -3,8 +3,9 @@
 #include <sys/random.h>
 
 #include <cstring>
-#include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 
@@ -29,9 +30,10 @@ struct IdWire {
 static_assert(sizeof(IdWire) == kUniqueIdBytes);
 
 std::mutex gMutex;
-std::map<Secret, int>& listeners() {
-  static std::map<Secret, int> m;
-  return m;
+// The listeners of ids not yet taken by a rank 0, oldest first.
+std::vector<std::pair<Secret, int>>& listeners() {
+  static std::vector<std::pair<Secret, int>> kept;
+  return kept;
 }
 
 }  // namespace
@@ -109,17 +111,26 @@ UniqueId createUniqueId(const std::string& addr, const std::string& ifname) {
   id.root.setPort(listener.localAddress().port());
   id.secret = randomSecret();
   std::lock_guard<std::mutex> lock(gMutex);
-  listeners()[id.secret] = listener.release();
+  auto& kept = listeners();
+  if (kept.size() >= kMaxKeptListeners) {
+    // An id whose listener is closed still works: its rank 0 binds the same port again at init.
+    net::Socket oldest(kept.front().second);
+    kept.erase(kept.begin());
+  }
+  kept.emplace_back(id.secret, listener.release());
   return id;
 }
 
 net::Socket takeListener(const UniqueId& id) {
   std::lock_guard<std::mutex> lock(gMutex);
-  auto it = listeners().find(id.secret);
-  if (it == listeners().end()) return net::Socket();
-  net::Socket s(it->second);
-  listeners().erase(it);
-  return s;
+  auto& kept = listeners();
+  for (auto it = kept.begin(); it != kept.end(); ++it)
+    if (secretsEqual(it->first, id.secret)) {
+      net::Socket s(it->second);
+      kept.erase(it);
+      return s;
+    }
+  return net::Socket();
 }
 
 }  // namespace weft

@@ -29,7 +29,10 @@ Secret secretFromText(const std::string& text);
 bool secretsEqual(const Secret& a, const Secret& b);  // constant time
 
 // Creates the listening socket for a new id (weft_get_unique_id) and keeps it for this process's
-// rank 0, which adopts it in takeListener. Advertised address from settings.
+// rank 0, which adopts it in takeListener. Advertised address from settings. A process keeps the
+// listeners of its kMaxKeptListeners newest untaken ids; creating one more closes the oldest's, whose
+// rank 0 then binds the same port again at init (which fails only if another socket took the port).
+constexpr size_t kMaxKeptListeners = 64;
 UniqueId createUniqueId(const std::string& addr, const std::string& ifname);
 // The listener createUniqueId made for this id, if this process made one; else an invalid socket.
 net::Socket takeListener(const UniqueId& id);

@@ -100,7 +100,7 @@ for s in "${steps[@]}"; do
   need "$bench" "$s" weft-bench && need "$run" "$s" weftrun || continue
   case $s in
     gemm) args=(gemm_alltoall -G) ;;
-    gemv) args=(gemv_allreduce --n 8192 --k 8192,28672 --batch 1,8,32 -G --cold-w) ;;
+    gemv) args=(gemv_allreduce --rows 8192 --k 8192,28672 --batch 1,8,32 -G --cold-w) ;;
     embedding) args=(embedding_alltoall -G) ;;
     allreduce) args=(allreduce -b 4K -e 1M -f 4 -d bf16 -G) ;;
   esac

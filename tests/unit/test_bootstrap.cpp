@@ -1,6 +1,8 @@
 // The bootstrap with threads as ranks: exchange, validation and bounded failure.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -12,6 +14,31 @@ namespace weft {
 namespace {
 
 UniqueId loopbackId() { return createUniqueId("127.0.0.1", ""); }
+
+int openFds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+// Joins `n` ranks (threads) with a bootstrap timeout of `timeoutS`; each rank's error, "" if none.
+std::vector<std::string> joinAll(const UniqueId& id, int n, double timeoutS) {
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto b = Bootstrap::join(id, r, n, timeoutS);
+        b->barrier();
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  return errors;
+}
 
 TEST(UniqueId, EncodesAndDecodes) {
   UniqueId id = loopbackId();
@@ -99,6 +126,34 @@ TEST(Bootstrap, AMissingRankIsATimeout) {
     EXPECT_NE(std::string(e.what()).find("1 more rank"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+// Rank 0 used to admit one connection at a time, giving each 10 s for its hello: four silent
+// connections outlasted a 30 s bootstrap. Now every hello is read at once, each on its own clock.
+TEST(Bootstrap, SilentAndSlowConnectionsDelayNoRank) {
+  const UniqueId id = loopbackId();
+  std::vector<net::Socket> strangers;
+  const auto until = net::deadlineIn(10);
+  for (int i = 0; i < 100; ++i) strangers.push_back(net::Socket::connectTo(id.root, until));
+  const char partial[] = "helo";  // the start of a hello that never ends
+  for (int i = 0; i < 10; ++i) strangers[i].sendAll(partial, 4, until);
+  // 20 s is below the two 10 s waits the old rank 0 spent on the first two silent connections.
+  const std::vector<std::string> errors = joinAll(id, 3, 20);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// Each unused weft_get_unique_id used to keep its listening socket for the life of the process.
+TEST(UniqueId, UnusedIdsKeepABoundedNumberOfSockets) {
+  const int before = openFds();
+  std::vector<UniqueId> ids;
+  for (int i = 0; i < 200; ++i) ids.push_back(loopbackId());
+  EXPECT_LE(openFds() - before, static_cast<int>(kMaxKeptListeners));
+  // The oldest id's listener was closed; its rank 0 listens again on the same port.
+  const std::vector<std::string> errors = joinAll(ids.front(), 2, 20);
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  for (const UniqueId& id : ids) takeListener(id);
+  EXPECT_LE(openFds(), before);
 }
 
 }  // namespace

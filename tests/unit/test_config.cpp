@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -6,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "runtime/config.hpp"
+#include "runtime/gemv_tuning.hpp"
 
 namespace weft {
 namespace {
@@ -106,6 +109,56 @@ TEST(Config, FileSyntaxErrorsNameTheLine) {
   EXPECT_THROW(parseConfigFile(unknown), Error);
   std::remove(unknown.c_str());
   EXPECT_THROW(parseConfigFile("/nonexistent/weft.toml"), Error);
+}
+
+// The message of the Error that f() throws; the test fails where none is thrown.
+template <class F>
+std::string errorOf(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+// A directory read as an empty file, and /dev/zero read without end, before.
+TEST(Config, OnlyRegularFilesOfBoundedSizeAreRead) {
+  char dir[] = "/tmp/weft-config-dir-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  const std::string asDir = errorOf([&] { parseConfigFile(d); });
+  EXPECT_NE(asDir.find("config file '" + d + "': is a directory"), std::string::npos) << asDir;
+  const std::string fifo = d + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string asFifo = errorOf([&] { parseConfigFile(fifo); });
+  EXPECT_NE(asFifo.find("is a FIFO"), std::string::npos) << asFifo;
+  const std::string tuning = errorOf([&] { GemvTuning::load(d); });
+  EXPECT_NE(tuning.find("gemv_tuning_file '" + d + "': is a directory"), std::string::npos) << tuning;
+  const std::string big = writeFile(std::string(kMaxTextFileBytes + 1, '#'));
+  const std::string tooBig = errorOf([&] { parseConfigFile(big); });
+  EXPECT_NE(tooBig.find("larger than 1024 KiB"), std::string::npos) << tooBig;
+  const std::string justRight = writeFile(std::string(kMaxTextFileBytes - 16, '#') + "\ntimeout_s = 3\n");
+  EXPECT_EQ(parseConfigFile(justRight).at("timeout_s").text, "3");
+  const std::string viaEnv = resolveError({}, Env{{{"WEFT_CONFIG_FILE", d}}}).what();
+  EXPECT_NE(viaEnv.find(d), std::string::npos) << viaEnv;
+  std::remove(big.c_str());
+  std::remove(justRight.c_str());
+  std::remove(fifo.c_str());
+  rmdir(dir);
+}
+
+// weftctl info -c showed WEFT_LOG_LEVEL=loud as valid; only init refused it. One check now.
+TEST(Config, LogSettingsAreCheckedWhereEverySettingIs) {
+  const std::string level = resolveError({}, Env{{{"WEFT_LOG_LEVEL", "loud"}}}).what();
+  EXPECT_NE(level.find("log_level (from WEFT_LOG_LEVEL): 'loud'"), std::string::npos) << level;
+  const std::string subsys = resolveError({}, Env{{{"WEFT_LOG_SUBSYS", "p2p,gossip"}}}).what();
+  EXPECT_NE(subsys.find("log_subsys (from WEFT_LOG_SUBSYS)"), std::string::npos) << subsys;
+  const std::string file =
+      resolveError({}, Env{{{"WEFT_LOG_FILE", "/tmp/weft-no-such-dir-" + std::to_string(getpid()) + "/a.log"}}}).what();
+  EXPECT_NE(file.find("log_file (from WEFT_LOG_FILE): directory"), std::string::npos) << file;
+  EXPECT_EQ(Settings::resolve({}, Env{{{"WEFT_LOG_LEVEL", "DEBUG"}}}.fn()).getString("log_level"), "DEBUG");
 }
 
 TEST(Config, TheSampleFileParsesAndMatchesTheDefaults) {

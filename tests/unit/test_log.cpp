@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -35,6 +36,23 @@ TEST(Log, FilePatternAndFilteringReachTheFile) {
   EXPECT_EQ(text.str().find("hidden"), std::string::npos) << text.str();
   configure("warn", "all", "");
   std::remove(path.c_str());
+}
+
+// spdlog's file sink created a missing directory tree (mode 0755) without a word.
+TEST(Log, AFileInAMissingDirectoryIsRefusedNotCreated) {
+  const std::string missing = "/tmp/weft-log-missing-" + std::to_string(getpid());
+  try {
+    configure("warn", "all", missing + "/deeper/weft-%p.log");
+    ADD_FAILURE() << "configured a log file in a missing directory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("log_file: directory '" + missing + "/deeper'"), std::string::npos)
+        << e.what();
+  }
+  struct stat st {};
+  EXPECT_NE(stat(missing.c_str(), &st), 0) << missing << " was created";
+  EXPECT_NO_THROW(checkFileDirectory("relative-%p.log")) << "the working directory exists";
+  configure("warn", "all", "");
 }
 
 }  // namespace

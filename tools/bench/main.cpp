@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   app.add_option("-c,--check", o.check, "Check results against a float64 reference (1) or not (0)");
   app.add_flag("-G,--graph", o.graph, "Capture the -n iterations into one CUDA graph and time its replays");
   app.add_option("--json", o.json, "Also write the rows as JSON to this file (rank 0)");
-  app.add_option("--n", o.gemvN, "gemv_allreduce: rows of w (outputs)")
+  // Not --n: CLI11 2.4 takes it for -n (tests/tools/cli_option_names.cmake).
+  app.add_option("--rows", o.gemvN, "gemv_allreduce: rows of w (outputs, y's width)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--k", o.gemvK, "gemv_allreduce: columns of w over all ranks (comma list)")->delimiter(',');
   app.add_option("--batch", o.gemvBatch, "gemv_allreduce: batch sizes, 1..64 (comma list)")->delimiter(',');

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -56,6 +59,21 @@ void printInfo(bool settings) {
   }
 }
 
+// Decimal digits only, in [lo, hi]: CLI11's own conversion wraps "-1" and saturates past 2^64.
+CLI::Validator wholeNumber(uint64_t lo, uint64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        errno = 0;
+        const unsigned long long v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+        if (!digits || errno == ERANGE || v < lo || v > hi) return "'" + text + "' is not a whole number in " + range;
+        return "";
+      },
+      "UINT in " + range);
+}
+
 std::string limit(uint64_t v) { return v == UINT64_MAX ? "*" : std::to_string(v); }
 
 struct GemvShapeArgs {
@@ -97,10 +115,14 @@ int main(int argc, char** argv) {
   GemvShapeArgs shape;
   auto* gemv =
       tune->add_subcommand("gemv", "GEMV + AllReduce: fused, fused_rsag, unfused or blas, per world size and shape");
-  auto* ranks = gemv->add_option("--ranks", shape.ranks, "Communicator size")->check(CLI::Range(1, 1 << 20));
-  gemv->add_option("--batch", shape.batch, "Rows of x")->needs(ranks)->check(CLI::Range(1, 64));
-  gemv->add_option("--n", shape.n, "Rows of w (y's width)")->needs(ranks)->check(CLI::PositiveNumber);
-  gemv->add_option("--k", shape.k, "k_local: columns of w on each rank")->needs(ranks)->check(CLI::PositiveNumber);
+  // The bounds of weft_gemv_allreduce (int64_t n and k_local, batch 1..64).
+  const uint64_t kInt64Max = static_cast<uint64_t>(INT64_MAX);
+  auto* ranks = gemv->add_option("--ranks", shape.ranks, "Communicator size")->check(wholeNumber(1, 1 << 20));
+  gemv->add_option("--batch", shape.batch, "Rows of x")->needs(ranks)->check(wholeNumber(1, 64));
+  gemv->add_option("--n", shape.n, "Rows of w (y's width)")->needs(ranks)->check(wholeNumber(1, kInt64Max));
+  gemv->add_option("--k", shape.k, "k_local: columns of w on each rank")
+      ->needs(ranks)
+      ->check(wholeNumber(1, kInt64Max));
   CLI11_PARSE(app, argc, argv);
   try {
     if (*info) printInfo(showSettings);

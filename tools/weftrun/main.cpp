@@ -1,25 +1,32 @@
 // weftrun: starts N ranks of a program on this host, the way torchrun does (RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, plus WEFT_BOOTSTRAP_PORT and a fresh
 // WEFT_BOOTSTRAP_SECRET), so that weft_comm_init_env joins them. If a rank fails, the others are
-// stopped; the whole run is bounded by --timeout.
+// stopped; the whole run is bounded by --timeout. The ranks form a process group of their own;
+// SIGINT, SIGTERM and SIGHUP sent to weftrun are passed on to it (SIGKILL follows 5 s later), and
+// weftrun exits only once every rank is reaped, then dies of the same signal. A rank whose weftrun
+// dies anyway (SIGKILL) gets SIGKILL itself (PR_SET_PDEATHSIG).
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "common/error.hpp"
 #include "runtime/socket.hpp"
 #include "runtime/unique_id.hpp"
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::string hex(const weft::Secret& s) {
   static const char* d = "0123456789abcdef";
@@ -36,29 +43,191 @@ int freePort(const std::string& addr) {
   return s.localAddress().port();
 }
 
-void stopAll(const std::vector<pid_t>& pids, std::vector<bool>& alive) {
-  for (size_t i = 0; i < pids.size(); ++i)
-    if (alive[i]) kill(pids[i], SIGTERM);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (;;) {
-    bool any = false;
-    for (size_t i = 0; i < pids.size(); ++i)
-      if (alive[i]) {
-        if (waitpid(pids[i], nullptr, WNOHANG) == pids[i])
-          alive[i] = false;
-        else
-          any = true;
-      }
-    if (!any) return;
-    if (std::chrono::steady_clock::now() > until) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  for (size_t i = 0; i < pids.size(); ++i)
-    if (alive[i]) {
-      kill(pids[i], SIGKILL);
-      waitpid(pids[i], nullptr, 0);
-      alive[i] = false;
+// The signals weftrun waits for; blocked from the start, taken with sigtimedwait.
+sigset_t waitedSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  return set;
+}
+
+const char* signalName(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
+
+void onChild(int) {}  // SIGCHLD must not be ignored for sigtimedwait to see it
+
+struct Death {
+  int rank;
+  int status;
+};
+
+class Ranks {
+ public:
+  explicit Ranks(int n) : pids_(n, 0), alive_(n, false) {}
+
+  // Forks rank `r`, which joins the ranks' process group and execs `cmd`.
+  bool start(int r, std::vector<std::string>& cmd, const std::vector<std::pair<std::string, std::string>>& env,
+             const sigset_t& unblocked) {
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+      setpgid(0, pgid_);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // weftrun died before the line above
+      sigprocmask(SIG_SETMASK, &unblocked, nullptr);
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      std::vector<char*> args;
+      for (auto& a : cmd) args.push_back(a.data());
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      std::fprintf(stderr, "weftrun: cannot run %s: %s\n", args[0], strerror(errno));
+      _exit(127);
     }
+    setpgid(pid, pgid_);  // also here, so the group exists before the next fork, whoever runs first
+    if (pgid_ == 0) pgid_ = pid;
+    pids_[r] = pid;
+    alive_[r] = true;
+    ++running_;
+    return true;
+  }
+
+  int running() const { return running_; }
+
+  // Reaps every rank that has ended; returns them.
+  std::vector<Death> reap() {
+    std::vector<Death> out;
+    for (;;) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return out;
+      for (size_t r = 0; r < pids_.size(); ++r)
+        if (alive_[r] && pids_[r] == pid) {
+          alive_[r] = false;
+          --running_;
+          out.push_back({static_cast<int>(r), status});
+        }
+    }
+  }
+
+  // Sends `sig` to each rank and, while its leader (rank 0) is unreaped and so holds the group's
+  // id, to the group: that reaches what the ranks started.
+  void signalAll(int sig) {
+    if (pgid_ > 0 && alive_[0]) kill(-pgid_, sig);
+    for (size_t r = 0; r < pids_.size(); ++r)
+      if (alive_[r]) kill(pids_[r], sig);
+  }
+
+  // `sig` to every rank, SIGKILL to what is left after `graceS` seconds (at once if weftrun is
+  // signalled again meanwhile), and every rank reaped. Returns the first signal that came meanwhile.
+  int stopAll(int sig, double graceS) {
+    int signalled = 0;
+    if (running_ > 0) signalAll(sig);
+    const sigset_t set = waitedSignals();
+    const auto until = Clock::now() + std::chrono::duration<double>(graceS);
+    while (running_ > 0 && Clock::now() < until) {
+      const timespec tick{0, 20 * 1000 * 1000};
+      const int got = sigtimedwait(&set, nullptr, &tick);
+      if (got > 0 && got != SIGCHLD) {
+        signalled = got;
+        break;
+      }
+      reap();
+    }
+    signalAll(SIGKILL);
+    for (size_t r = 0; r < pids_.size(); ++r)
+      if (alive_[r]) {
+        waitpid(pids_[r], nullptr, 0);
+        alive_[r] = false;
+        --running_;
+      }
+    return signalled;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+  std::vector<bool> alive_;
+  pid_t pgid_ = 0;
+  int running_ = 0;
+};
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+// Among ranks found dead together, one killed by a signal is the likelier cause: the others
+// usually exit with an error when they find it gone.
+const Death* firstFailure(const std::vector<Death>& deaths) {
+  const Death* first = nullptr;
+  for (const Death& d : deaths)
+    if (failed(d.status) && (!first || (WIFSIGNALED(d.status) && !WIFSIGNALED(first->status)))) first = &d;
+  return first;
+}
+
+[[noreturn]] void dieOf(int sig) {
+  signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  raise(sig);
+  _exit(128 + sig);
+}
+
+int run(int nranks, double timeout, const std::string& addr, std::vector<std::string>& cmd) {
+  const std::string port = std::to_string(freePort(addr));
+  const std::vector<std::pair<std::string, std::string>> common = {
+      {"WORLD_SIZE", std::to_string(nranks)},
+      {"LOCAL_WORLD_SIZE", std::to_string(nranks)},
+      {"MASTER_ADDR", addr},
+      {"WEFT_BOOTSTRAP_PORT", port},
+      {"WEFT_BOOTSTRAP_SECRET", hex(weft::randomSecret())}};
+  const sigset_t set = waitedSignals();
+  sigset_t before;
+  sigprocmask(SIG_BLOCK, &set, &before);
+  signal(SIGCHLD, onChild);
+  Ranks ranks(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    auto env = common;
+    env.emplace_back("RANK", std::to_string(r));
+    env.emplace_back("LOCAL_RANK", std::to_string(r));
+    if (!ranks.start(r, cmd, env, before)) {
+      perror("weftrun: fork");
+      ranks.stopAll(SIGTERM, 5);
+      return 1;
+    }
+  }
+
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  while (ranks.running() > 0) {
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) {
+      std::fprintf(stderr, "weftrun: timed out after %.0f s; stopping every rank\n", timeout);
+      const int sig = ranks.stopAll(SIGTERM, 5);
+      if (sig) dieOf(sig);
+      return 124;
+    }
+    const auto wait = std::min<Clock::duration>(left, std::chrono::seconds(1));
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+    const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig > 0 && sig != SIGCHLD) {
+      std::fprintf(stderr, "weftrun: got %s; passing it on to every rank\n", signalName(sig));
+      ranks.stopAll(sig, 5);
+      dieOf(sig);
+    }
+    const std::vector<Death> deaths = ranks.reap();
+    if (const Death* d = firstFailure(deaths)) {
+      const bool exited = WIFEXITED(d->status);
+      std::fprintf(stderr, "weftrun: rank %d %s %d; stopping the other ranks\n", d->rank,
+                   exited ? "exited with status" : "was killed by signal",
+                   exited ? WEXITSTATUS(d->status) : WTERMSIG(d->status));
+      const int again = ranks.stopAll(SIGTERM, 5);
+      if (again) dieOf(again);
+      return exited ? WEXITSTATUS(d->status) : 128 + WTERMSIG(d->status);
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -80,67 +249,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "weftrun: no program given\n%s", app.help().c_str());
     return 2;
   }
-
-  const std::string port = std::to_string(freePort(addr));
-  const std::string secret = hex(weft::randomSecret());
-  std::vector<pid_t> pids(nranks);
-  std::vector<bool> alive(nranks, true);
-  for (int r = 0; r < nranks; ++r) {
-    pid_t pid = fork();
-    if (pid < 0) {
-      perror("weftrun: fork");
-      alive.resize(r);
-      pids.resize(r);
-      stopAll(pids, alive);
-      return 1;
-    }
-    if (pid == 0) {
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(nranks).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(nranks).c_str(), 1);
-      setenv("MASTER_ADDR", addr.c_str(), 1);
-      setenv("WEFT_BOOTSTRAP_PORT", port.c_str(), 1);
-      setenv("WEFT_BOOTSTRAP_SECRET", secret.c_str(), 1);
-      std::vector<char*> args;
-      for (auto& a : cmd) args.push_back(a.data());
-      args.push_back(nullptr);
-      execvp(args[0], args.data());
-      std::fprintf(stderr, "weftrun: cannot run %s: %s\n", args[0], strerror(errno));
-      _exit(127);
-    }
-    pids[r] = pid;
+  try {
+    return run(nranks, timeout, addr, cmd);
+  } catch (const weft::Error& e) {
+    std::fprintf(stderr, "weftrun: %s\n", e.what());
+    return 1;
   }
-
-  int result = 0;
-  int running = nranks;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-  while (running > 0) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (int r = 0; r < nranks; ++r)
-        if (pids[r] == pid) {
-          alive[r] = false;
-          --running;
-          const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-          if (code != 0 && result == 0) {
-            std::fprintf(stderr, "weftrun: rank %d %s %d; stopping the other ranks\n", r,
-                         WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                         WIFEXITED(status) ? code : WTERMSIG(status));
-            result = code;
-            stopAll(pids, alive);
-            running = 0;
-          }
-        }
-      continue;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr, "weftrun: timed out after %.0f s; stopping every rank\n", timeout);
-      stopAll(pids, alive);
-      return 124;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return result;
 }

@@ -89,7 +89,9 @@ WEFT_API const char* weft_get_last_error(weft_comm_t comm);
 
 /* Creates a new id and starts listening for the ranks in this process (call it on the rank that
  * will be rank 0). The address advertised is WEFT_BOOTSTRAP_ADDR, else the first address of
- * WEFT_BOOTSTRAP_IFNAME, else the first non-loopback IPv4 interface. */
+ * WEFT_BOOTSTRAP_IFNAME, else the first non-loopback IPv4 interface. A process keeps listening
+ * for its 64 newest ids not yet used by a rank 0; an older id's socket is closed, and its rank 0
+ * binds the same port again at init (failing if another socket took it meanwhile). */
 WEFT_API weft_result_t weft_get_unique_id(weft_unique_id_t* id);
 
 /* Collective: joins `nranks` ranks into a communicator. Bounded by bootstrap_timeout_s. A rank

@@ -1,0 +1,55 @@
+# No two options of one CLI11 app (or subcommand) may share a name once leading dashes are stripped:
+# CLI11 2.4 treats -n and --n as the same name and throws OptionAlreadyAdded when the app is built,
+# while 2.3 and older accept both, so a build against Debian's CLI11 alone never sees the clash.
+# Reads the add_option/add_flag calls of every source that includes CLI/CLI.hpp under DIR (or the
+# files in FILES) and groups them by the object they are called on (app, a subcommand's pointer).
+#   cmake -DDIR=<source dir> -P cli_option_names.cmake    or    cmake -DFILES=a.cpp;b.cpp -P ...
+if(DEFINED DIR)
+  file(GLOB_RECURSE candidates "${DIR}/*.cpp")
+  set(FILES)
+  foreach(f IN LISTS candidates)
+    file(STRINGS "${f}" uses REGEX "#include <CLI/CLI.hpp>")
+    if(uses)
+      list(APPEND FILES "${f}")
+    endif()
+  endforeach()
+endif()
+if(NOT FILES)
+  message(FATAL_ERROR "cli_option_names: no sources to check (DIR=${DIR})")
+endif()
+
+set(clashes 0)
+set(checked 0)
+foreach(f IN LISTS FILES)
+  file(READ "${f}" text)
+  string(REGEX MATCHALL "[A-Za-z_][A-Za-z_0-9]*[ \t\r\n]*(\\.|->)[ \t\r\n]*add_(option|flag)[ \t\r\n]*\\([ \t\r\n]*\"[^\"]*\""
+         calls "${text}")
+  foreach(call IN LISTS calls)
+    string(REGEX MATCH "^([A-Za-z_][A-Za-z_0-9]*)[^\"]*\"([^\"]*)\"$" _ "${call}")
+    set(owner "${CMAKE_MATCH_1}")
+    string(REPLACE "," ";" names "${CMAKE_MATCH_2}")
+    foreach(name IN LISTS names)
+      string(STRIP "${name}" name)
+      string(REGEX REPLACE "^-+" "" bare "${name}")
+      string(REGEX REPLACE "[!{].*$" "" bare "${bare}")  # --flag{default}, --!negated
+      if(bare STREQUAL "")
+        continue()
+      endif()
+      math(EXPR checked "${checked} + 1")
+      set(key "${f}|${owner}|${bare}")
+      string(MD5 id "${key}")
+      if(DEFINED seen_${id})
+        message(NOTICE "cli_option_names: ${f}: '${bare}' is the name of both '${seen_${id}}' and '${name}' "
+                       "on ${owner} (one name to CLI11 2.4, which throws OptionAlreadyAdded)")
+        math(EXPR clashes "${clashes} + 1")
+      else()
+        set(seen_${id} "${name}")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+list(LENGTH FILES nfiles)
+if(NOT clashes EQUAL 0)
+  message(FATAL_ERROR "cli_option_names: ${clashes} shared name(s)")
+endif()
+message(STATUS "cli_option_names: ${checked} option names in ${nfiles} file(s), none shared")

@@ -1,0 +1,61 @@
+#!/bin/bash
+# weftctl refuses what init refuses, naming it. Usage: weftctl_checks.sh WEFTCTL CHECK [sanitized]
+#   config_dev_zero, config_directory  WEFT_CONFIG_FILE must name a regular file (of at most 1 MiB)
+#   log_level, log_file_directory      weftctl info -c validates the log settings as init does
+#   tune_n_too_large, tune_n_negative  tune gemv's numbers are whole numbers in range, not wrapped
+# Each run is bounded (timeout; and, unless sanitized, ulimit -v, so that a regression that reads
+# /dev/zero fails instead of filling the machine's memory).
+set -u
+weftctl=$1
+check=$2
+[ "${3:-}" = sanitized ] || ulimit -v 4000000
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() {
+  echo "weftctl_checks $check: FAIL: $*" >&2
+  exit 1
+}
+# Runs weftctl with the environment assignments before "--"; expects a non-zero status and stderr
+# matching $expect (grep -E).
+expect_refusal() {
+  local env=()
+  while [ "$1" != -- ]; do env+=("$1"); shift; done
+  shift
+  env "${env[@]}" timeout 60 "$weftctl" "$@" >/dev/null 2>"$dir/err"
+  local rc=$?
+  cat "$dir/err" >&2
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -lt 128 ] || fail "weftctl returned $rc (a refusal expected)"
+  grep -Eq -e "$expect" "$dir/err" || fail "stderr does not match: $expect"
+}
+
+case $check in
+  config_dev_zero)
+    expect="config file '/dev/zero': is a character device, not a regular file"
+    expect_refusal WEFT_CONFIG_FILE=/dev/zero -- info -c
+    ;;
+  config_directory)
+    expect="config file '$dir': is a directory, not a regular file"
+    expect_refusal WEFT_CONFIG_FILE="$dir" -- info -c
+    ;;
+  log_level)
+    expect="log_level \(from WEFT_LOG_LEVEL\): 'loud' is not one of"
+    expect_refusal WEFT_LOG_LEVEL=loud -- info -c
+    ;;
+  log_file_directory)
+    expect="log_file \(from WEFT_LOG_FILE\): directory '$dir/missing/deeper' .*does not exist"
+    expect_refusal WEFT_LOG_FILE="$dir/missing/deeper/weft.log" -- info -c
+    [ ! -e "$dir/missing" ] || fail "weftctl created $dir/missing"
+    ;;
+  tune_n_too_large)
+    expect="--n: '99999999999999999999999' is not a whole number in \[1, 9223372036854775807\]"
+    expect_refusal -- tune gemv --ranks 2 --batch 1 --n 99999999999999999999999 --k 8
+    ;;
+  tune_n_negative)
+    expect="--n: '-1' is not a whole number in \[1, 9223372036854775807\]"
+    expect_refusal -- tune gemv --ranks 2 --batch 1 --n -1 --k 8
+    ;;
+  *)
+    fail "no check '$check'"
+    ;;
+esac
+echo "weftctl_checks $check: ok"

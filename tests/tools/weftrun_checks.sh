@@ -1,0 +1,90 @@
+#!/bin/bash
+# weftrun's promises, checked from outside. Usage: weftrun_checks.sh WEFTRUN CHECK, where CHECK is
+#   term      SIGTERM to weftrun reaches every rank (SIGKILL follows for one that ignores it), and
+#             weftrun dies of SIGTERM only once every rank has ended
+#   kill      SIGKILL to weftrun: its ranks die too
+#   blame     the rank that died first is named, not one that failed because of it
+#   bad_addr  an address weftrun cannot bind is an error message and a non-zero status, no abort
+# Waits are bounded by tens of seconds; nothing is timed.
+set -u
+weftrun=$1
+check=$2
+dir=$(mktemp -d)
+cleanup() {
+  for f in "$dir"/pid.*; do [ -s "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
+  wait
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+  echo "weftrun_checks $check: FAIL: $*" >&2
+  exit 1
+}
+# True once process $1 has ended (a zombie that nobody reaps counts as ended).
+gone() {
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+  [ -z "$state" ] || [ "$state" = Z ]
+}
+# Waits up to 60 s for $1 pid files.
+wait_pids() {
+  for _ in $(seq 600); do
+    [ "$(ls "$dir" | grep -c '^pid\.[0-9]*$')" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "the ranks did not start"
+}
+# Each rank writes its pid, then sleeps; rank 1 ignores SIGTERM (so do the programs it starts).
+ranks='if [ "$RANK" = 1 ]; then trap "" TERM; fi; echo $$ > "$0/tmp.$RANK"; mv "$0/tmp.$RANK" "$0/pid.$RANK"; exec sleep 300'
+
+case $check in
+  term)
+    "$weftrun" -n 3 -t 120 sh -c "$ranks" "$dir" &
+    w=$!
+    wait_pids 3
+    kill -TERM $w
+    wait $w
+    rc=$?
+    [ $rc -eq 143 ] || fail "weftrun returned $rc, not 143 (killed by SIGTERM)"
+    for f in "$dir"/pid.*; do gone "$(cat "$f")" || fail "rank ${f##*.} (pid $(cat "$f")) outlived weftrun"; done
+    ;;
+  kill)
+    "$weftrun" -n 2 -t 120 sh -c "$ranks" "$dir" &
+    w=$!
+    wait_pids 2
+    kill -KILL $w
+    wait $w
+    for f in "$dir"/pid.*; do
+      for _ in $(seq 300); do gone "$(cat "$f")" && break; sleep 0.1; done
+      gone "$(cat "$f")" || fail "rank ${f##*.} (pid $(cat "$f")) outlived weftrun by 30 s"
+    done
+    ;;
+  blame)
+    # Rank 3 dies by SIGKILL; rank 0 exits with an error as soon as rank 3 has ended (shell
+    # built-ins only, to be quick), the way a rank fails when its peer's connection closes.
+    "$weftrun" -n 4 -t 120 sh -c '
+      case $RANK in
+        3) echo $$ > "$0/dead.tmp"; mv "$0/dead.tmp" "$0/dead"; kill -KILL $$ ;;
+        0) while [ ! -s "$0/dead" ]; do :; done
+           read -r p < "$0/dead"
+           while read -r l < "/proc/$p/stat"; do case ${l##*) } in Z*) break ;; esac; done 2>/dev/null
+           exit 1 ;;
+        *) exec sleep 300 ;;
+      esac' "$dir" 2>"$dir/err"
+    rc=$?
+    cat "$dir/err" >&2
+    grep -q "rank 3 was killed by signal 9" "$dir/err" || fail "weftrun did not name rank 3"
+    [ $rc -eq 137 ] || fail "weftrun returned $rc, not 137 (rank 3's SIGKILL)"
+    ;;
+  bad_addr)
+    "$weftrun" --addr 192.0.2.1 -n 1 true 2>"$dir/err"
+    rc=$?
+    cat "$dir/err" >&2
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "weftrun returned $rc (a non-zero status below 128 expected)"
+    grep -q "^weftrun: .*192.0.2.1" "$dir/err" || fail "the error does not name the address"
+    ;;
+  *)
+    fail "no check '$check'"
+    ;;
+esac
+echo "weftrun_checks $check: ok"
