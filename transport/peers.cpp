@@ -5,6 +5,7 @@
 namespace weft::transport {
 
 namespace {
+constexpr double kOrphanAgeS = 600;
 struct SegmentName {
   char name[96];
 };
@@ -12,6 +13,9 @@ struct SegmentName {
 
 PeerTable::PeerTable(Exchange& ex, const std::vector<Path>& paths, uint64_t bytes, const ProxyOptions& proxy) {
   const int n = ex.nranks(), me = ex.rank();
+  // What ranks of earlier jobs left when they died during init (the bootstrap's patience is well
+  // below the age asked for, so no job still starting loses its segment).
+  ShmSegment::removeOrphans(kOrphanAgeS);
   // ftruncate zero-fills, control area included.
   own_ = ShmSegment::create(ShmSegment::uniqueName("heap" + std::to_string(me)), bytes);
   SegmentName mine{};

@@ -5,6 +5,8 @@
 #   kill      SIGKILL to weftrun: its ranks die too
 #   blame     the rank that died first is named, not one that failed because of it
 #   bad_addr  an address weftrun cannot bind is an error message and a non-zero status, no abort
+#   segments  shared memory a rank made and had not unlinked when it was stopped (a rank killed
+#             during init) is gone once weftrun has ended
 # Waits are bounded by tens of seconds; nothing is timed.
 set -u
 weftrun=$1
@@ -82,6 +84,16 @@ case $check in
     cat "$dir/err" >&2
     [ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "weftrun returned $rc (a non-zero status below 128 expected)"
     grep -q "^weftrun: .*192.0.2.1" "$dir/err" || fail "the error does not name the address"
+    ;;
+  segments)
+    # Each rank makes a segment named as weft names them (by its pid) and is stopped at the time
+    # limit, the way a rank that hangs in init ends.
+    "$weftrun" -n 2 -t 3 sh -c 'name=weft-$$-0123456789abcdef-heap$RANK; : > /dev/shm/$name
+      echo $name > "$0/seg.tmp.$RANK"; mv "$0/seg.tmp.$RANK" "$0/seg.$RANK"; exec sleep 300' "$dir" 2>"$dir/err"
+    rc=$?
+    [ $rc -eq 124 ] || { cat "$dir/err" >&2; fail "weftrun returned $rc, not 124 (its time limit)"; }
+    [ "$(ls "$dir" | grep -c '^seg\.[0-9]*$')" -eq 2 ] || fail "the ranks did not make their segments"
+    for f in "$dir"/seg.*; do [ -e "/dev/shm/$(cat "$f")" ] && fail "/dev/shm/$(cat "$f") outlived weftrun"; done
     ;;
   *)
     fail "no check '$check'"

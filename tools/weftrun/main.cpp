@@ -23,6 +23,7 @@
 #include "common/error.hpp"
 #include "runtime/socket.hpp"
 #include "runtime/unique_id.hpp"
+#include "transport/p2p/shm_segment.hpp"
 
 namespace {
 
@@ -104,8 +105,7 @@ class Ranks {
       if (pid <= 0) return out;
       for (size_t r = 0; r < pids_.size(); ++r)
         if (alive_[r] && pids_[r] == pid) {
-          alive_[r] = false;
-          --running_;
+          ended(r);
           out.push_back({static_cast<int>(r), status});
         }
     }
@@ -139,13 +139,20 @@ class Ranks {
     for (size_t r = 0; r < pids_.size(); ++r)
       if (alive_[r]) {
         waitpid(pids_[r], nullptr, 0);
-        alive_[r] = false;
-        --running_;
+        ended(r);
       }
     return signalled;
   }
 
  private:
+  // Rank r is reaped: the shared memory it made and had not yet unlinked (it died during init)
+  // goes with it.
+  void ended(size_t r) {
+    alive_[r] = false;
+    --running_;
+    weft::transport::ShmSegment::removeOf(pids_[r]);
+  }
+
   std::vector<pid_t> pids_;
   std::vector<bool> alive_;
   pid_t pgid_ = 0;

@@ -1,11 +1,15 @@
 #include "shm_segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <ctime>
 #include <random>
 
 #include "common/error.hpp"
@@ -95,6 +99,42 @@ std::string ShmSegment::uniqueName(const std::string& tag) {
   snprintf(buf, sizeof buf, "/weft-%d-%016llx-%s", static_cast<int>(getpid()), static_cast<unsigned long long>(r),
            tag.c_str());
   return buf;
+}
+
+namespace {
+
+// Removes this user's weft segments whose maker `orphaned(pid, ageS)` says is gone.
+template <class Orphaned>
+std::vector<std::string> removeWhere(Orphaned&& orphaned) {
+  std::vector<std::string> removed;
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return removed;
+  const time_t now = time(nullptr);
+  while (const dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.rfind("weft-", 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = strtol(name.c_str() + 5, &end, 10);
+    if (pid <= 0 || *end != '-') continue;
+    struct stat st {};
+    if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+      continue;
+    if (!orphaned(static_cast<pid_t>(pid), difftime(now, st.st_mtime))) continue;
+    if (::shm_unlink(("/" + name).c_str()) == 0) removed.push_back("/" + name);
+  }
+  closedir(dir);
+  for (const auto& n : removed) WEFT_LOG(kInfo, kP2p, "removed {}, left by a process that has ended", n);
+  return removed;
+}
+
+}  // namespace
+
+std::vector<std::string> ShmSegment::removeOrphans(double minAgeS) {
+  return removeWhere([&](pid_t pid, double ageS) { return ageS >= minAgeS && kill(pid, 0) != 0 && errno == ESRCH; });
+}
+
+std::vector<std::string> ShmSegment::removeOf(pid_t pid) {
+  return removeWhere([&](pid_t maker, double) { return maker == pid; });
 }
 
 void ShmSegment::unlink() {

@@ -3,9 +3,12 @@
 // peer has mapped it, so a killed job leaves nothing behind in /dev/shm.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace weft::transport {
 
@@ -24,6 +27,17 @@ class ShmSegment {
   static ShmSegment open(const std::string& name, size_t bytes);
   // A fresh name, unique on this host: "/weft-<pid>-<random>-<tag>".
   static std::string uniqueName(const std::string& tag);
+
+  // A segment's name goes once every local peer has mapped it, but a process that dies before
+  // then leaves it behind, full size. Its name says which process made it, so what follows can
+  // prove it an orphan and remove it. Both act only on this user's segments and return the names
+  // they removed.
+  // The segments of processes that have ended (their pid is gone) and that are at least
+  // `minAgeS` old: a process of another pid namespace sharing /dev/shm looks gone, and its
+  // segment is named only while its job starts.
+  static std::vector<std::string> removeOrphans(double minAgeS);
+  // The segments of `pid`, a child the caller has reaped (a launcher's rank).
+  static std::vector<std::string> removeOf(pid_t pid);
 
   // Removes the name; existing mappings stay valid. Idempotent.
   void unlink();
