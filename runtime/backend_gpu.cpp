@@ -250,17 +250,22 @@ struct Engine::Impl {
   // the GEMV (see launchOp), and the one-shot AllReduce, up to its items and what is resident (its
   // items wait only on the peers' items of the same index, never on another block of this rank).
   // The GEMM op is always a kernel of its own.
+  // Where ranks share the device, no grid may exceed its kernel's share: a block that is not
+  // resident waits for a free slot, which the peers' spinning blocks never give back, and those
+  // blocks wait on it.
   int groupsFor(dev::OpKind kind) const {
     if (kind == dev::OpKind::kGemmAllToAll) return gemmBlocks;
     if (persistent) return workers;
+    const bool shared = sharers > 1;
+    const int oneShot = std::min(oneShotBlocks, static_cast<int>(dev::AllReduceOneShotOp::kMaxItems));
     switch (kind) {
       case dev::OpKind::kEmbeddingAllToAll:
-        return std::max(workers, gatherBlocks);
+        return shared ? gatherBlocks : std::max(workers, gatherBlocks);
       case dev::OpKind::kGemv:
       case dev::OpKind::kGemvAllReduce:
-        return std::max(workers, gemvBlocks);
+        return shared ? gemvBlocks : std::max(workers, gemvBlocks);
       case dev::OpKind::kAllReduceOneShot:
-        return std::max(workers, std::min(oneShotBlocks, static_cast<int>(dev::AllReduceOneShotOp::kMaxItems)));
+        return shared ? oneShot : std::max(workers, oneShot);
       default:
         return workers;
     }
@@ -381,6 +386,14 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
             "sizing the GEMV kernel's grid");
     require(gpu::residentOpBlocks(dev::OpKind::kAllReduceOneShot, e.threads, e.proxied, &e.oneShotBlocks),
             "sizing the one-shot AllReduce's grid");
+    if (e.sharers > 1) {
+      // That is the 128-byte lines' kernel; the 8-byte words run in the op kernel, which may hold
+      // fewer blocks, and a shared device must hold the whole grid of whichever runs.
+      int words = 0;
+      require(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, e.proxied, &words),
+              "sizing the one-shot AllReduce's grid");
+      e.oneShotBlocks = std::min(e.oneShotBlocks, words);
+    }
     e.gatherBlocks = e.share(e.gatherBlocks);
     e.gemvBlocks = e.share(e.gemvBlocks);
     e.oneShotBlocks = e.share(e.oneShotBlocks);
