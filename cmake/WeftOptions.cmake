@@ -13,6 +13,16 @@ if(WEFT_SANITIZE)
   endif()
 endif()
 
+if(WEFT_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "WEFT_FUZZ needs clang (libFuzzer): -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  # Coverage for libFuzzer in every library the targets link, and the bugs it finds made loud.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+                      -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
 if(WEFT_GPU STREQUAL "cuda")
   # sm_90a: Hopper's arch-specific features (wgmma, the GEMM's tensor-core path). Other
   # architectures build too (-DCMAKE_CUDA_ARCHITECTURES=80 ...), with mma.sync for the GEMM.

@@ -7,29 +7,13 @@
 #include <cstring>
 #include <thread>
 
+#include "bootstrap_wire.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
 namespace weft {
 
 namespace {
-
-constexpr uint32_t kHelloMagic = 0x6f6c6568;  // "helo"
-constexpr uint32_t kProtocol = 1;
-
-struct Hello {
-  uint32_t magic;
-  uint32_t protocol;
-  uint8_t secret[kSecretBytes];
-  int32_t nranks;
-  int32_t rank;
-};
-
-struct Verdict {
-  int32_t code;  // Code
-  char message[252];
-};
-static_assert(sizeof(Verdict) == 256);
 
 // A connection whose hello has not fully arrived. Each has until `until` to finish it; at most
 // kMaxJoining wait at once (beyond, the oldest is dropped), which bounds rank 0's descriptors.
@@ -132,19 +116,14 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
       net::Socket s = std::move(j.s);
       const Hello h = j.hello;
       joining.erase(joining.begin() + i);
-      Secret got;
-      memcpy(got.data(), h.secret, kSecretBytes);
-      if (h.magic != kHelloMagic || h.protocol != kProtocol || !secretsEqual(got, id.secret)) {
+      std::string why;
+      const HelloCheck check = checkHello(
+          h, id.secret, nranks_, [&](int r) { return peers_[r].valid(); }, &why);
+      if (check == HelloCheck::kDrop) {
         WEFT_LOG(kWarn, kBootstrap, "dropped a connection with a wrong secret or protocol");
         continue;
       }
-      if (h.nranks != nranks_)
-        failJob(Code::kInvalidUsage,
-                "nranks: " + rankName(h.rank) + " passed " + std::to_string(h.nranks) + ", rank 0 passed " +
-                    std::to_string(nranks_),
-                &s);
-      if (h.rank <= 0 || h.rank >= nranks_ || peers_[h.rank].valid())
-        failJob(Code::kInvalidUsage, "rank: " + std::to_string(h.rank) + " joined twice or is out of range", &s);
+      if (check == HelloCheck::kFailJob) failJob(Code::kInvalidUsage, why, &s);
       peers_[h.rank] = std::move(s);
       ++joined;
     }
@@ -161,15 +140,12 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
 void Bootstrap::joinAsPeer(const UniqueId& id) {
   const auto deadline = net::deadlineIn(timeoutS_);
   root_ = net::Socket::connectTo(id.root, deadline);
-  Hello h{kHelloMagic, kProtocol, {}, nranks_, rank_};
+  Hello h{kHelloMagic, kBootstrapProtocol, {}, nranks_, rank_};
   memcpy(h.secret, id.secret.data(), kSecretBytes);
   root_.sendAll(&h, sizeof h, deadline);
   Verdict v{};
   root_.recvAll(&v, sizeof v, deadline, "rank 0 to admit every rank");
-  if (v.code != 0) {
-    v.message[sizeof v.message - 1] = '\0';
-    throw Error(static_cast<Code>(v.code), v.message);
-  }
+  if (v.code != 0) throw verdictError(v);
 }
 
 void Bootstrap::allGather(const void* mine, size_t bytes, void* all) {

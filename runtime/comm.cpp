@@ -17,7 +17,6 @@
 namespace weft {
 
 using dev::Status;
-namespace gpu = weft::gpu;
 
 namespace {
 

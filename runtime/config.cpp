@@ -258,11 +258,15 @@ std::string readTextFile(const std::string& path, const std::string& what) {
 }
 
 std::map<std::string, SettingValue> parseConfigFile(const std::string& path) {
-  std::istringstream in(readTextFile(path, "config file"));
+  return parseConfigText(readTextFile(path, "config file"), path);
+}
+
+std::map<std::string, SettingValue> parseConfigText(const std::string& text, const std::string& origin) {
+  std::istringstream in(text);
   std::map<std::string, SettingValue> out;
   std::string line;
   for (int lineNo = 1; std::getline(in, line); ++lineNo) {
-    const std::string where = path + ":" + std::to_string(lineNo);
+    const std::string where = origin + ":" + std::to_string(lineNo);
     std::string s = line;
     bool inQuote = false;
     for (size_t i = 0; i < s.size(); ++i) {

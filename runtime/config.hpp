@@ -73,6 +73,8 @@ std::string readTextFile(const std::string& path, const std::string& what);
 // quoted strings, integers with optional KiB/MiB/GiB suffix in quotes, floats, booleans. Throws
 // weft::Error naming the file and line of a syntax error, or the file if readTextFile refuses it.
 std::map<std::string, SettingValue> parseConfigFile(const std::string& path);
+// The same for text read elsewhere; `origin` names it in errors.
+std::map<std::string, SettingValue> parseConfigText(const std::string& text, const std::string& origin);
 
 // Numbers accept suffixes K, M, G (powers of 1024) for sizes. Throws on junk.
 int64_t parseInteger(const std::string& name, const std::string& text, bool allowSuffix);

@@ -6,7 +6,6 @@
 namespace weft {
 
 using dev::Status;
-namespace gpu = weft::gpu;
 
 WorkQueue::WorkQueue(uint32_t depth) {
   const size_t bytes = sizeof(dev::QueueHeader) + sizeof(dev::QueueSlot) * depth + sizeof(uint32_t) * (kMaxWorkers + 1);

@@ -4,6 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev libgtest-dev libgmock-dev
       libucx-dev libfabric-dev
+      clang libclang-rt-dev
       hipcc libamdhip64-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done

@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "runtime/bootstrap.hpp"
+#include "runtime/bootstrap_wire.hpp"
 #include "runtime/unique_id.hpp"
 
 namespace weft {
@@ -154,6 +155,43 @@ TEST(UniqueId, UnusedIdsKeepABoundedNumberOfSockets) {
   EXPECT_EQ(errors[1], "");
   for (const UniqueId& id : ids) takeListener(id);
   EXPECT_LE(openFds(), before);
+}
+
+// Rank 0's verdict comes off the network: a message without its terminator is read within its
+// bounds, and a code weft does not know is an error of its own, not a cast.
+TEST(Bootstrap, AVerdictIsReadWithinItsBoundsAndItsCodeChecked) {
+  Verdict v{};
+  v.code = static_cast<int32_t>(Code::kInvalidUsage);
+  memset(v.message, 'x', sizeof v.message);
+  const Error e = verdictError(v);
+  EXPECT_EQ(e.code(), Code::kInvalidUsage);
+  EXPECT_EQ(std::string(e.what()).size(), sizeof v.message);
+  v.code = 4242;
+  EXPECT_EQ(verdictError(v).code(), Code::kInternal);
+  EXPECT_NE(std::string(verdictError(v).what()).find("unknown verdict (4242)"), std::string::npos);
+}
+
+// A hello is admitted only with the job's magic, protocol and secret, from a rank not yet joined.
+TEST(Bootstrap, HellosAreCheckedBeforeARankIsAdmitted) {
+  Secret secret{};
+  secret[0] = 7;
+  Hello h{kHelloMagic, kBootstrapProtocol, {}, 4, 2};
+  memcpy(h.secret, secret.data(), kSecretBytes);
+  std::string why;
+  auto none = [](int) { return false; };
+  EXPECT_EQ(checkHello(h, secret, 4, none, &why), HelloCheck::kAdmit);
+  EXPECT_EQ(checkHello(
+                h, secret, 4, [](int r) { return r == 2; }, &why),
+            HelloCheck::kFailJob);
+  EXPECT_NE(why.find("joined twice"), std::string::npos);
+  EXPECT_EQ(checkHello(h, secret, 8, none, &why), HelloCheck::kFailJob);
+  EXPECT_NE(why.find("nranks"), std::string::npos);
+  Hello stranger = h;
+  stranger.secret[0] = 8;
+  EXPECT_EQ(checkHello(stranger, secret, 4, none, &why), HelloCheck::kDrop);
+  Hello old = h;
+  old.protocol = kBootstrapProtocol + 1;
+  EXPECT_EQ(checkHello(old, secret, 4, none, &why), HelloCheck::kDrop);
 }
 
 }  // namespace

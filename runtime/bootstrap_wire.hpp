@@ -1,0 +1,63 @@
+// What ranks send each other while they join a communicator: a joining rank's hello to rank 0,
+// and rank 0's verdict. Both arrive from the network, so each is checked here, in one place that
+// the fuzzers (tests/fuzz) reach, before anything in it is used.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "common/error.hpp"
+#include "unique_id.hpp"
+
+namespace weft {
+
+constexpr uint32_t kHelloMagic = 0x6f6c6568;  // "helo"
+constexpr uint32_t kBootstrapProtocol = 1;
+
+struct Hello {
+  uint32_t magic;
+  uint32_t protocol;
+  uint8_t secret[kSecretBytes];
+  int32_t nranks;
+  int32_t rank;
+};
+
+struct Verdict {
+  int32_t code;  // Code
+  char message[252];
+};
+static_assert(sizeof(Verdict) == 256);
+
+// What rank 0 does with a hello: admit the rank; drop the connection (a stranger: wrong magic,
+// protocol or secret); or fail the whole job (a rank of this job that disagrees on nranks or
+// names a rank out of range or already joined), with *why set. `joined(r)` says whether rank r
+// has joined.
+enum class HelloCheck { kAdmit, kDrop, kFailJob };
+template <class Joined>
+HelloCheck checkHello(const Hello& h, const Secret& secret, int nranks, Joined&& joined, std::string* why) {
+  Secret got;
+  for (size_t i = 0; i < kSecretBytes; ++i) got[i] = h.secret[i];
+  if (h.magic != kHelloMagic || h.protocol != kBootstrapProtocol || !secretsEqual(got, secret))
+    return HelloCheck::kDrop;
+  if (h.nranks != nranks) {
+    *why = "nranks: rank " + std::to_string(h.rank) + " passed " + std::to_string(h.nranks) + ", rank 0 passed " +
+           std::to_string(nranks);
+    return HelloCheck::kFailJob;
+  }
+  if (h.rank <= 0 || h.rank >= nranks || joined(h.rank)) {
+    *why = "rank: " + std::to_string(h.rank) + " joined twice or is out of range";
+    return HelloCheck::kFailJob;
+  }
+  return HelloCheck::kAdmit;
+}
+
+// The error rank 0's verdict carries, or kSuccess. A code weft does not know is itself an error.
+inline Error verdictError(const Verdict& v) {
+  std::string message(v.message, strnlen(v.message, sizeof v.message));
+  if (v.code < static_cast<int32_t>(Code::kSuccess) || v.code > static_cast<int32_t>(Code::kInternal))
+    return Error(Code::kInternal, "rank 0 answered the join with an unknown verdict (" + std::to_string(v.code) + ")");
+  return Error(static_cast<Code>(v.code), message);
+}
+
+}  // namespace weft
