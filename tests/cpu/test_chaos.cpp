@@ -56,18 +56,28 @@ void dieLater(double maxS, uint64_t seed) {
   }).detach();
 }
 
-void runOnce(uint64_t seed, const char* transport) {
+// How the ranks reach each other: mapped (p2p), or every peer through the host proxy on a back-end.
+struct Path {
+  const char* name;
+  const char* transport;
+  const char* backend;  // proxy_backend
+};
+
+void runOnce(uint64_t seed, const Path& path) {
   std::mt19937_64 rng(seed);
   const int victim = static_cast<int>(rng() % 4);
   const auto point = static_cast<Point>(rng() % static_cast<int>(Point::kCount));
   const int ops = 4 + static_cast<int>(rng() % 8), killAfter = static_cast<int>(rng() % ops);
   SCOPED_TRACE(std::string("seed ") + std::to_string(seed) + ": rank " + std::to_string(victim) + " dies " +
-               pointName(point) + " (" + transport + ")");
+               pointName(point) + " (" + path.name + ")");
   const std::set<std::string> before = weftSegments();
   const std::vector<RankExit> exits = forkRanks(
       4,
       [&](int rank, int n, const weft_unique_id_t& id) {
-        setenv("WEFT_TRANSPORT", transport, 1);
+        setenv("WEFT_TRANSPORT", path.transport, 1);
+        setenv("WEFT_PROXY_BACKEND", path.backend, 1);
+        setenv("UCX_TLS", "tcp", 1);
+        setenv("FI_PROVIDER", "tcp", 1);
         setenv("WEFT_BOOTSTRAP_TIMEOUT_S", std::to_string(kBootstrapS).c_str(), 1);
         const bool dies = rank == victim;
         auto at = [&](Point p) { return dies && point == p; };
@@ -123,14 +133,17 @@ void runOnce(uint64_t seed, const char* transport) {
 }
 
 TEST(Chaos, ARankKilledAnywhereLeavesNoHangAndNoLiveLeftovers) {
-  std::vector<const char*> transports = {"p2p"};
-#if !defined(WEFT_TEST_SANITIZED) && (defined(WEFT_TEST_UCX) || defined(WEFT_TEST_OFI))
-  transports.push_back("proxy");
+  std::vector<Path> paths = {{"p2p", "p2p", "auto"}};
+#if !defined(WEFT_TEST_SANITIZED) && defined(WEFT_TEST_UCX)
+  paths.push_back({"proxy over UCX tcp", "proxy", "ucx"});
+#endif
+#if !defined(WEFT_TEST_SANITIZED) && defined(WEFT_TEST_OFI)
+  paths.push_back({"proxy over libfabric tcp", "proxy", "ofi"});
 #endif
   // WEFT_CHAOS_SEED=<a seed from a failure's trace> runs that case alone.
   const char* again = getenv("WEFT_CHAOS_SEED");
   const uint64_t base = again ? std::strtoull(again, nullptr, 10) : std::random_device{}();
-  for (int run = 0; run < (again ? 1 : 12); ++run) runOnce(base + run, transports[(base + run) % transports.size()]);
+  for (int run = 0; run < (again ? 1 : 12); ++run) runOnce(base + run, paths[(base + run) % paths.size()]);
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ class NetBackend {
 // kind values of message(): the trigger kinds they come from (device/proxy_device.hpp).
 constexpr uint32_t kMsgSignalStore = 3, kMsgSignalAdd = 4, kMsgDeliver = 5;
 constexpr uint32_t kMsgGoodbye = 6;  // value: the sender's rank; applied by the back-end itself
+constexpr uint32_t kMsgHello = 7;    // value: the sender's rank; sent once at connect (UCX's wire-up)
 // Flagged data travels in messages of at most this many payload bytes (a multiple of 16).
 constexpr uint64_t kMsgPayloadMax = 4096;
 

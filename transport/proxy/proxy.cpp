@@ -118,8 +118,8 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
       throw Error(Code::kInvalidUsage, "proxy_backend: rank " + std::to_string(r) + " opened " + all[r].backend +
                                            ", rank " + std::to_string(ex.rank()) + " opened " + all[ex.rank()].backend +
                                            "; every rank must use the same back-end");
-  backend_->connect(ex);
   backend_->setPatience(options.timeoutS);
+  backend_->connect(ex);
 
   // The ring, then the tail on a line of its own, then the peer flags; zero-filled.
   depth_ = options.depth;

@@ -8,6 +8,7 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -66,7 +67,8 @@ class UcxBackend final : public NetBackend {
     uint64_t flushCovers = 0;  // puts issued before it
     uint64_t visible = 0;      // puts known visible at the peer
     bool failed = false;
-    bool closed = false;  // it said goodbye
+    bool closed = false;   // it said goodbye
+    bool greeted = false;  // its hello arrived (connect)
   };
   void noteFault(int peer, const std::string& what) {
     if (peer >= 0 && peers_[peer].closed) return;
@@ -77,6 +79,7 @@ class UcxBackend final : public NetBackend {
                                 const ucp_am_recv_param_t* param);
   bool send(int peer, const WireMessage& m, const uint8_t* payload);
   bool advanceFlushes();
+  void wireUp(int nranks);
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -111,8 +114,9 @@ ucs_status_t UcxBackend::onMessage(void* arg, const void* header, size_t headerB
   }
   WireMessage m;
   memcpy(&m, header, sizeof m);
-  if (m.kind == kMsgGoodbye) {
-    if (m.value < self->peers_.size()) self->peers_[m.value].closed = true;
+  if (m.kind == kMsgGoodbye || m.kind == kMsgHello) {
+    if (m.value < self->peers_.size())
+      (m.kind == kMsgGoodbye ? self->peers_[m.value].closed : self->peers_[m.value].greeted) = true;
     return UCS_OK;
   }
   const std::string bad = applyMessage(self->heap_, m, data, bytes);
@@ -213,11 +217,37 @@ void UcxBackend::connect(Exchange& ex) {
       fail("unpacking rank " + std::to_string(r) + "'s rkey", s);
     peers_[r].base = sizes[r].base;
   }
+  wireUp(n);
+  // No rank goes on until every rank's endpoints are up.
+  const uint32_t up = 1;
+  std::vector<uint32_t> ups(n);
+  ex.allGather(&up, sizeof up, ups.data());
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
   const char* tls = getenv("UCX_TLS");
   describe_ = "UCX " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release) +
               " (UCX_TLS=" + (tls ? tls : "all") + (peerFailureHandling_ ? "" : "; no peer-failure handling") + ")";
+}
+
+// UCX connects an endpoint on its first operation, and UCX 1.13 aborts the process (a fatal error
+// in ucp_worker_discard_uct_ep) when the peer dies while the endpoint is still wiring up. So every
+// endpoint is wired up here, while every rank is in init: a hello to each proxy peer, then until
+// each has sent its own and every request is done (bounded: a peer that never answers fails init).
+void UcxBackend::wireUp(int nranks) {
+  for (int r = 0; r < nranks; ++r)
+    if (viaProxy_[r]) send(r, WireMessage{kMsgHello, 0, 0, static_cast<uint64_t>(me_)}, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(patienceNs_);
+  auto ready = [&] {
+    if (!pending_.empty()) return false;
+    for (int r = 0; r < nranks; ++r)
+      if (viaProxy_[r] && !peers_[r].greeted) return false;
+    return true;
+  };
+  while (!ready() && !fault_ && std::chrono::steady_clock::now() < deadline) progress();
+  if (fault_) throw Error(Code::kTransport, "connecting to the proxy peers: " + fault_->what);
+  for (int r = 0; r < nranks; ++r)
+    if (viaProxy_[r] && !peers_[r].greeted)
+      throw Error(Code::kTimeout, "connecting to rank " + std::to_string(r) + " through UCX: no answer");
 }
 
 UcxBackend::~UcxBackend() {
