@@ -13,8 +13,9 @@ struct SegmentName {
 
 PeerTable::PeerTable(Exchange& ex, const std::vector<Path>& paths, uint64_t bytes, const ProxyOptions& proxy) {
   const int n = ex.nranks(), me = ex.rank();
-  // What ranks of earlier jobs left when they died during init (the bootstrap's patience is well
-  // below the age asked for, so no job still starting loses its segment).
+  // What ranks of earlier jobs left when they died during init. A segment's name lives only while
+  // its job starts, which takes well under the age asked for unless bootstrap_timeout_s is raised
+  // past it and a peer is that late.
   ShmSegment::removeOrphans(kOrphanAgeS);
   // ftruncate zero-fills, control area included.
   own_ = ShmSegment::create(ShmSegment::uniqueName("heap" + std::to_string(me)), bytes);

@@ -188,7 +188,9 @@ Outcome ipcClose(void* ptr) { return check(GPU(IpcCloseMemHandle)(ptr), "IpcClos
 
 Outcome hostRegister(void* ptr, size_t bytes, void** devicePtr) {
   Outcome o = check(GPU(HostRegister)(ptr, bytes, GPU(HostRegisterMapped) | GPU(HostRegisterPortable)), "HostRegister");
-  if (o) o = check(GPU(HostGetDevicePointer)(devicePtr, ptr, 0), "HostGetDevicePointer");
+  if (!o) return o;
+  o = check(GPU(HostGetDevicePointer)(devicePtr, ptr, 0), "HostGetDevicePointer");
+  if (!o) (void)GPU(HostUnregister)(ptr);  // the caller keeps nothing registered on failure
   return o;
 }
 Outcome hostUnregister(void* ptr) { return check(GPU(HostUnregister)(ptr), "HostUnregister"); }

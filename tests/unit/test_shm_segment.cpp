@@ -1,5 +1,7 @@
 // Shared memory that a dying process leaves behind is found by its name and removed, and only
 // that: a live process's segments and other names stay.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,7 +54,11 @@ TEST(ShmSegment, OrphansOfEndedProcessesAreRemovedOnceOldEnough) {
   ShmSegment mine = ShmSegment::create(ShmSegment::uniqueName("live"), 4096);
   ShmSegment::removeOrphans(3600);  // younger than that: kept
   EXPECT_TRUE(exists(name));
-  const auto removed = ShmSegment::removeOrphans(0);
+  // Aged past the bound, so that the sweep takes only this orphan and older ones, never a segment
+  // a job in another pid namespace is starting with.
+  const timespec old[2] = {{time(nullptr) - 7200, 0}, {time(nullptr) - 7200, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, ("/dev/shm" + name).c_str(), old, 0), 0);
+  const auto removed = ShmSegment::removeOrphans(3600);
   EXPECT_FALSE(exists(name));
   EXPECT_NE(std::find(removed.begin(), removed.end(), name), removed.end());
   EXPECT_TRUE(exists(mine.name())) << "a live process's segment was removed";

@@ -79,11 +79,12 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
     const uint64_t recvBytes = lb * total * s.dim * t.bytes;
     cuda(cudaMalloc(&send, recvBytes), "cudaMalloc send");
     // weft's All-to-All writes into the symmetric heap.
-    if (o.baseline == "weft")
+    if (o.baseline == "weft") {
       if (weft_mem_alloc(c.weft, recvBytes, &baseRecv) != WEFT_SUCCESS)
         die(std::string("weft_mem_alloc (the baseline's recv): ") + weft_get_last_error(nullptr));
-    else
+    } else {
       cuda(cudaMalloc(&baseRecv, recvBytes), "cudaMalloc recv");
+    }
     const uint64_t copyBytes = uint64_t{1} << 30;
     cuda(cudaMalloc(&big, 2 * copyBytes), "cudaMalloc copy buffers");
     fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, 0xe3b0 + rows.size(), c.rank, s.tables * s.rows * s.dim);
