@@ -78,6 +78,8 @@ std::string nowDoing(const st::Snapshot& s) {
          secondsText(s.readNs - std::max(s.header.updatedNs, s.header.createdNs)) + ")";
 }
 
+const char* const kNoPage = "destroyed, on another node, or status_pages=0";
+
 Verdict judge(const std::vector<const st::Snapshot*>& pages) {
   Verdict v;
   const int nranks = pages.front()->header.nranks;
@@ -103,7 +105,8 @@ Verdict judge(const std::vector<const st::Snapshot*>& pages) {
         op = static_cast<int64_t>(s->header.failure.ticket);
   if (op < 0 && dead.empty()) {
     v.cause = "not_stuck";
-    v.text = head + ": no rank is in an op and none has failed; nothing is stuck here.";
+    v.text = head + ": no rank is in an op and none has failed; nothing is stuck here." +
+             (absent.empty() ? "" : " No page here for " + rankList(absent) + " (" + kNoPage + ").");
     return v;
   }
   v.op = op;
@@ -184,7 +187,7 @@ Verdict judge(const std::vector<const st::Snapshot*>& pages) {
             "; run diagnose again to see whether its items advance.";
   }
   if (!absent.empty() && v.cause != "in_progress")
-    text += " No page here for " + rankList(absent) + " (another node, or status_pages=0).";
+    text += " No page here for " + rankList(absent) + " (" + kNoPage + ").";
   v.text = text;
   return v;
 }
