@@ -12,6 +12,7 @@
 #include "device/ops/alltoall_device.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemv_allreduce_device.hpp"
+#include "status_page.hpp"
 #include "weft/version.h"
 
 namespace weft {
@@ -112,6 +113,9 @@ std::string linesDescription(uint64_t from) {
 std::string gemvPathDescription(uint64_t v) {
   return v == 0 ? std::string("auto") : std::string(gemvPathName(static_cast<GemvPath>(v - 1)));
 }
+
+// The CPU engine's ops end before submit returns; a GPU's end on the caller's stream, unseen here.
+const bool kHostSeesEnd = std::string(WEFT_BUILD_GPU) == "cpu";
 
 bool spansOverlap(const void* a, uint64_t aBytes, const void* b, uint64_t bBytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
@@ -227,12 +231,30 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   }
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")),
                                         s.getString("engine"), sharers, c->heap_->proxy() != nullptr);
+  if (s.getInt("status_pages")) c->startStatusPage(id, s.getString("status_dir"));
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes", rank, nranks, c->host_.hostname,
            c->engine_->describe(), c->queue_->depth(), c->tileBytes_);
   return c;
 }
 
+void Comm::startStatusPage(const UniqueId& id, const std::string& dir) {
+  uint8_t idBytes[kUniqueIdBytes];
+  id.encode(idBytes);
+  status::Identity who;
+  who.commId = status::commId(idBytes, sizeof idBytes);
+  who.rank = rank_;
+  who.nranks = nranks_;
+  who.host = host_.hostname;
+  who.device = Engine::deviceKey().empty() ? std::string(WEFT_BUILD_GPU) : Engine::deviceKey();
+  who.engine = engine_->describe();
+  who.paths = paths_;
+  page_ = status::Page::create(status::directory(dir), who, queue_->depth());
+  if (page_) queue_->reportProgress(page_->progress());
+}
+
 Comm::~Comm() {
+  if (queue_) queue_->reportProgress(nullptr);
+  page_.reset();
   // The proxy outlives the queue (it goes with the heap): it must not report into a freed one.
   transport::Proxy* proxy = heap_ ? heap_->proxy() : nullptr;
   if (proxy) proxy->onFault(nullptr);
@@ -303,7 +325,7 @@ void Comm::requireHealthy() const {
     throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
 }
 
-Code Comm::submit(const dev::OpDesc& d, void* stream, bool capturing) {
+Code Comm::submit(const dev::OpDesc& d, uint64_t bytes, void* stream, bool capturing) {
   requireHealthy();
   uint64_t ticket;
   Status st;
@@ -315,9 +337,11 @@ Code Comm::submit(const dev::OpDesc& d, void* stream, bool capturing) {
       return Code::kSuccess;
     }
     ticket = queue_->reserve();
+    if (page_) page_->submitted(ticket, d, bytes, !kHostSeesEnd);
     st = engine_->enqueue(ticket, d, stream, timeoutNs_);
   }
   if (st == Status::kOk) st = engine_->finish(ticket, stallNs());
+  if (page_ && (kHostSeesEnd || st != Status::kOk)) page_->ended(ticket, st, queue_->header());
   if (st == Status::kOk) return Code::kSuccess;
   const Code c = codeOf(st, queue_->header());
   std::string why = failureText();
@@ -350,13 +374,13 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
     const bool lines = bytes * static_cast<uint64_t>(nranks_ - 1) >= oneShotLinesFrom_;
     d.arg[dev::AllReduceOneShotOp::kArgLines] = lines ? 1 : 0;
     d.nitems = dev::AllReduceOneShotOp::numItems(bytes, lines);
-    return submit(d, stream, capturing);
+    return submit(d, bytes, stream, capturing);
   }
   // Reduce-scatter works on one shard per rank: its tiles are what the workers share.
   d.tileElems =
       tileElemsFor(dev::shardElems(count, nranks_, dev::vectorElems(es)) * es, kAllReduceTiles, tileBytes_, es);
   d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.tileElems);
-  return submit(d, stream, capturing);
+  return submit(d, bytes, stream, capturing);
 }
 
 Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DType dt, void* stream) {
@@ -374,7 +398,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   d.send = reinterpret_cast<uint64_t>(send);
   d.tileElems = tileElemsFor(bytes, kAllToAllTiles, tileBytes_, es);
   d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.tileElems);
-  return submit(d, stream, capturing);
+  return submit(d, bytes, stream, capturing);
 }
 
 Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, uint64_t n, uint64_t k, dev::DType dt,
@@ -408,13 +432,13 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   const bool fused = path == GemvPath::kFused || path == GemvPath::kFusedRsag;
   if (fused && yBytes > 0 && exchangeFits(partialBytes, gemvScratch_)) {
     d.arg[3] = path == GemvPath::kFusedRsag && dev::GemvAllReduceOp::fusedOwnersFit(n, nranks_) ? 1 : 0;
-    return submit(d, stream, capturing);
+    return submit(d, yBytes, stream, capturing);
   }
   Code c = Code::kSuccess;
   if (path != GemvPath::kBlas || yBytes == 0 || !vendorGemv({x, w, y, batch, n, k, dt}, stream, capturing)) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
     d.nitems = d.tileElems;
-    c = submit(d, stream, capturing);
+    c = submit(d, yBytes, stream, capturing);
   }
   if (nranks_ == 1 || yBytes == 0 || c != Code::kSuccess) return c;
   return allReduce(y, y, uint64_t{batch} * n, dt, stream);
@@ -440,7 +464,7 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
                                 static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingAllToAll)));
   d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);
-  return submit(d, stream, capturing);
+  return submit(d, recvBytes, stream, capturing);
 }
 
 Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void* stream) {
@@ -475,12 +499,13 @@ Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void*
       throw Error(Code::kInvalidArgument, std::string(in.name) + ": overlaps recv");
   }
   dev::GemmAllToAllOp::pack(g, d);
-  return submit(d, stream, capturing);
+  return submit(d, recvBytes, stream, capturing);
 }
 
 void Comm::abort() {
   gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->abort, 1u);
   engine_->raise(&dev::EngineControl::abort);
+  if (page_) page_->aborted();
   WEFT_LOG(kWarn, kInit, "rank {}: communicator aborted", rank_);
 }
 

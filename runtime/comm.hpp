@@ -19,6 +19,7 @@
 #include "device/ops/gemm_alltoall_device.hpp"
 #include "gemv_tuning.hpp"
 #include "heap.hpp"
+#include "status_page.hpp"
 #include "topology.hpp"
 #include "work_queue.hpp"
 
@@ -67,12 +68,16 @@ class Comm {
 
  private:
   Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
+  // The status page (status_pages), named after the unique id so that every rank's page carries
+  // the same communicator id. Without one (a directory it may not use), the job runs on.
+  void startStatusPage(const UniqueId& id, const std::string& dir);
   // Throws the sticky failure of an earlier op, if any.
   void requireHealthy() const;
   // What the first failure was: the proxy's fault, or the failing wait's record.
   std::string failureText() const;
-  // Hands the op to the engine, or into the graph `stream` is capturing.
-  Code submit(const dev::OpDesc& desc, void* stream, bool capturing);
+  // Hands the op to the engine, or into the graph `stream` is capturing. `bytes`: what it writes
+  // on this rank (for the status page).
+  Code submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
   // The GEMV + AllReduce's blas path: the vendor BLAS's GEMV, where the engine has one (else false).
   bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
@@ -99,7 +104,8 @@ class Comm {
   dev::HeapLayout layout_;
   std::unique_ptr<SymmetricHeap> heap_;
   std::unique_ptr<WorkQueue> queue_;
-  std::unique_ptr<Engine> engine_;  // declared last: stops before the queue and heap go
+  std::unique_ptr<status::Page> page_;  // null where status_pages is 0 or the page could not be made
+  std::unique_ptr<Engine> engine_;      // declared last: stops before the queue and heap go
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
   uint64_t oneShotMax_ = 0;   // oneshot_max_bytes: the one-shot AllReduce's largest input

@@ -92,6 +92,13 @@ const std::vector<SettingSpec>& settingSpecs() {
        "and FI_PROVIDER choose their transports"},
       {"proxy_cpu", SettingType::kInt, "-1", "PU (OS index) the host proxy's thread is bound to; -1: not bound", -1,
        1 << 20},
+      {"status_pages", SettingType::kInt, "1",
+       "Each communicator keeps a status page (its queue, recent ops, counters, first failure) for weftctl queue "
+       "and diagnose; 0: none",
+       0, 1},
+      {"status_dir", SettingType::kString, "",
+       "Directory of the status pages, the user's own with mode 0700 (created so if missing); empty: "
+       "/dev/shm/weft-<uid>"},
       {"log_level", SettingType::kString, "warn", "error, warn, info, debug or trace"},
       {"log_subsys", SettingType::kString, "all",
        "Comma list of init,bootstrap,heap,queue,engine,p2p,proxy,ucx,ofi,api,config or all"},

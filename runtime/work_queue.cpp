@@ -86,11 +86,22 @@ Status WorkQueue::wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs)
     if (p != progress) {
       progress = p;
       lastMove = now;
+      if (progress_) noteProgress(ticket, now);
     } else if (now - lastMove > stallNs) {
       recordHostFailure(ticket, Status::kTimeout, ticket + 1, gpu::atomicLoad<gpu::Order::kRelaxed>(&s.done));
       return Status::kTimeout;
     }
   }
+}
+
+void WorkQueue::noteProgress(uint64_t ticket, uint64_t now) {
+  SlotProgress& p = progress_[ticket % depth()];
+  const dev::QueueSlot& s = slots_[ticket % depth()];
+  gpu::atomicStore<gpu::Order::kRelaxed>(&p.itemsDone, gpu::atomicLoad<gpu::Order::kRelaxed>(&s.finished));
+  // Ops run one after another: this one starts once every earlier one has completed.
+  if (gpu::atomicLoad<gpu::Order::kRelaxed>(&p.startNs) == 0 &&
+      gpu::atomicLoad<gpu::Order::kRelaxed>(&header_->completed) >= ticket)
+    gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, now);
 }
 
 void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed) {
@@ -130,7 +141,10 @@ const char* waitWhatName(dev::WaitWhat w) {
 
 std::string WorkQueue::failureText() const {
   if (!gpu::atomicLoad<gpu::Order::kAcquire>(&header_->recordValid)) return "";
-  const dev::WaitRecord& r = header_->record;
+  return weft::failureText(header_->record);
+}
+
+std::string failureText(const dev::WaitRecord& r) {
   if (r.status == static_cast<uint32_t>(Status::kBadInput)) {
     const std::string op = "invalid input in op #" + std::to_string(r.ticket) + ": ";
     const std::string rank = "rank " + std::to_string(r.peer);

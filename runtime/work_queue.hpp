@@ -11,6 +11,14 @@
 
 namespace weft {
 
+// What the host sees of an op while it waits on it, for the status page (status_page.hpp): one
+// entry per slot, written only by the thread that submits the slot's op and waits on it.
+struct SlotProgress {
+  uint64_t ticket;     // the op the other words are about
+  uint64_t itemsDone;  // its items finished, as last seen
+  uint64_t startNs;    // when every earlier op had completed (CLOCK_MONOTONIC); 0 before
+};
+
 class WorkQueue {
  public:
   static constexpr uint32_t kMaxWorkers = 1024;  // the engine's `alive` words follow the slots
@@ -45,6 +53,9 @@ class WorkQueue {
   // by engine progress: gives up when nothing moved for `stallNs`; after an abort, gives the
   // engine `abortGraceNs` to finish the op before returning kAborted.
   dev::Status wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs);
+  // Host waits write what they see of their op into rows[ticket % depth] (null: nowhere).
+  // Set before ops are submitted and cleared after the last one returns.
+  void reportProgress(SlotProgress* rows) { progress_ = rows; }
 
   // Records a failure the host found while waiting on op `ticket` (first failure wins, sticky).
   void recordHostFailure(uint64_t ticket, dev::Status st, uint64_t expected, uint64_t observed);
@@ -52,11 +63,17 @@ class WorkQueue {
   std::string failureText() const;
 
  private:
+  // Out of the wait loop: runs only when the op's progress moved.
+  void noteProgress(uint64_t ticket, uint64_t now);
+
   transport::ShmSegment shm_;
   dev::QueueHeader* header_;
   dev::QueueSlot* slots_;
+  SlotProgress* progress_ = nullptr;
 };
 
 const char* waitWhatName(dev::WaitWhat w);
+// A failure record in words (what WorkQueue::failureText says of the communicator's first).
+std::string failureText(const dev::WaitRecord& r);
 
 }  // namespace weft

@@ -3,6 +3,8 @@
 #   config_dev_zero, config_directory  WEFT_CONFIG_FILE must name a regular file (of at most 1 MiB)
 #   log_level, log_file_directory      weftctl info -c validates the log settings as init does
 #   tune_n_too_large, tune_n_negative  tune gemv's numbers are whole numbers in range, not wrapped
+#   status_dir_open                    queue refuses a status directory open to others, naming it
+#   queue_watch_bounded                queue --watch stops after --iterations refreshes
 # Each run is bounded (timeout; and, unless sanitized, ulimit -v, so that a regression that reads
 # /dev/zero fails instead of filling the machine's memory).
 set -u
@@ -53,6 +55,17 @@ case $check in
   tune_n_negative)
     expect="--n: '-1' is not a whole number in \[1, 9223372036854775807\]"
     expect_refusal -- tune gemv --ranks 2 --batch 1 --n -1 --k 8
+    ;;
+  status_dir_open)
+    mkdir -m 755 "$dir/pages"
+    expect="status directory '$dir/pages': open to group or others \(mode 755; it must be 0700\)"
+    expect_refusal WEFT_STATUS_DIR="$dir/pages" -- queue
+    ;;
+  queue_watch_bounded)
+    timeout 60 "$weftctl" queue --watch 0.1 --iterations 3 --dir "$dir/none" >"$dir/out" 2>&1 ||
+      fail "weftctl queue --watch returned $?"
+    [ "$(grep -c "no status pages in $dir/none (it does not exist yet)" "$dir/out")" = 3 ] ||
+      fail "expected 3 refreshes: $(cat "$dir/out")"
     ;;
   *)
     fail "no check '$check'"

@@ -1,7 +1,8 @@
 // weftctl: inspect and tune weft on this node. `weftctl info` prints the version, build options,
 // devices, an hwloc topology summary and (-c) every setting with where its value came from.
 // `weftctl tune gemv` prints the GEMV + AllReduce tuning table in effect and, given a shape, the
-// path a communicator of that size takes for it.
+// path a communicator of that size takes for it. `weftctl queue`, `clean` and `diagnose` read the
+// communicators' status pages on this node (inspect.hpp).
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/error.hpp"
+#include "inspect.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/config.hpp"
 #include "runtime/gemv_tuning.hpp"
@@ -123,8 +125,35 @@ int main(int argc, char** argv) {
   gemv->add_option("--k", shape.k, "k_local: columns of w on each rank")
       ->needs(ranks)
       ->check(wholeNumber(1, kInt64Max));
+  // Live inspection. The directory is status_dir's (as the ranks resolve it) unless --dir says.
+  weftctl::QueueOptions queueOpts;
+  auto* queue = app.add_subcommand("queue", "Every communicator's status page on this node: queue, ops, failure");
+  queue->add_option("--comm", queueOpts.comm, "Only this communicator (its id, or leading hex digits of it)");
+  queue->add_option("--pid", queueOpts.pid, "Only this process's communicators")->check(CLI::PositiveNumber);
+  queue->add_flag("--json", queueOpts.json, "JSON for scripts (one page a line)");
+  queue->add_option("--watch", queueOpts.watch, "Refresh every SECONDS, like top, until Ctrl-C")
+      ->check(CLI::Range(0.1, 3600.0));
+  queue->add_option("--iterations", queueOpts.iterations, "With --watch: stop after this many refreshes")
+      ->check(wholeNumber(1, 1000000000));
+  queue->add_option("--dir", queueOpts.dir, "Status directory (default: status_dir's)");
+  std::string cleanDir;
+  auto* clean = app.add_subcommand("clean", "Remove the status pages of processes that are gone (yours only)");
+  clean->add_option("--dir", cleanDir, "Status directory (default: status_dir's)");
+  weftctl::DiagnoseOptions diag;
+  auto* diagnose = app.add_subcommand("diagnose", "Explain why a job on this node is stuck, from its ranks' pages");
+  diagnose->add_option("--comm", diag.comm, "Only this communicator (its id, or leading hex digits of it)");
+  diagnose->add_flag("--json", diag.json, "JSON for scripts: the cause, the ranks it names, the paragraph");
+  diagnose->add_option("--dir", diag.dir, "Status directory (default: status_dir's)");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*queue || *clean || *diagnose) {
+      const std::string dir = weft::status::directory(weft::Settings::resolve().getString("status_dir"));
+      if (queueOpts.dir.empty()) queueOpts.dir = dir;
+      if (*queue) return weftctl::runQueue(queueOpts);
+      if (*clean) return weftctl::runClean(cleanDir.empty() ? dir : cleanDir);
+      if (diag.dir.empty()) diag.dir = dir;
+      return weftctl::runDiagnose(diag);
+    }
     if (*info) printInfo(showSettings);
     if (*gemv) {
       if (shape.ranks && (!shape.batch || !shape.n || !shape.k))

@@ -1,0 +1,39 @@
+// weftctl's live inspection: `queue` (every communicator's page on this node), `clean` (pages of
+// dead processes) and `diagnose` (why a job is stuck), all read from the status pages
+// (runtime/status_page.hpp). Each returns the process's exit status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/status_read.hpp"
+
+namespace weftctl {
+
+struct QueueOptions {
+  std::string dir;
+  std::string comm;  // a communicator id (or its leading hex digits); empty: every one
+  int pid = 0;       // 0: every process
+  bool json = false;
+  double watch = 0;         // > 0: refresh every this many seconds
+  uint64_t iterations = 0;  // with watch: stop after this many refreshes (0: at Ctrl-C)
+};
+int runQueue(const QueueOptions& o);
+int runClean(const std::string& dir);
+
+struct DiagnoseOptions {
+  std::string dir;
+  std::string comm;
+  bool json = false;
+};
+int runDiagnose(const DiagnoseOptions& o);
+
+// Shared by both.
+std::string commHex(uint64_t id);
+bool commMatches(uint64_t id, const std::string& wanted);
+std::string jsonString(const std::string& s);
+std::string secondsText(uint64_t ns);  // "12.3 s", "450 ms", "80 us"
+// "allreduce of 100000 float32 (400000 B)"
+std::string opText(const weft::status::OpRow& r);
+
+}  // namespace weftctl
