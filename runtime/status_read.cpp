@@ -75,6 +75,22 @@ void liveness(Snapshot* s) {
   s->liveness = s->alive ? "alive" : exists ? "dead (pid reused)" : "dead";
 }
 
+// Opens the status directory (refusing an unsafe one, as the writer does) and lists its entries,
+// sorted. Returns its descriptor, or -1 where the directory does not exist yet.
+int openListed(const std::string& dir, std::vector<std::string>* names) {
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 && errno == ENOENT) return -1;
+  std::string why;
+  const int dirFd = status::openDirectory(dir, false, &why);
+  if (dirFd < 0) throw Error(Code::kInvalidArgument, why);
+  if (DIR* d = fdopendir(dup(dirFd))) {
+    while (const dirent* e = readdir(d)) names->push_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(names->begin(), names->end());
+  return dirFd;
+}
+
 }  // namespace
 
 std::string Snapshot::rowState(size_t i) const {
@@ -194,23 +210,15 @@ bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* wh
 Listing readDirectory(const std::string& dir) {
   Listing out;
   out.dir = dir;
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0 && errno == ENOENT) {
+  std::vector<std::string> names;
+  const int dirFd = openListed(dir, &names);
+  if (dirFd < 0) {
     out.missing = true;
     return out;
   }
   std::string why;
-  const int dirFd = status::openDirectory(dir, false, &why);
-  if (dirFd < 0) throw Error(Code::kInvalidArgument, why);
-  DIR* d = fdopendir(dup(dirFd));
-  std::vector<std::string> names;
-  if (d) {
-    while (const dirent* e = readdir(d))
-      if (endsWith(e->d_name, ".page")) names.push_back(e->d_name);
-    closedir(d);
-  }
-  std::sort(names.begin(), names.end());
   for (const std::string& n : names) {
+    if (!endsWith(n, ".page")) continue;
     Snapshot s;
     if (readPage(dirFd, n, &s, &why))
       out.pages.push_back(std::move(s));
@@ -225,18 +233,10 @@ Listing readDirectory(const std::string& dir) {
 }
 
 std::vector<std::string> removeDead(const std::string& dir) {
-  std::vector<std::string> removed;
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0 && errno == ENOENT) return removed;
+  std::vector<std::string> removed, names;
+  const int dirFd = openListed(dir, &names);
+  if (dirFd < 0) return removed;
   std::string why;
-  const int dirFd = status::openDirectory(dir, false, &why);
-  if (dirFd < 0) throw Error(Code::kInvalidArgument, why);
-  DIR* d = fdopendir(dup(dirFd));
-  std::vector<std::string> names;
-  if (d) {
-    while (const dirent* e = readdir(d)) names.push_back(e->d_name);
-    closedir(d);
-  }
   for (const std::string& n : names) {
     bool dead = false;
     if (endsWith(n, ".page")) {
