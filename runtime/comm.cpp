@@ -272,14 +272,26 @@ void* Comm::memAlloc(uint64_t bytes) {
   struct Result {
     uint64_t ok;
     uint64_t offset;
+    uint64_t bytes;
   };
-  const Result mine{off.has_value(), off.value_or(0)};
+  const Result mine{off.has_value(), off.value_or(0), bytes};
   std::vector<Result> all(nranks_);
   try {
     boot_->allGather(&mine, sizeof mine, all.data());
   } catch (...) {
     if (off) heap_->release(*off);
     throw;
+  }
+  // Sizes first: a rank that asked for another size is the cause, whatever the offsets say, and
+  // every rank sees the same table, so every rank fails this call (not a later one).
+  for (int r = 0; r < nranks_; ++r) {
+    if (all[r].bytes == bytes) continue;
+    if (off) heap_->release(*off);
+    const int low = std::min(r, rank_), high = std::max(r, rank_);
+    throw Error(Code::kInvalidUsage, "bytes: rank " + std::to_string(low) + " asked for " +
+                                         std::to_string(all[low].bytes) + " bytes and rank " + std::to_string(high) +
+                                         " for " + std::to_string(all[high].bytes) +
+                                         "; every rank must call weft_mem_alloc with the same size");
   }
   for (int r = 0; r < nranks_; ++r) {
     if (all[r].ok && (!off || all[r].offset == *off)) continue;

@@ -187,5 +187,24 @@ TEST(BadInput, HeapExhaustionIsOutOfMemory) {
   EXPECT_TRUE(runRanks(2, body));
 }
 
+// Ranks that ask for different sizes fail that very call, every one of them, with both sizes named;
+// nothing stays allocated, so the next matching call gets the same block on every rank.
+TEST(BadInput, MismatchedAllocSizesFailThatCallOnEveryRank) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* p = nullptr;
+    EXPECT_TRUE(failsWith(weft_mem_alloc(comm, rank == 0 ? 4096 : 8192, &p), WEFT_ERR_INVALID_USAGE,
+                          "rank 0 asked for 4096 bytes and rank 1 for 8192"));
+    EXPECT_EQ(p, nullptr);
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 8192, &p));
+    stillWorks(comm, p, rank, n, seed);
+    WEFT_ASSERT_OK(weft_mem_free(comm, p));
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(2, body));
+}
+
 }  // namespace
 }  // namespace weft::test
