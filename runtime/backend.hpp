@@ -66,7 +66,11 @@ class Engine {
   Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers,
          bool proxied);
   // Stops the engine (the caller has set the queue's stop word) and completes, as aborted, every op
-  // it had not finished, so that no stream waits on it forever.
+  // it had not finished, so that no stream waits on it forever. Returns false where the device may
+  // still use the communicator's memory (a kernel that did not stop, ops still running on the
+  // caller's streams): the caller must then leak the heap and the queue, since unmapping them under
+  // a running kernel would fault the GPU. Idempotent; the destructor calls it.
+  bool stop();
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -45,10 +45,13 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   impl_->threads.start(v, workers, 0);
 }
 
-Engine::~Engine() {
+bool Engine::stop() {
   impl_->threads.join();
   impl_->queue->completeUnfinished();
+  return true;
 }
+
+Engine::~Engine() { stop(); }
 
 bool Engine::linesSafe() { return true; }
 

@@ -6,6 +6,8 @@
 // capture both engines capture the op kernel.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "backend.hpp"
@@ -135,9 +137,49 @@ void HeapMemory::Impl::mapDevice(Bootstrap& boot, uint64_t bytes, uint64_t contr
   }
 }
 
+namespace {
+
+// MemAvailable from /proc/meminfo, in bytes; 0 where it cannot be read.
+uint64_t hostBytesAvailable() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return static_cast<uint64_t>(kib) * 1024;
+}
+
+// A proxy job pins its heap and a heap-sized mirror of every peer it reaches through the proxy.
+// Pinning more than the host has fails deep in the driver or starves the machine, so every rank
+// checks its own need first and all of them agree on the verdict (no rank is left waiting in a
+// collective step that another rank never reaches).
+void requirePinnedFits(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes) {
+  struct Need {
+    uint64_t pinned;
+    uint64_t available;  // 0: unknown
+  };
+  uint64_t mirrors = 0;
+  for (transport::Path p : paths) mirrors += p == transport::Path::kProxy;
+  const Need mine{bytes * (1 + mirrors), hostBytesAvailable()};
+  std::vector<Need> all(boot.nranks());
+  boot.allGather(&mine, sizeof mine, all.data());
+  for (int r = 0; r < boot.nranks(); ++r)
+    if (all[r].available != 0 && all[r].pinned > all[r].available)
+      throw Error(Code::kOutOfMemory,
+                  "heap_bytes: rank " + std::to_string(r) + " would pin " + std::to_string(all[r].pinned) +
+                      " bytes of host memory (its heap and a heap-sized mirror of each peer it reaches through the "
+                      "host proxy) but its host has " +
+                      std::to_string(all[r].available) + " bytes available; lower heap_bytes");
+}
+
+}  // namespace
+
 void HeapMemory::Impl::mapHost(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
                                const transport::ProxyOptions& proxy) {
   const int n = boot.nranks(), me = boot.rank();
+  requirePinnedFits(boot, paths, bytes);
   BootstrapExchange ex(boot);
   peers = std::make_unique<transport::PeerTable>(ex, paths, bytes, proxy);  // zero-filled
   bases.assign(n + 1, nullptr);
@@ -187,6 +229,8 @@ struct Engine::Impl {
   int oneShotBlocks = 0;  // launched: resident blocks of the one-shot kernels
   int gemmBlocks = 0;     // resident blocks of the GEMM kernel
   int sharers = 1;        // ranks of the job on this device (each gets 1/sharers)
+  bool stopped = false;   // stop() ran
+  bool released = false;  // and the device no longer uses the communicator's memory
   int share(int resident) const { return std::max(1, resident / sharers); }
   float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
@@ -323,6 +367,24 @@ struct Engine::Impl {
   }
 };
 
+namespace {
+
+// Ranks sharing a GPU under MPS wait on each other's spinning kernels: measured on an H200, without
+// a per-process SM share the persistent engines and the fused GEMV of two sharers did not run side
+// by side and their ops timed out, while with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / sharers
+// every op passed. The variable is read when CUDA starts in the process, before weft can set it.
+void warnWithoutMpsShare(int sharers) {
+  const char* share = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  const int most = 100 / sharers;
+  if (share && std::atof(share) > 0 && std::atof(share) <= most) return;
+  WEFT_LOG(kWarn, kEngine,
+           "{} ranks share this GPU but CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is {}: set it to at most {} in every "
+           "rank's environment (before CUDA starts), or their kernels may wait on each other until the timeout",
+           sharers, share ? share : "unset", most);
+}
+
+}  // namespace
+
 Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers,
                bool proxied)
     : impl_(std::make_unique<Impl>()) {
@@ -361,6 +423,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
              "{} ranks of this job use this GPU: each op kernel takes at most 1/{} of its blocks ({} workers); "
              "their kernels run side by side only under MPS (nvidia-cuda-mps-control -d)",
              e.sharers, e.sharers, e.workers);
+    warnWithoutMpsShare(e.sharers);
   }
   Undo freePartials{[&] {
     if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
@@ -406,31 +469,36 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   freePartials.armed = false;
 }
 
-Engine::~Engine() {
+bool Engine::stop() {
   Impl& e = *impl_;
+  if (e.stopped) return e.released;
+  e.stopped = true;
   if (e.persistent) {
     // The caller set `stop`; every wait in the kernel checks it, so it exits within milliseconds.
     gpu::Outcome o = gpu::streamDrain(e.stream, 10.0);
     // At process exit the runtime may be gone before this communicator: nothing is left to free.
-    if (o.fault == gpu::Fault::kShuttingDown) return;
+    if (o.fault == gpu::Fault::kShuttingDown) return e.released = true;
     if (!o) {
-      // Freeing memory under a running kernel would fault the GPU; leaking is the lesser harm.
-      WEFT_LOG(kError, kEngine, "persistent kernel did not stop: {}; leaking its queue and stream", o.message);
-      return;
+      WEFT_LOG(kError, kEngine, "persistent kernel did not stop: {}; leaking the communicator's memory", o.message);
+      return e.released = false;
     }
     e.queue->completeUnfinished();
     gpu::streamDestroy(e.stream);
   }
   // Op kernels still running on the caller's streams read the queue's pinned memory.
   if (!quiesce(10.0)) {
-    WEFT_LOG(kError, kEngine, "ops still running on the caller's streams at destroy; leaking the queue");
-    return;
+    WEFT_LOG(kError, kEngine,
+             "ops still running on the caller's streams at destroy; leaking the communicator's memory");
+    return e.released = false;
   }
   gpu::eventDestroy(e.lastOp);
   gpu::streamDestroy(e.controlStream);
   if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
   gpu::hostUnregister(e.queue->memory());
+  return e.released = true;
 }
+
+Engine::~Engine() { stop(); }
 
 bool Engine::linesSafe() { return gpu::nvlinkActive(); }
 

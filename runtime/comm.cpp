@@ -261,10 +261,16 @@ Comm::~Comm() {
   const bool aborted = queue_ && gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->abort) != 0;
   if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
   if (engine_) engine_->raise(&dev::EngineControl::stop);
+  const bool released = engine_ ? engine_->stop() : true;
   engine_.reset();
   // Once the engine posts no more: what it posted still goes to the peers (they may wait for it),
   // unless the communicator was aborted.
   if (proxy) proxy->stop(/*drain=*/!aborted);
+  if (!released) {
+    // A kernel may still read or write them: unmapping would fault the GPU, leaking costs memory.
+    (void)heap_.release();
+    (void)queue_.release();
+  }
 }
 
 void* Comm::memAlloc(uint64_t bytes) {

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "support/multirank.hpp"
 
@@ -28,11 +29,20 @@ bool sharingGpus() {
 
 std::string gEngine = "launched";
 
+void useGpu(int rank, int n) {
+  const int gpus = gpusPresent();
+  ASSERT_GT(gpus, 0);
+  const int sharers = (n + gpus - 1) / gpus;
+  if (sharingGpus() && sharers > 1 && !getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
+    setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(100 / sharers).c_str(), 1);
+  ASSERT_EQ(cudaSetDevice(rank % gpus), cudaSuccess);
+}
+
 Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config) {
   Rank r;
   setenv("WEFT_ENGINE", gEngine.c_str(), 1);
   if (gEngine == "persistent") setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-  EXPECT_EQ(cudaSetDevice(rank % gpusPresent()), cudaSuccess);
+  useGpu(rank, n);
   r.comm = initRank(rank, n, id, config);
   EXPECT_EQ(cudaStreamCreate(&r.stream), cudaSuccess);
   if (r.comm) {
@@ -64,12 +74,12 @@ cudaGraphExec_t captureGraph(cudaStream_t s, const std::function<void()>& enqueu
 }
 
 void toDevice(void* dst, const std::vector<uint8_t>& src) {
-  if (!src.empty()) WEFT_CUDA_OK(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice));
+  if (!src.empty()) WEFT_CUDA_OK(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyDefault));
 }
 
 std::vector<uint8_t> toHost(const void* src, size_t bytes) {
   std::vector<uint8_t> out(bytes);
-  if (bytes) EXPECT_EQ(cudaMemcpy(out.data(), src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  if (bytes) EXPECT_EQ(cudaMemcpy(out.data(), src, bytes, cudaMemcpyDefault), cudaSuccess);
   return out;
 }
 

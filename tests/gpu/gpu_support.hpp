@@ -36,7 +36,13 @@ bool sharingGpus();
                    << (present_ ? " (WEFT_TEST_SHARE_GPUS=1 runs ranks on shared GPUs, under MPS)" : ""); \
   } while (0)
 
-// Host bytes to a device pointer and back.
+// Makes rank `rank` of `n` use its GPU (round-robin): where ranks share GPUs, first gives each
+// its share of the SMs under MPS (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, read when CUDA starts in
+// the process; a value already set is kept). Without it the sharers' spinning kernels need not
+// run side by side, and the fused ops wait for each other until the timeout.
+void useGpu(int rank, int n);
+
+// Host bytes to a device pointer (or a symmetric-heap block, host memory in a proxy job) and back.
 void toDevice(void* dst, const std::vector<uint8_t>& src);
 std::vector<uint8_t> toHost(const void* src, size_t bytes);
 

@@ -22,7 +22,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // `graph`, rank 0's op is captured into a CUDA graph and replayed.
 void lonelyOp(bool abortIt, bool graph = false) {
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    ASSERT_EQ(cudaSetDevice(rank % gpusPresent()), cudaSuccess);
+    useGpu(rank, n);
     weft_config_t config = WEFT_CONFIG_INITIALIZER;
     config.timeout_s = abortIt ? 30 : 1;
     weft_comm_t comm = initRank(rank, n, id, &config);
@@ -97,7 +97,7 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
     // Comm a launches a kernel per op; comm b keeps a persistent kernel, which must leave when idle
     // so that the device-wide synchronisation below returns.
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-    ASSERT_EQ(cudaSetDevice(rank % gpusPresent()), cudaSuccess);
+    useGpu(rank, n);
     weft_comm_t a = initRank(rank, n, id);
     setenv("WEFT_ENGINE", "persistent", 1);
     weft_comm_t b = initRank(rank, n, second);
@@ -137,6 +137,22 @@ TEST(GpuFaults, GraphReplayWithAPeerThatNeverArrivesTimesOut) {
 TEST(GpuFaults, AbortReleasesAGraphReplayWithinOneSecond) {
   WEFT_REQUIRE_GPUS(2);
   lonelyOp(true, true);
+}
+
+// A proxy job pins its heap and a mirror per remote peer in host memory: one that cannot fit fails
+// init on every rank with the rank and the bytes named, before anything is pinned.
+TEST(GpuFaults, AProxyHeapLargerThanTheHostFailsInitOnEveryRank) {
+  WEFT_REQUIRE_GPUS(2);
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_TRANSPORT", "proxy", 1);
+    useGpu(rank, n);
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.heap_bytes = uint64_t{1} << 40;  // the largest heap_bytes; pinned twice over: 2 TiB
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, &config), WEFT_ERR_OUT_OF_MEMORY, "would pin"));
+    EXPECT_EQ(comm, nullptr);
+  };
+  EXPECT_TRUE(runRanks(2, body));
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ double rounded(const Type& t, uint64_t seed, int rank, uint64_t i) {
 int64_t wrongElements(const Context& c, const Options& o, const Type& t, const void* out, uint64_t count,
                       uint64_t seed) {
   std::vector<uint8_t> host(count * t.bytes);
-  cuda(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), "copy result");
+  cuda(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDefault), "copy result");
   const double eps = rounding(t);
   int64_t wrong = 0;
   for (uint64_t i = 0; i < count; ++i) {

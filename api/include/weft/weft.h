@@ -123,7 +123,11 @@ WEFT_API weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t
 WEFT_API weft_result_t weft_comm_rank(weft_comm_t comm, int* rank);
 WEFT_API weft_result_t weft_comm_size(weft_comm_t comm, int* size);
 
-/* Collective: a block of `bytes` (> 0) at the same offset of every rank's symmetric heap. */
+/* Collective: a block of `bytes` (> 0) at the same offset of every rank's symmetric heap; every rank
+ * must ask for the same size (else WEFT_ERR_INVALID_USAGE on every rank, naming both sizes). On a
+ * GPU the block is device memory, except in a communicator with a peer reached through the host
+ * proxy (another node, or transport=proxy): there the heap is pinned host memory mapped into the
+ * device, which kernels read and write in place over PCIe (copy with cudaMemcpyDefault). */
 WEFT_API weft_result_t weft_mem_alloc(weft_comm_t comm, size_t bytes, void** ptr);
 /* Collective: frees a block from weft_mem_alloc; every rank frees the same blocks in the same order. */
 WEFT_API weft_result_t weft_mem_free(weft_comm_t comm, void* ptr);
