@@ -32,10 +32,10 @@ void shareFromRank0(Context& c, char* data, size_t n, const char* what) {
   std::vector<float> bytes(n, 0.f);
   if (c.rank == 0)
     for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(data[i]);
-  cuda(cudaMemcpy(c.weftRecv, bytes.data(), n * 4, cudaMemcpyHostToDevice), what);
+  cuda(cudaMemcpy(c.weftRecv, bytes.data(), n * 4, cudaMemcpyDefault), what);
   weftOk(weft_allreduce(c.weft, c.weftRecv, c.weftRecv, n, WEFT_FLOAT32, c.stream), what);
   cuda(cudaStreamSynchronize(c.stream), what);
-  cuda(cudaMemcpy(bytes.data(), c.weftRecv, n * 4, cudaMemcpyDeviceToHost), what);
+  cuda(cudaMemcpy(bytes.data(), c.weftRecv, n * 4, cudaMemcpyDefault), what);
   for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(static_cast<int>(bytes[i]));
 }
 
@@ -55,7 +55,9 @@ Context setUp(const Options& o) {
   cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
   cuda(cudaSetDevice((local ? std::atoi(local) : 0) % devices), "cudaSetDevice");
   weft_config_t config = WEFT_CONFIG_INITIALIZER;
-  config.heap_bytes = o.maxBytes + (64u << 20);
+  // With --baseline weft the baseline's receive buffer is a second heap block of the same size.
+  const uint64_t blocks = o.baseline == "weft" ? 2 : 1;
+  config.heap_bytes = blocks * o.maxBytes + (64u << 20);
   weftOk(weft_comm_init_env(&c.weft, &config), "weft_comm_init_env");
   weftOk(weft_comm_rank(c.weft, &c.rank), "rank");
   weftOk(weft_comm_size(c.weft, &c.nranks), "size");
