@@ -210,6 +210,27 @@ TEST(Status, QueueShowsTheJobAndDiagnoseNamesTheRankThatNeverSubmitted) {
             std::string::npos)
       << whyJson.out;
 
+  // The same counters for Prometheus: one sample per rank and kind, every family typed once.
+  const CliRun metrics = weftctl("metrics --dir " + scratch.pages + " --comm " + comm);
+  EXPECT_EQ(metrics.status, 0) << metrics.out;
+  const std::string page0 = "{comm=\"" + comm + "\",rank=\"0\"";
+  for (const std::string& want :
+       {std::string("# TYPE weft_ops_total counter\n"), std::string("# TYPE weft_ops_in_flight gauge\n"),
+        "weft_ops_total" + page0 + ",kind=\"alltoall\"} 1\n", "weft_ops_total" + page0 + ",kind=\"allreduce\"} 0\n",
+        "weft_ops_submitted_total" + page0 + "} 3\n", "weft_ops_submitted_total{comm=\"" + comm + "\",rank=\"3\"} 2\n",
+        "weft_ops_in_flight" + page0 + "} 1\n", "weft_timeouts_total" + page0 + "} 0\n",
+        "weft_process_alive" + page0 + "} 1\n", std::string("weft_status_pages_refused 0\n")})
+    EXPECT_NE(metrics.out.find(want), std::string::npos) << want << " not in:\n" << metrics.out;
+  size_t typeLines = 0;
+  for (size_t at = metrics.out.find("# TYPE "); at != std::string::npos; at = metrics.out.find("# TYPE ", at + 1))
+    typeLines += metrics.out.compare(at, 22, "# TYPE weft_ops_total ") == 0;
+  EXPECT_EQ(typeLines, 1u) << metrics.out;
+  std::smatch age;
+  ASSERT_TRUE(std::regex_search(
+      metrics.out, age, std::regex("weft_oldest_op_age_seconds\\{comm=\"" + comm + "\",rank=\"0\"\\} ([0-9.e+-]+)\n")))
+      << metrics.out;
+  EXPECT_GT(std::stod(age[1]), 0.0);
+
   EXPECT_TRUE(job.finish());
   // Destroy removed every page.
   EXPECT_TRUE(pageLines(weftctl("queue --json --dir " + scratch.pages).out).empty());

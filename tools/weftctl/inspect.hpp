@@ -1,5 +1,6 @@
 // weftctl's live inspection: `queue` (every communicator's page on this node), `clean` (pages of
-// dead processes) and `diagnose` (why a job is stuck), all read from the status pages
+// dead processes), `diagnose` (why a job is stuck) and `metrics` (the counters for Prometheus), all
+// read from the status pages
 // (runtime/status_page.hpp). Each returns the process's exit status.
 #pragma once
 
@@ -28,7 +29,15 @@ struct DiagnoseOptions {
 };
 int runDiagnose(const DiagnoseOptions& o);
 
-// Shared by both.
+struct MetricsOptions {
+  std::string dir;
+  std::string comm;
+  int pid = 0;
+};
+// The pages' counters in the Prometheus text exposition format.
+int runMetrics(const MetricsOptions& o);
+
+// Shared by all of them.
 std::string commHex(uint64_t id);
 bool commMatches(uint64_t id, const std::string& wanted);
 std::string jsonString(const std::string& s);

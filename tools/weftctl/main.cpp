@@ -1,7 +1,7 @@
 // weftctl: inspect and tune weft on this node. `weftctl info` prints the version, build options,
 // devices, an hwloc topology summary and (-c) every setting with where its value came from.
 // `weftctl tune gemv` prints the GEMV + AllReduce tuning table in effect and, given a shape, the
-// path a communicator of that size takes for it. `weftctl queue`, `clean` and `diagnose` read the
+// path a communicator of that size takes for it. `weftctl queue`, `clean`, `diagnose` and `metrics` read the
 // communicators' status pages on this node (inspect.hpp).
 #include <unistd.h>
 
@@ -144,12 +144,19 @@ int main(int argc, char** argv) {
   diagnose->add_option("--comm", diag.comm, "Only this communicator (its id, or leading hex digits of it)");
   diagnose->add_flag("--json", diag.json, "JSON for scripts: the cause, the ranks it names, the paragraph");
   diagnose->add_option("--dir", diag.dir, "Status directory (default: status_dir's)");
+  weftctl::MetricsOptions metricsOpts;
+  auto* metrics = app.add_subcommand("metrics", "The pages' counters in the Prometheus text exposition format");
+  metrics->add_option("--comm", metricsOpts.comm, "Only this communicator (its id, or leading hex digits of it)");
+  metrics->add_option("--pid", metricsOpts.pid, "Only this process's communicators")->check(CLI::PositiveNumber);
+  metrics->add_option("--dir", metricsOpts.dir, "Status directory (default: status_dir's)");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*queue || *clean || *diagnose) {
+    if (*queue || *clean || *diagnose || *metrics) {
       const std::string dir = weft::status::directory(weft::Settings::resolve().getString("status_dir"));
       if (queueOpts.dir.empty()) queueOpts.dir = dir;
+      if (metricsOpts.dir.empty()) metricsOpts.dir = dir;
       if (*queue) return weftctl::runQueue(queueOpts);
+      if (*metrics) return weftctl::runMetrics(metricsOpts);
       if (*clean) return weftctl::runClean(cleanDir.empty() ? dir : cleanDir);
       if (diag.dir.empty()) diag.dir = dir;
       return weftctl::runDiagnose(diag);
