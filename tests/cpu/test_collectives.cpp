@@ -99,6 +99,8 @@ TEST_P(Collectives, OneShotScratchIsReusedSafely) {
     SCOPED_TRACE(protocol);
     const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
       setenv("WEFT_ONESHOT_PROTOCOL", protocol, 1);
+      // Set, not auto: a job with proxy peers leaves the one-shot off unless asked for it.
+      setenv("WEFT_ONESHOT_MAX_BYTES", "64K", 1);
       weft_comm_t comm = initRank(rank, n, id);
       ASSERT_NE(comm, nullptr);
       Buffers b;
