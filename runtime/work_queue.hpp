@@ -24,6 +24,9 @@ class WorkQueue {
   static constexpr uint32_t kMaxWorkers = 1024;  // the engine's `alive` words follow the slots
 
   explicit WorkQueue(uint32_t depth);
+  // Over `memory` (at least bytesFor(depth), zero-filled), which another process made (weftd).
+  WorkQueue(uint32_t depth, transport::ShmSegment memory);
+  static size_t bytesFor(uint32_t depth);
 
   dev::QueueHeader* header() const { return header_; }
   dev::QueueSlot* slots() const { return slots_; }

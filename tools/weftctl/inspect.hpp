@@ -28,6 +28,14 @@ struct DiagnoseOptions {
 };
 int runDiagnose(const DiagnoseOptions& o);
 
+// `weftctl status`: asks the node's weftd (service_dir's).
+struct StatusOptions {
+  std::string dir;
+  bool json = false;
+  double timeoutS = 5;
+};
+int runStatus(const StatusOptions& o);
+
 // Shared by both.
 std::string commHex(uint64_t id);
 bool commMatches(uint64_t id, const std::string& wanted);

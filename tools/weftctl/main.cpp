@@ -2,7 +2,7 @@
 // devices, an hwloc topology summary and (-c) every setting with where its value came from.
 // `weftctl tune gemv` prints the GEMV + AllReduce tuning table in effect and, given a shape, the
 // path a communicator of that size takes for it. `weftctl queue`, `clean` and `diagnose` read the
-// communicators' status pages on this node (inspect.hpp).
+// communicators' status pages on this node (inspect.hpp); `weftctl status` asks the node's weftd.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/config.hpp"
 #include "runtime/gemv_tuning.hpp"
+#include "runtime/service/paths.hpp"
 #include "runtime/topology.hpp"
 #include "transport/net/backend.hpp"
 #include "weft/version.h"
@@ -144,8 +145,18 @@ int main(int argc, char** argv) {
   diagnose->add_option("--comm", diag.comm, "Only this communicator (its id, or leading hex digits of it)");
   diagnose->add_flag("--json", diag.json, "JSON for scripts: the cause, the ranks it names, the paragraph");
   diagnose->add_option("--dir", diag.dir, "Status directory (default: status_dir's)");
+  weftctl::StatusOptions statusOpts;
+  auto* status = app.add_subcommand("status", "The node's weftd: version, pid, uptime, MPS, clients, communicators");
+  status->add_option("--dir", statusOpts.dir, "weftd's runtime directory (default: service_dir's)");
+  status->add_flag("--json", statusOpts.json, "JSON for scripts");
+  status->add_option("--timeout", statusOpts.timeoutS, "Seconds to wait for weftd's answer")
+      ->check(CLI::Range(0.1, 600.0));
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*status) {
+      if (statusOpts.dir.empty()) statusOpts.dir = weft::service::directory(weft::Settings::resolve());
+      return weftctl::runStatus(statusOpts);
+    }
     if (*queue || *clean || *diagnose) {
       const std::string dir = weft::status::directory(weft::Settings::resolve().getString("status_dir"));
       if (queueOpts.dir.empty()) queueOpts.dir = dir;
