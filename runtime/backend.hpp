@@ -24,6 +24,9 @@ class HeapMemory {
   // Throws weft::Error.
   HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t controlBytes,
              const transport::ProxyOptions& proxy);
+  // Over segments another process made (weftd): segments[r] is rank r's, already mapped here.
+  // Every peer is mapped (service mode serves one node). CPU backend only (kNotSupported else).
+  HeapMemory(int rank, std::vector<transport::ShmSegment> segments);
   ~HeapMemory();
   HeapMemory(const HeapMemory&) = delete;
   HeapMemory& operator=(const HeapMemory&) = delete;

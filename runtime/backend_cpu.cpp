@@ -24,6 +24,10 @@ HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& path
   impl_->peers = std::make_unique<transport::PeerTable>(ex, paths, bytes, proxy);
 }
 
+HeapMemory::HeapMemory(int rank, std::vector<transport::ShmSegment> segments) : impl_(std::make_unique<Impl>()) {
+  impl_->peers = std::make_unique<transport::PeerTable>(rank, std::move(segments));
+}
+
 HeapMemory::~HeapMemory() = default;
 uint8_t* HeapMemory::base(int rank) const { return impl_->peers->base(rank); }
 uint8_t* const* HeapMemory::engineBases() const { return impl_->peers->engineBases(); }

@@ -25,6 +25,10 @@
 
 namespace weft {
 
+namespace service {
+class Client;
+}
+
 // oneshot_protocol as a threshold on the bytes a one-shot AllReduce sends (input x peers).
 constexpr uint64_t kLinesAlways = 0, kLinesNever = UINT64_MAX;
 
@@ -67,7 +71,7 @@ class Comm {
   Code asyncError(std::string* message) const;
 
  private:
-  Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
+  Comm(int rank, int nranks, const Settings& s);
   // The status page (status_pages), named after the unique id so that every rank's page carries
   // the same communicator id. Without one (a directory it may not use), the job runs on.
   void startStatusPage(const UniqueId& id, const std::string& dir);
@@ -98,6 +102,9 @@ class Comm {
   const int rank_;
   const int nranks_;
   Settings settings_;
+  // Service mode: the connection to weftd, which made the heap and queue (null: embedded). It
+  // outlives the engine, so that weftd hears of a clean end only once the engine has stopped.
+  std::unique_ptr<service::Client> daemon_;
   HostIdentity host_;
   std::unique_ptr<Bootstrap> boot_;
   std::vector<transport::Path> paths_;
