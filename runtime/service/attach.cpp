@@ -11,7 +11,14 @@ std::unique_ptr<Client> findDaemon(const Settings& s, std::string* why) {
   ConnectStatus st;
   const std::string dir = directory(s);
 
-  return Client::connect(dir, Role::kLibrary, s.getDouble("bootstrap_timeout_s"), &st, why);
+  try {
+    return Client::connect(dir, Role::kLibrary, s.getDouble("bootstrap_timeout_s"), &st, why);
+  } catch (const Error& e) {
+    // A weftd that refuses this process (another user's), or answers nonsense: `decide` says so
+    // (service=on) or runs the communicator embedded (auto).
+    *why = e.what();
+    return nullptr;
+  }
 }
 
 bool decide(const Settings& s, const std::vector<RankFinding>& all, int me, const std::string& whyMine) {

@@ -14,8 +14,8 @@
 
 namespace weft::service {
 
-// A connection to the weftd of service_dir, or null: service=off, or none answers (*why says).
-// Throws where a weftd answers and refuses this process.
+// A connection to the weftd of service_dir, or null: service=off, or none answers or one refuses
+// this process (*why says).
 std::unique_ptr<Client> findDaemon(const Settings& s, std::string* why);
 
 struct RankFinding {

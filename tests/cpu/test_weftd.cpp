@@ -19,6 +19,7 @@
 #include "runtime/service/client.hpp"
 #include "support/weftd_process.hpp"
 #include "weft/version.h"
+#include "weft/weft.h"
 
 namespace weft::test {
 namespace {
@@ -251,6 +252,22 @@ TEST(Weftd, AnotherUsersClientIsRefused) {
   };
   EXPECT_EQ(tryAs(kNobody), 10);
   EXPECT_EQ(tryAs(12345), 0);
+  // Through the C API: service=on fails init naming the refusal; auto runs embedded.
+  const auto initAs = [&](const char* mode) {
+    return asUser(kNobody, kNobody, [&] {
+      setenv("WEFT_SERVICE_DIR", d.dir().c_str(), 1);
+      setenv("WEFT_SERVICE", mode, 1);
+      weft_unique_id_t id;
+      if (weft_get_unique_id(&id) != WEFT_SUCCESS) return 5;
+      weft_comm_t comm = nullptr;
+      const weft_result_t r = weft_comm_init_rank(&comm, 1, id, 0, nullptr);
+      if (r == WEFT_SUCCESS) return weft_comm_destroy(comm) == WEFT_SUCCESS ? 0 : 6;
+      const bool named = std::string(weft_get_last_error(nullptr)).find("is not one of them") != std::string::npos;
+      return r == WEFT_ERR_INVALID_USAGE && named ? 10 : 7;
+    });
+  };
+  EXPECT_EQ(initAs("on"), 10);
+  EXPECT_EQ(initAs("auto"), 0);
   EXPECT_NE(d.output().find("refused pid"), std::string::npos) << d.output();
   EXPECT_TRUE(answers(d));
 }
