@@ -82,6 +82,7 @@ struct Daemon::Impl {
   std::vector<std::unique_ptr<Conn>> conns;
   CommRegistry registry;
   bool draining = false;
+  uint64_t acceptPausedUntilNs = 0;  // out of descriptors: the listener rests until then
 
   void prepareDirectory();
   void takeLock();
@@ -169,6 +170,13 @@ bool Daemon::Impl::allowed(const PeerCred& p) const {
 void Daemon::Impl::acceptAll() {
   for (;;) {
     const int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+      // The waiting connection stays queued and the listener readable: without a rest the loop
+      // would spin on it until a descriptor is free.
+      WEFT_LOG(kWarn, kService, "out of file descriptors with {} connections; accepting again in 100 ms", conns.size());
+      acceptPausedUntilNs = status::monotonicNs() + 100000000ull;
+      return;
+    }
     if (fd < 0) return;  // EAGAIN: none waiting; anything else is the client's connection only
     auto c = std::make_unique<Conn>();
     c->ch = Channel(fd);
@@ -290,7 +298,8 @@ void Daemon::serve(int stopFd) {
   for (;;) {
     fds.clear();
     fds.push_back({stopFd, POLLIN, 0});
-    fds.push_back({d.listenFd, static_cast<short>(d.listenFd >= 0 ? POLLIN : 0), 0});
+    const bool accepting = d.listenFd >= 0 && status::monotonicNs() >= d.acceptPausedUntilNs;
+    fds.push_back({d.listenFd, static_cast<short>(accepting ? POLLIN : 0), 0});
     for (const auto& c : d.conns) fds.push_back({c->ch.fd(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throwSystemError("weftd: poll");
     const uint64_t now = status::monotonicNs();

@@ -123,8 +123,7 @@ void FrameReader::feed(const uint8_t* data, size_t n, std::vector<int>&& fds) {
   if (!bad_.empty()) return;
   // Descriptors come only with a message's first bytes (the sender passes them with its header).
   if (!fds.empty() && have_ != 0) bad_ = "descriptors arrived in the middle of a message";
-  if (n > want()) n = want();
-  while (n > 0 && bad_.empty()) {
+  while (n > 0 && bad_.empty() && want() > 0) {
     if (have_ < sizeof(Header)) {
       const size_t take = n < sizeof(Header) - have_ ? n : sizeof(Header) - have_;
       memcpy(headerBytes_ + have_, data, take);
@@ -137,9 +136,11 @@ void FrameReader::feed(const uint8_t* data, size_t n, std::vector<int>&& fds) {
         if (bad_.empty()) body_.reserve(header_.bodyBytes);
       }
     } else {
-      body_.insert(body_.end(), data, data + n);
-      have_ += n;
-      n = 0;
+      const size_t take = n < want() ? n : want();
+      body_.insert(body_.end(), data, data + take);
+      have_ += take;
+      data += take;
+      n -= take;
     }
   }
 }

@@ -143,7 +143,8 @@ class FrameReader {
   enum class Result { kNeedMore, kFrame, kBad };
   // How many bytes the reader wants next (at most), so that it never reads past a frame.
   size_t want() const;
-  // Takes `n` bytes (n <= want()) and the descriptors that arrived with them.
+  // Takes `n` bytes and the descriptors that arrived with them; bytes past the end of the current
+  // frame are not taken (callers read at most want() bytes, so none come).
   void feed(const uint8_t* data, size_t n, std::vector<int>&& fds);
   // kFrame: *out holds the next message. kBad: *why says what was wrong; the connection must go.
   Result next(Frame* out, std::string* why);

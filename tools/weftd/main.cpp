@@ -4,6 +4,7 @@
 // communicators end (service_drain_s at most), exit 0.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -60,6 +61,12 @@ int main(int argc, char** argv) {
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
     signal(SIGPIPE, SIG_IGN);
+    // Each connection and each attached rank's memory holds descriptors: take what the hard limit allows.
+    struct rlimit files {};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &files);
+    }
     weft::service::Daemon daemon(weft::service::DaemonOptions::from(s));
     daemon.serve(pipeFds[0]);
     WEFT_LOG(kInfo, kService, "weftd (pid {}) exits", getpid());
