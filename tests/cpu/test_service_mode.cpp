@@ -141,10 +141,15 @@ TEST(ServiceMode, TwoJobsRunEveryOpIdenticallyToEmbedded) {
     weft_comm_t embedded = initRank(rank, n, ids[jobA ? 2 : 3]);
     ASSERT_NE(embedded, nullptr);
     if (rank == 0) {
-      // weftd holds both jobs' communicators (this one's at least) while they run.
+      // weftd holds both jobs' communicators (this one's at least) while they run, and weftctl
+      // status lists this one with its ranks.
       const auto s = statusOf(d);
       EXPECT_GE(s.head.comms, 1u);
       EXPECT_GT(s.head.heldBytes, 0u);
+      int rc = 0;
+      const std::string out = runCommand(std::string(WEFT_TEST_WEFTCTL) + " status --dir " + d.dir(), 30, &rc);
+      EXPECT_EQ(rc, 0) << out;
+      EXPECT_NE(out.find("of " + std::to_string(n) + " ranks attached"), std::string::npos) << out;
     }
     const auto viaWeftd = everyOp(served, rank, n, seed);
     const auto inProcess = everyOp(embedded, rank, n, seed);

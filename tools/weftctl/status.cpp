@@ -1,6 +1,11 @@
 // weftctl status: what the node's weftd says of itself (version, pid, uptime, MPS) and of its
 // connections (clients, the communicator rank each has attached).
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 #include "inspect.hpp"
@@ -40,6 +45,20 @@ int runStatus(const StatusOptions& o) {
   std::printf("MPS: %s\n", h.mps);
   std::printf("clients: %u, communicators: %u, shared memory held: %llu bytes\n", h.clients, h.comms,
               static_cast<unsigned long long>(h.heldBytes));
+  // Communicators by id, with the ranks weftd has attached (a rank that is gone is not listed).
+  std::map<uint64_t, std::pair<int, std::vector<int>>> comms;
+  for (const auto& r : s.rows)
+    if (r.rank >= 0) {
+      comms[r.commId].first = r.nranks;
+      comms[r.commId].second.push_back(r.rank);
+    }
+  for (auto& [id, c] : comms) {
+    std::sort(c.second.begin(), c.second.end());
+    std::string ranks;
+    for (int r : c.second) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    std::printf("communicator %s: %zu of %d ranks attached (%s)\n", commHex(id).c_str(), c.second.size(), c.first,
+                ranks.c_str());
+  }
   if (s.rows.empty()) return 0;
   std::printf("  %-8s %-6s %-8s %-18s %-8s %s\n", "pid", "uid", "role", "communicator", "rank", "connected");
   for (const auto& r : s.rows) {
