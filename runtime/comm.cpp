@@ -13,6 +13,7 @@
 #include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemv_allreduce_device.hpp"
 #include "service/attach.hpp"
+#include "service/staging.hpp"
 #include "status_page.hpp"
 #include "weft/version.h"
 
@@ -217,14 +218,31 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     // them is the same as embedded.
     uint8_t idBytes[kUniqueIdBytes];
     id.encode(idBytes);
-    const service::Attach a{status::commId(idBytes, sizeof idBytes), rank, nranks,
-                            c->layout_.controlBytes() + mine.heapBytes, WorkQueue::bytesFor(depth)};
+    service::Attach a{};
+    a.commId = status::commId(idBytes, sizeof idBytes);
+    a.rank = rank;
+    a.nranks = nranks;
+    a.heapBytes = c->layout_.controlBytes() + mine.heapBytes;
+    a.queueDepth = depth;
+    a.workers = static_cast<uint32_t>(s.getInt("persistent_ctas"));
+    a.inboxSlots = c->layout_.inboxSlots;
+    a.tileBytes = c->layout_.tileBytes;
+    a.oneShotBytes = c->layout_.oneShotBytes;
+    a.timeoutNs = c->timeoutNs_;
+    a.stagingBytes = static_cast<uint64_t>(s.getInt("service_staging_bytes"));
     service::Client::Attachment got = c->daemon_->attach(a);
     // No rank goes on (and could end) before every rank has attached: weftd lets a communicator
     // go once none of its ranks is attached.
     c->boot_->barrier();
     c->heap_ = std::make_unique<SymmetricHeap>(rank, std::move(got.heaps), mine.heapBytes, c->layout_);
     c->queue_ = std::make_unique<WorkQueue>(depth, std::move(got.queue));
+    if (got.engineInWeftd) {
+      c->staging_ = std::make_unique<service::Staging>(std::move(got.staging), got.weftdStagingBase,
+                                                       c->heap_->base(rank), a.heapBytes, got.weftdHeapBase);
+      // weftd runs the engine: a weftd that goes fails the ops at once instead of at the stall bound.
+      WorkQueue* queue = c->queue_.get();
+      c->daemon_->watch([queue, pid = c->daemon_->welcome().pid] { queue->failWeftdGone(pid); });
+    }
   } else {
     c->daemon_.reset();
     c->heap_ = std::make_unique<SymmetricHeap>(*c->boot_, c->paths_, mine.heapBytes, c->layout_, proxy);
@@ -254,7 +272,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     sharers += mine.device[0] != '\0' && r.hostHash == mine.hostHash && strcmp(r.device, mine.device) == 0;
   }
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")),
-                                        s.getString("engine"), sharers, c->heap_->proxy() != nullptr);
+                                        c->staging_ ? std::string("weftd") : s.getString("engine"), sharers,
+                                        c->heap_->proxy() != nullptr);
   if (s.getInt("status_pages")) c->startStatusPage(id, s.getString("status_dir"));
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes{}", rank, nranks, c->host_.hostname,
            c->engine_->describe(), c->queue_->depth(), c->tileBytes_, c->daemon_ ? ", heap and queue from weftd" : "");
@@ -285,11 +304,12 @@ Comm::~Comm() {
   const bool aborted = queue_ && gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->abort) != 0;
   if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
   if (engine_) engine_->raise(&dev::EngineControl::stop);
+  // weftd's engine (where it runs this rank's) has stopped once the detach returns.
+  if (daemon_) daemon_->detach();
   engine_.reset();
   // Once the engine posts no more: what it posted still goes to the peers (they may wait for it),
   // unless the communicator was aborted.
   if (proxy) proxy->stop(/*drain=*/!aborted);
-  if (daemon_) daemon_->detach();
 }
 
 Comm::Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
@@ -352,7 +372,18 @@ void Comm::requireHealthy() const {
     throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
 }
 
-Code Comm::submit(const dev::OpDesc& d, uint64_t bytes, void* stream, bool capturing) {
+Code Comm::submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing) {
+  if (!staging_) return submitHere(desc, bytes, stream, capturing);
+  // weftd's engine reads the op's inputs through the staging segment: one op at a time in it.
+  std::lock_guard<std::mutex> lock(stagingMutex_);
+  dev::OpDesc d = desc;
+  staging_->prepare(d, nranks_);
+  const Code c = submitHere(d, bytes, stream, capturing);
+  staging_->finish();
+  return c;
+}
+
+Code Comm::submitHere(const dev::OpDesc& d, uint64_t bytes, void* stream, bool capturing) {
   requireHealthy();
   uint64_t ticket;
   Status st;

@@ -27,7 +27,8 @@ namespace weft {
 
 namespace service {
 class Client;
-}
+class Staging;
+}  // namespace service
 
 // oneshot_protocol as a threshold on the bytes a one-shot AllReduce sends (input x peers).
 constexpr uint64_t kLinesAlways = 0, kLinesNever = UINT64_MAX;
@@ -82,6 +83,8 @@ class Comm {
   // Hands the op to the engine, or into the graph `stream` is capturing. `bytes`: what it writes
   // on this rank (for the status page).
   Code submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
+  // submit's work, with the descriptor as the engine reads it.
+  Code submitHere(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
   // The GEMV + AllReduce's blas path: the vendor BLAS's GEMV, where the engine has one (else false).
   bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
@@ -105,6 +108,9 @@ class Comm {
   // Service mode: the connection to weftd, which made the heap and queue (null: embedded). It
   // outlives the engine, so that weftd hears of a clean end only once the engine has stopped.
   std::unique_ptr<service::Client> daemon_;
+  // Where weftd runs the engine: how the ops' inputs outside the heap reach it (null otherwise).
+  std::unique_ptr<service::Staging> staging_;
+  std::mutex stagingMutex_;
   HostIdentity host_;
   std::unique_ptr<Bootstrap> boot_;
   std::vector<transport::Path> paths_;

@@ -109,6 +109,10 @@ const std::vector<SettingSpec>& settingSpecs() {
        "weftd: comma list of other uids it serves besides its own (their connections are checked by SO_PEERCRED)"},
       {"service_allow_gids", SettingType::kString, "",
        "weftd: comma list of groups whose members it serves (primary or supplementary group of the peer)"},
+      {"service_staging_bytes", SettingType::kSize, "64M",
+       "Service mode: a rank's staging segment, through which weftd's engine reads the inputs of an op that are "
+       "not in the symmetric heap; 0: the rank runs its engine itself (weftd then only makes the memory)",
+       0, 68719476736.0},
       {"service_drain_s", SettingType::kDouble, "30",
        "weftd: on SIGTERM, how long it waits for attached communicators to end before it exits", 0, 86400},
       {"log_level", SettingType::kString, "warn", "error, warn, info, debug or trace"},

@@ -113,6 +113,14 @@ void WorkQueue::noteProgress(uint64_t ticket, uint64_t now) {
     gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, now);
 }
 
+void WorkQueue::failWeftdGone(int pid) {
+  dev::CommView v;
+  v.queue = header_;
+  dev::recordFailure(v, dev::WaitSite{0, 0, -1, dev::WaitWhat::kPeerGone}, Status::kTransport, 0,
+                     static_cast<uint64_t>(pid));
+  gpu::atomicStore<gpu::Order::kRelease>(&header_->abort, 1u);
+}
+
 void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed) {
   dev::CommView v;  // host-side: no engine control words, only the header
   v.queue = header_;
@@ -176,6 +184,9 @@ std::string failureText(const dev::WaitRecord& r) {
     return op + "indices: " + std::to_string(static_cast<int64_t>(r.observed)) + " is not a row of table " +
            std::to_string(r.item) + " (" + std::to_string(r.expected) + " rows)";
   }
+  if (static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPeerGone && r.peer < 0)
+    return "weftd (pid " + std::to_string(r.observed) +
+           "), which ran this communicator's engine, has ended; every op of the communicator fails";
   if (static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPeerGone)
     return "rank " + std::to_string(r.peer) + "'s process (pid " + std::to_string(r.observed) +
            ") ended without destroying the communicator (weftd saw its connection close); every op of the "

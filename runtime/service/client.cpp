@@ -1,9 +1,11 @@
 #include "client.hpp"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include "common/error.hpp"
 #include "paths.hpp"
+#include "runtime/work_queue.hpp"
 #include "weft/version.h"
 
 namespace weft::service {
@@ -62,22 +64,53 @@ Client::Attachment Client::attach(const Attach& a) {
   if (!decodeAttached(f, &got, &bad)) throw Error(Code::kTransport, "weftd's attach reply: " + bad);
   if (got.commId != a.commId || got.rank != a.rank || got.nranks != a.nranks)
     throw Error(Code::kTransport, "weftd attached another communicator rank than asked for");
-  // Descriptors: this rank's heap, its queue, then the other ranks' heaps in rank order.
+  // Descriptors: this rank's heap, its queue, its staging (engine in weftd), then the other ranks'
+  // heaps in rank order.
   Attachment out;
   out.heaps.resize(static_cast<size_t>(a.nranks));
   out.heaps[a.rank] =
       transport::ShmSegment::map(f.fds[0], a.heapBytes, "weftd's heap segment of rank " + std::to_string(a.rank));
-  out.queue = transport::ShmSegment::map(f.fds[1], a.queueBytes, "weftd's work queue");
-  for (int r = 0, i = 2; r < a.nranks; ++r)
+  out.queue = transport::ShmSegment::map(f.fds[1], WorkQueue::bytesFor(a.queueDepth), "weftd's work queue");
+  int i = 2;
+  if (got.engineInWeftd) {
+    out.engineInWeftd = true;
+    out.staging = transport::ShmSegment::map(f.fds[i++], a.stagingBytes, "weftd's staging segment");
+    out.weftdHeapBase = got.heapBase;
+    out.weftdStagingBase = got.stagingBase;
+  }
+  for (int r = 0; r < a.nranks; ++r)
     if (r != a.rank)
       out.heaps[r] =
           transport::ShmSegment::map(f.fds[i++], a.heapBytes, "weftd's heap segment of rank " + std::to_string(r));
   return out;  // the Frame closes the descriptors; the mappings stay
 }
 
+void Client::watch(std::function<void()> onGone) {
+  watching_ = true;
+  const int fd = ch_.fd();
+  watcher_ = std::thread([this, fd, onGone = std::move(onGone)] {
+    while (watching_.load(std::memory_order_acquire)) {
+      pollfd p{fd, POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 100) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+        onGone();
+        return;
+      }
+    }
+  });
+}
+
+void Client::stopWatching() {
+  watching_.store(false, std::memory_order_release);
+  if (watcher_.joinable()) watcher_.join();
+}
+
+Client::~Client() { stopWatching(); }
+
 void Client::detach() noexcept {
+  stopWatching();  // weftd's answer below is no sign of its end
   try {
     ch_.send(MsgType::kDetach, nullptr, 0, net::deadlineIn(timeoutS_));
+    expect(MsgType::kDetached);
   } catch (...) {
   }
   ch_.close();

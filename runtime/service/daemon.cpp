@@ -227,12 +227,12 @@ void Daemon::Impl::handle(Conn& c, Frame& f) {
       if (c.role != Role::kLibrary || c.attached)
         throw Error(Code::kInvalidUsage, "attach: one communicator rank per library connection");
       if (draining) throw Error(Code::kInvalidUsage, "weftd is draining (SIGTERM) and attaches nothing new");
-      const std::vector<int> fds = registry.attach(c.cred.uid, c.cred.pid, a);
+      Attached out{};
+      const std::vector<int> fds = registry.attach(c.cred.uid, c.cred.pid, a, &out);
       c.attached = true;
       c.commId = a.commId;
       c.rank = a.rank;
       c.nranks = a.nranks;
-      const Attached out{a.commId, a.rank, a.nranks};
       reply(c, MsgType::kAttached, &out, sizeof out, fds);
       return;
     }
@@ -240,6 +240,7 @@ void Daemon::Impl::handle(Conn& c, Frame& f) {
       if (!c.attached || c.detached) throw Error(Code::kInvalidUsage, "detach: nothing attached");
       c.detached = true;
       registry.detach(c.cred.uid, c.commId, c.rank);
+      reply(c, MsgType::kDetached, nullptr, 0);
       return;
     default:
       throw Error(Code::kInvalidUsage,

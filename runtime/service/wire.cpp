@@ -10,7 +10,7 @@ namespace {
 
 // The body size a type must have; for kStatusReply the smallest (rows follow).
 bool knownType(uint16_t t) {
-  return t >= static_cast<uint16_t>(MsgType::kHello) && t <= static_cast<uint16_t>(MsgType::kDetach);
+  return t >= static_cast<uint16_t>(MsgType::kHello) && t <= static_cast<uint16_t>(MsgType::kDetached);
 }
 
 size_t fixedBody(MsgType t) {
@@ -23,6 +23,7 @@ size_t fixedBody(MsgType t) {
       return sizeof(Refused);
     case MsgType::kStatusRequest:
     case MsgType::kDetach:
+    case MsgType::kDetached:
       return 0;
     case MsgType::kStatusReply:
       return sizeof(StatusHead);
@@ -206,9 +207,12 @@ bool decodeAttach(const Frame& f, Attach* out, std::string* why) {
            " is out of range (at most " + std::to_string(kMaxFds - 1) + " ranks per node)";
     return false;
   }
-  if (out->heapBytes == 0 || out->heapBytes > kMaxSegmentBytes || out->queueBytes == 0 ||
-      out->queueBytes > kMaxSegmentBytes) {
-    *why = "attach: heap or queue size out of range";
+  const bool tileOk = out->tileBytes >= 256 && out->tileBytes <= (uint64_t{1} << 26) && out->tileBytes % 256 == 0;
+  if (out->heapBytes == 0 || out->heapBytes > kMaxSegmentBytes || out->queueDepth < 2 || out->queueDepth > 65536 ||
+      out->workers < 1 || out->workers > 1024 || out->inboxSlots < 1 || out->inboxSlots > 1024 || !tileOk ||
+      out->oneShotBytes > (uint64_t{1} << 28) || out->timeoutNs < 1000000 ||
+      out->timeoutNs > uint64_t{86400} * 1000000000 || out->stagingBytes > (uint64_t{1} << 36)) {
+    *why = "attach: a size, depth, worker count or timeout is out of range";
     return false;
   }
   return true;
@@ -216,8 +220,8 @@ bool decodeAttach(const Frame& f, Attach* out, std::string* why) {
 
 bool decodeAttached(const Frame& f, Attached* out, std::string* why) {
   if (!bodyAs(f, MsgType::kAttached, out, why)) return false;
-  if (out->nranks < 1 || out->rank < 0 || out->rank >= out->nranks ||
-      f.fds.size() != static_cast<size_t>(out->nranks) + 1) {
+  if (out->nranks < 1 || out->rank < 0 || out->rank >= out->nranks || out->engineInWeftd > 1 ||
+      f.fds.size() != static_cast<size_t>(out->nranks) + 1 + out->engineInWeftd) {
     *why = "attached: rank, size and descriptors disagree";
     return false;
   }

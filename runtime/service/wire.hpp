@@ -29,6 +29,7 @@ enum class MsgType : uint16_t {
   kAttach = 6,         // client -> weftd: a rank of a communicator (Attach)
   kAttached = 7,       // weftd -> client: its heap and queue (Attached, fds: heap, queue)
   kDetach = 8,         // client -> weftd: no body; the communicator ends cleanly (no fault when it closes)
+  kDetached = 9,       // weftd -> client: no body; weftd's engine of the rank has stopped
 };
 
 struct Header {
@@ -93,24 +94,36 @@ struct StatusRow {
 };
 static_assert(sizeof(StatusRow) == 40, "StatusRow is a wire struct");
 
-// Written by the library, read by weftd.
+// Written by the library, read by weftd. The layout fields are what the rank's engine needs
+// (dev::HeapLayout); weftd checks that the heap holds their control area.
 struct Attach {
   uint64_t commId;  // the same on every rank (status::commId of the unique id)
   int32_t rank;
   int32_t nranks;
   uint64_t heapBytes;   // each rank's segment, control area included
-  uint64_t queueBytes;  // the rank's work queue segment
+  uint32_t queueDepth;  // the rank's work queue: slots
+  uint32_t workers;     // engine workers (persistent_ctas)
+  uint32_t inboxSlots;  // dev::HeapLayout
+  uint32_t reserved;
+  uint64_t tileBytes;     // dev::HeapLayout
+  uint64_t oneShotBytes;  // dev::HeapLayout
+  uint64_t timeoutNs;     // bound of every wait of the engine
+  uint64_t stagingBytes;  // staging segment for inputs outside the heap (weftd's engine)
 };
-static_assert(sizeof(Attach) == 32, "Attach is a wire struct");
+static_assert(sizeof(Attach) == 72, "Attach is a wire struct");
 
-// Written by weftd; the descriptors of the rank's own heap segment and queue follow, then every
-// other rank's heap segment in rank order (nranks + 1 in all).
+// Written by weftd. Descriptors: the rank's heap segment, its queue, its staging segment (only
+// where weftd runs the engine), then every other rank's heap segment in rank order.
 struct Attached {
   uint64_t commId;
   int32_t rank;
   int32_t nranks;
+  uint32_t engineInWeftd;  // 1: weftd runs the rank's engine; 0: the rank runs it
+  uint32_t reserved;
+  uint64_t heapBase;     // the rank's heap in weftd's address space (engineInWeftd)
+  uint64_t stagingBase;  // its staging segment in weftd's address space (engineInWeftd)
 };
-static_assert(sizeof(Attached) == 16, "Attached is a wire struct");
+static_assert(sizeof(Attached) == 40, "Attached is a wire struct");
 
 // A whole message as it arrived; owns its descriptors until they are taken.
 struct Frame {

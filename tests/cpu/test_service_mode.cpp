@@ -1,10 +1,12 @@
-// Service mode on the CPU backend: communicators whose heap and queue weftd makes, behind the
-// unchanged C API. Two jobs through one weftd run every op with results identical, bit for bit,
-// to the same ops in embedded mode; a rank that dies fails its peers' ops at once with a named
-// error while weftd serves on and lets the memory go; weftd's own death stops no job.
+// Service mode on the CPU backend: communicators whose heap and queue weftd makes and whose engine
+// it runs, behind the unchanged C API. Two jobs through one weftd run every op with results
+// identical, bit for bit, to the same ops in embedded mode; a rank that dies fails its peers' ops
+// at once with a named error while weftd serves on and lets the memory go; a weftd that dies fails
+// its ranks' ops at once, naming it (or stops nothing, where the ranks run their own engines).
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -163,6 +165,7 @@ TEST(ServiceMode, TwoJobsRunEveryOpIdenticallyToEmbedded) {
   clearService();
   EXPECT_TRUE(releasesEverything(d));
   EXPECT_EQ(d.stop(SIGTERM, 20), 0) << d.output();
+  EXPECT_NE(d.output().find("engine in weftd"), std::string::npos) << d.output();
 }
 
 TEST(ServiceMode, ARankThatDiesFailsItsPeersAtOnce) {
@@ -231,12 +234,77 @@ TEST(ServiceMode, OnWithoutAWeftdNamesTheDirectory) {
   clearService();
 }
 
-TEST(ServiceMode, AJobOutlivesAKilledWeftdAndARestartedOneServes) {
+TEST(ServiceMode, AKilledWeftdFailsItsRanksOpsAtOnce) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  const pid_t daemon = d.pid();
+  useService(d, "on");
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 60;  // far longer than the failure may take
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    std::vector<float> x(1000, 1.0f);
+    if (rank == 0) {
+      // The other rank's first op pairs with this one and may end either way.
+      WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr));
+      ::kill(daemon, SIGKILL);
+    }
+    // weftd ran the engine: the ops fail, naming it, within a moment of its end.
+    const auto start = Clock::now();
+    weft_result_t r = WEFT_SUCCESS;
+    for (int i = 0; i < 100000 && r == WEFT_SUCCESS; ++i)
+      r = weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr);
+    EXPECT_NE(r, WEFT_SUCCESS);
+    EXPECT_NE(std::string(weft_get_last_error(comm)).find("weftd (pid " + std::to_string(daemon) + ")"),
+              std::string::npos)
+        << weft_get_last_error(comm);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_EQ(async, WEFT_ERR_TRANSPORT);
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  }));
+  clearService();
+  EXPECT_EQ(d.stop(0, 20), -SIGKILL);
+}
+
+TEST(ServiceMode, InputsOutsideTheHeapMustFitTheStagingSegment) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  useService(d, "on");
+  setenv("WEFT_SERVICE_STAGING_BYTES", "1M", 1);
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* heap = nullptr;
+    const size_t count = 512 * 1024;  // 2 MB of float32
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 2 * count * sizeof(float), &heap));
+    std::vector<float> x(count, static_cast<float>(rank + 1));
+    auto* y = static_cast<float*>(heap);
+    EXPECT_TRUE(failsWith(weft_allreduce(comm, x.data(), y, count, WEFT_FLOAT32, nullptr), WEFT_ERR_INVALID_ARGUMENT,
+                          "sendbuf: 2097152 bytes outside the symmetric heap"));
+    // Nothing ran: the communicator is fine, and the same input from the heap needs no staging.
+    float* inHeap = y + count;
+    std::copy(x.begin(), x.end(), inHeap);
+    WEFT_ASSERT_OK(weft_allreduce(comm, inHeap, y, count, WEFT_FLOAT32, nullptr));
+    EXPECT_EQ(y[count - 1], 3.0f);
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  }));
+  unsetenv("WEFT_SERVICE_STAGING_BYTES");
+  clearService();
+}
+
+TEST(ServiceMode, AJobWithItsOwnEngineOutlivesAKilledWeftd) {
   auto d = std::make_unique<WeftdProcess>();
   ASSERT_TRUE(d->started()) << d->output();
   const std::string dir = d->dir();
   const pid_t daemon = d->pid();
   useService(*d, "on");
+  // service_staging_bytes 0: the ranks run their engines; weftd only made the memory.
+  setenv("WEFT_SERVICE_STAGING_BYTES", "0", 1);
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
     weft_config_t config = WEFT_CONFIG_INITIALIZER;
     config.timeout_s = 10;
@@ -253,6 +321,7 @@ TEST(ServiceMode, AJobOutlivesAKilledWeftdAndARestartedOneServes) {
     EXPECT_EQ(static_cast<float*>(y)[4242], 3.0f);
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
   }));
+  unsetenv("WEFT_SERVICE_STAGING_BYTES");
   EXPECT_EQ(d->stop(0, 20), -SIGKILL);
   // A new communicator finds the dead weftd's socket and says so.
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {

@@ -107,7 +107,18 @@ TEST(ServiceWire, BodiesAreCheckedFieldByField) {
   memset(f.body.data() + offsetof(Hello, version), 'x', sizeof h.version);
   f.body[0] = 1;
   EXPECT_FALSE(decodeHello(f, &h, &why));
-  Attach a{77, 4, 4, 1 << 20, 4096};
+  Attach a{};
+  a.commId = 77;
+  a.rank = 4;
+  a.nranks = 4;
+  a.heapBytes = 1 << 20;
+  a.queueDepth = 64;
+  a.workers = 2;
+  a.inboxSlots = 8;
+  a.tileBytes = 65536;
+  a.oneShotBytes = 65536;
+  a.timeoutNs = 30000000000ull;
+  a.stagingBytes = 1 << 20;
   f.type = MsgType::kAttach;
   f.body.assign(reinterpret_cast<uint8_t*>(&a), reinterpret_cast<uint8_t*>(&a) + sizeof a);
   Attach out{};
@@ -118,6 +129,10 @@ TEST(ServiceWire, BodiesAreCheckedFieldByField) {
   memcpy(f.body.data(), &a, sizeof a);
   EXPECT_FALSE(decodeAttach(f, &out, &why));
   a.heapBytes = 1 << 20;
+  a.tileBytes = 1000;  // not a multiple of 256
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttach(f, &out, &why));
+  a.tileBytes = 65536;
   memcpy(f.body.data(), &a, sizeof a);
   EXPECT_TRUE(decodeAttach(f, &out, &why)) << why;
   // A message of another type is not read as this one.
