@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -268,6 +269,25 @@ TEST(Weftd, AnotherUsersClientIsRefused) {
   };
   EXPECT_EQ(initAs("on"), 10);
   EXPECT_EQ(initAs("auto"), 0);
+  // An allowed user gets its memory from weftd but runs its engine itself (weftd follows no
+  // pointer of another user's).
+  const int allowed = asUser(12345, 12345, [&] {
+    setenv("WEFT_SERVICE_DIR", d.dir().c_str(), 1);
+    setenv("WEFT_SERVICE", "on", 1);
+    weft_unique_id_t id;
+    weft_comm_t comm = nullptr;
+    if (weft_get_unique_id(&id) != WEFT_SUCCESS || weft_comm_init_rank(&comm, 1, id, 0, nullptr) != WEFT_SUCCESS)
+      return 5;
+    void* y = nullptr;
+    std::vector<float> x(1000, 2.0f);
+    const bool ok = weft_mem_alloc(comm, 4096, &y) == WEFT_SUCCESS &&
+                    weft_allreduce(comm, x.data(), y, 1000, WEFT_FLOAT32, nullptr) == WEFT_SUCCESS &&
+                    static_cast<float*>(y)[999] == 2.0f;
+    return weft_comm_destroy(comm) == WEFT_SUCCESS && ok ? 0 : 6;
+  });
+  EXPECT_EQ(allowed, 0);
+  EXPECT_NE(d.output().find("uid 12345, pid"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("engine in the rank"), std::string::npos) << d.output();
   EXPECT_NE(d.output().find("refused pid"), std::string::npos) << d.output();
   EXPECT_TRUE(answers(d));
 }
