@@ -11,7 +11,7 @@ weftd=$1 weftctl=$2 demo=$3
 skip() { echo "slurm_check: SKIPPED ($*)"; exit 0; }
 fail() { echo "slurm_check: FAILED: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
 [ "$(id -u)" = 0 ] || skip "needs root to run slurmctld and slurmd"
-for b in munged slurmctld slurmd srun sinfo; do command -v $b >/dev/null || skip "$b is not installed"; done
+for b in munged slurmctld slurmd srun salloc sinfo python3; do command -v $b >/dev/null || skip "$b is not installed"; done
 
 dir=$(mktemp -d /tmp/weft-slurm-XXXXXX)
 chmod 0755 "$dir"
