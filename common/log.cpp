@@ -29,7 +29,7 @@ struct SubsysName {
 constexpr SubsysName kSubsysNames[] = {
     {"init", kInit},     {"bootstrap", kBootstrap}, {"heap", kHeap}, {"queue", kQueue}, {"engine", kEngine},
     {"p2p", kP2p},       {"proxy", kProxy},         {"ucx", kUcx},   {"ofi", kOfi},     {"api", kApi},
-    {"config", kConfig},
+    {"config", kConfig}, {"service", kService},
 };
 constexpr const char* kLevelNames[] = {"error", "warn", "info", "debug", "trace"};
 

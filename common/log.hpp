@@ -26,6 +26,7 @@ enum Subsys : uint32_t {
   kOfi = 1u << 8,
   kApi = 1u << 9,
   kConfig = 1u << 10,
+  kService = 1u << 11,
   kAll = 0xffffffffu,
 };
 

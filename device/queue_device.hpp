@@ -59,6 +59,7 @@ enum class WaitWhat : uint32_t {
   kRecvOffset = 13,     // not a wait: rank `peer`'s recv is at heap offset `observed`, rank 0's at `expected`
   kPartial = 14,        // a block of this rank to leave its part of a split GEMM tile (`peer`: the part's range)
   kProxyRoom = 15,      // the host proxy to take triggers from a full ring (`peer`: the trigger's)
+  kPeerGone = 16,  // not a wait: rank `peer`'s process (-1: weftd's) of pid `observed` ended (weftd/the rank saw it)
 };
 
 // Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed

@@ -24,6 +24,9 @@ class HeapMemory {
   // Throws weft::Error.
   HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t controlBytes,
              const transport::ProxyOptions& proxy);
+  // Over segments another process made (weftd): segments[r] is rank r's, already mapped here.
+  // Every peer is mapped (service mode serves one node). CPU backend only (kNotSupported else).
+  HeapMemory(int rank, std::vector<transport::ShmSegment> segments);
   ~HeapMemory();
   HeapMemory(const HeapMemory&) = delete;
   HeapMemory& operator=(const HeapMemory&) = delete;
@@ -58,7 +61,8 @@ struct GemvOperands {
 //                       eagerly: see docs/design-notes.md).
 class Engine {
  public:
-  // Starts the engine over `view` (whose queue lives in `queue`); mode is the `engine` setting.
+  // Starts the engine over `view` (whose queue lives in `queue`); mode is the `engine` setting, or
+  // "weftd" (CPU backend): weftd runs the workers over the same queue and nothing runs here.
   // `deviceSharers` ranks of the job use this rank's device (deviceKey): each op kernel then takes
   // at most that share of the blocks the device holds at once, so that the sharers' kernels, whose
   // blocks wait on each other, all fit side by side (under MPS). `proxied`: the communicator has a

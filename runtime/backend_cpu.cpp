@@ -24,6 +24,10 @@ HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& path
   impl_->peers = std::make_unique<transport::PeerTable>(ex, paths, bytes, proxy);
 }
 
+HeapMemory::HeapMemory(int rank, std::vector<transport::ShmSegment> segments) : impl_(std::make_unique<Impl>()) {
+  impl_->peers = std::make_unique<transport::PeerTable>(rank, std::move(segments));
+}
+
 HeapMemory::~HeapMemory() = default;
 uint8_t* HeapMemory::base(int rank) const { return impl_->peers->base(rank); }
 uint8_t* const* HeapMemory::engineBases() const { return impl_->peers->engineBases(); }
@@ -33,18 +37,24 @@ struct Engine::Impl {
   WorkQueue* queue;
   dev::EngineControl* control;
   dev::CpuEngine threads;
+  int weftdWorkers = 0;  // mode "weftd": weftd runs this many workers over the queue; none run here
 };
 
-Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string&, int, bool)
+Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int, bool)
     : impl_(std::make_unique<Impl>()) {
   impl_->queue = &queue;
   impl_->control = view.control;
+  if (mode == "weftd") {
+    impl_->weftdWorkers = workers;
+    return;
+  }
   // Threads never block a device-wide synchronisation, so they need not leave when idle.
   dev::CommView v = view;
   v.idleNs = 0;
   impl_->threads.start(v, workers, 0);
 }
 
+// Mode "weftd": the caller has had weftd stop its workers (service::Client::detach) first.
 bool Engine::stop() {
   impl_->threads.join();
   impl_->queue->completeUnfinished();
@@ -88,9 +98,14 @@ void Engine::raise(uint32_t dev::EngineControl::*word) {
   gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
 }
 
-int Engine::groupsFor(dev::OpKind) const { return impl_->threads.workers(); }
+int Engine::groupsFor(dev::OpKind) const {
+  return impl_->weftdWorkers ? impl_->weftdWorkers : impl_->threads.workers();
+}
 
-std::string Engine::describe() const { return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)"; }
+std::string Engine::describe() const {
+  if (impl_->weftdWorkers) return std::to_string(impl_->weftdWorkers) + " CPU worker thread(s) in weftd";
+  return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)";
+}
 
 std::string deviceSummary() {
   return "CPU backend: " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " online CPU(s) run the engine workers";

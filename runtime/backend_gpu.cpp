@@ -205,6 +205,10 @@ void HeapMemory::Impl::mapHost(Bootstrap& boot, const std::vector<transport::Pat
   bases[n] = reinterpret_cast<uint8_t*>(&onDevice->view);
 }
 
+HeapMemory::HeapMemory(int, std::vector<transport::ShmSegment>) {
+  throw Error(Code::kNotSupported, "service: weftd serves the CPU backend only so far (set service=off)");
+}
+
 HeapMemory::~HeapMemory() = default;
 uint8_t* HeapMemory::base(int rank) const { return impl_->bases[rank]; }
 transport::Proxy* HeapMemory::proxy() const { return impl_->peers ? impl_->peers->proxy() : nullptr; }

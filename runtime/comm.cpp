@@ -12,6 +12,8 @@
 #include "device/ops/alltoall_device.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemv_allreduce_device.hpp"
+#include "service/attach.hpp"
+#include "service/staging.hpp"
 #include "status_page.hpp"
 #include "weft/version.h"
 
@@ -34,6 +36,7 @@ struct RankInfo {
   uint64_t oneShotLinesFrom;
   uint64_t transport;  // 0 auto, 1 p2p, 2 proxy
   uint64_t nodeRanks;
+  uint64_t serviceInstance;  // the weftd this rank found (Welcome::instance); 0: none
   int32_t pid;
   char hostname[60];
   char device[32];  // Engine::deviceKey(): ranks of a host with the same one share a GPU
@@ -134,6 +137,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->oneShotLinesFrom_ = oneShotLinesSetting(s.getString("oneshot_protocol"));
   c->host_ = localHost();
   c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));
+  std::string noDaemon;
+  c->daemon_ = service::findDaemon(s, &noDaemon);
 
   RankInfo mine{};
   mine.hostHash = c->host_.hash;
@@ -151,6 +156,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   const std::string transportMode = s.getString("transport");
   mine.transport = transportMode == "p2p" ? 1 : transportMode == "proxy" ? 2 : 0;
   mine.nodeRanks = static_cast<uint64_t>(s.getInt("node_ranks"));
+  mine.serviceInstance = c->daemon_ ? c->daemon_->welcome().instance : 0;
   mine.pid = static_cast<int32_t>(getpid());
   snprintf(mine.hostname, sizeof mine.hostname, "%s", c->host_.hostname.c_str());
   snprintf(mine.device, sizeof mine.device, "%s", Engine::deviceKey().c_str());
@@ -209,8 +215,44 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   proxy.backend = s.getString("proxy_backend");
   proxy.cpu = static_cast<int>(s.getInt("proxy_cpu"));
   proxy.timeoutS = s.getDouble("timeout_s");
-  c->heap_ = std::make_unique<SymmetricHeap>(*c->boot_, c->paths_, mine.heapBytes, c->layout_, proxy);
-  c->queue_ = std::make_unique<WorkQueue>(static_cast<uint32_t>(s.getInt("queue_depth")));
+  std::vector<service::RankFinding> found;
+  for (const RankInfo& r : all) found.push_back({r.serviceInstance, r.hostHash});
+  const auto depth = static_cast<uint32_t>(s.getInt("queue_depth"));
+  if (service::decide(s, found, rank, noDaemon)) {
+    // The one seam of service mode: weftd makes the heap segments and the queue; what runs over
+    // them is the same as embedded.
+    uint8_t idBytes[kUniqueIdBytes];
+    id.encode(idBytes);
+    service::Attach a{};
+    a.commId = status::commId(idBytes, sizeof idBytes);
+    a.rank = rank;
+    a.nranks = nranks;
+    a.heapBytes = c->layout_.controlBytes() + mine.heapBytes;
+    a.queueDepth = depth;
+    a.workers = static_cast<uint32_t>(s.getInt("persistent_ctas"));
+    a.inboxSlots = c->layout_.inboxSlots;
+    a.tileBytes = c->layout_.tileBytes;
+    a.oneShotBytes = c->layout_.oneShotBytes;
+    a.timeoutNs = c->timeoutNs_;
+    a.stagingBytes = static_cast<uint64_t>(s.getInt("service_staging_bytes"));
+    service::Client::Attachment got = c->daemon_->attach(a);
+    // No rank goes on (and could end) before every rank has attached: weftd lets a communicator
+    // go once none of its ranks is attached.
+    c->boot_->barrier();
+    c->heap_ = std::make_unique<SymmetricHeap>(rank, std::move(got.heaps), mine.heapBytes, c->layout_);
+    c->queue_ = std::make_unique<WorkQueue>(depth, std::move(got.queue));
+    if (got.engineInWeftd) {
+      c->staging_ = std::make_unique<service::Staging>(std::move(got.staging), got.weftdStagingBase,
+                                                       c->heap_->base(rank), a.heapBytes, got.weftdHeapBase);
+      // weftd runs the engine: a weftd that goes fails the ops at once instead of at the stall bound.
+      WorkQueue* queue = c->queue_.get();
+      c->daemon_->watch([queue, pid = c->daemon_->welcome().pid] { queue->failWeftdGone(pid); });
+    }
+  } else {
+    c->daemon_.reset();
+    c->heap_ = std::make_unique<SymmetricHeap>(*c->boot_, c->paths_, mine.heapBytes, c->layout_, proxy);
+    c->queue_ = std::make_unique<WorkQueue>(depth);
+  }
 
   dev::CommView v;
   v.rank = rank;
@@ -235,10 +277,11 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     sharers += mine.device[0] != '\0' && r.hostHash == mine.hostHash && strcmp(r.device, mine.device) == 0;
   }
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")),
-                                        s.getString("engine"), sharers, c->heap_->proxy() != nullptr);
+                                        c->staging_ ? std::string("weftd") : s.getString("engine"), sharers,
+                                        c->heap_->proxy() != nullptr);
   if (s.getInt("status_pages")) c->startStatusPage(id, s.getString("status_dir"));
-  WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes", rank, nranks, c->host_.hostname,
-           c->engine_->describe(), c->queue_->depth(), c->tileBytes_);
+  WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes{}", rank, nranks, c->host_.hostname,
+           c->engine_->describe(), c->queue_->depth(), c->tileBytes_, c->daemon_ ? ", heap and queue from weftd" : "");
   return c;
 }
 
@@ -266,6 +309,8 @@ Comm::~Comm() {
   const bool aborted = queue_ && gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->abort) != 0;
   if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
   if (engine_) engine_->raise(&dev::EngineControl::stop);
+  // weftd's engine (where it runs this rank's) has stopped once the detach returns.
+  if (daemon_) daemon_->detach();
   const bool released = engine_ ? engine_->stop() : true;
   engine_.reset();
   // Once the engine posts no more: what it posted still goes to the peers (they may wait for it),
@@ -277,6 +322,8 @@ Comm::~Comm() {
     (void)queue_.release();
   }
 }
+
+Comm::Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
 
 void* Comm::memAlloc(uint64_t bytes) {
   const std::optional<uint64_t> off = heap_->allocate(bytes);
@@ -348,7 +395,18 @@ void Comm::requireHealthy() const {
     throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
 }
 
-Code Comm::submit(const dev::OpDesc& d, uint64_t bytes, void* stream, bool capturing) {
+Code Comm::submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing) {
+  if (!staging_) return submitHere(desc, bytes, stream, capturing);
+  // weftd's engine reads the op's inputs through the staging segment: one op at a time in it.
+  std::lock_guard<std::mutex> lock(stagingMutex_);
+  dev::OpDesc d = desc;
+  staging_->prepare(d, nranks_);
+  const Code c = submitHere(d, bytes, stream, capturing);
+  staging_->finish();
+  return c;
+}
+
+Code Comm::submitHere(const dev::OpDesc& d, uint64_t bytes, void* stream, bool capturing) {
   requireHealthy();
   uint64_t ticket;
   Status st;

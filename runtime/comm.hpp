@@ -25,6 +25,11 @@
 
 namespace weft {
 
+namespace service {
+class Client;
+class Staging;
+}  // namespace service
+
 // oneshot_protocol as a threshold on the bytes a one-shot AllReduce sends (input x peers).
 constexpr uint64_t kLinesAlways = 0, kLinesNever = UINT64_MAX;
 
@@ -67,7 +72,7 @@ class Comm {
   Code asyncError(std::string* message) const;
 
  private:
-  Comm(int rank, int nranks, const Settings& s) : rank_(rank), nranks_(nranks), settings_(s) {}
+  Comm(int rank, int nranks, const Settings& s);
   // The status page (status_pages), named after the unique id so that every rank's page carries
   // the same communicator id. Without one (a directory it may not use), the job runs on.
   void startStatusPage(const UniqueId& id, const std::string& dir);
@@ -78,6 +83,8 @@ class Comm {
   // Hands the op to the engine, or into the graph `stream` is capturing. `bytes`: what it writes
   // on this rank (for the status page).
   Code submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
+  // submit's work, with the descriptor as the engine reads it.
+  Code submitHere(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
   // The GEMV + AllReduce's blas path: the vendor BLAS's GEMV, where the engine has one (else false).
   bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
@@ -98,6 +105,12 @@ class Comm {
   const int rank_;
   const int nranks_;
   Settings settings_;
+  // Service mode: the connection to weftd, which made the heap and queue (null: embedded). It
+  // outlives the engine, so that weftd hears of a clean end only once the engine has stopped.
+  std::unique_ptr<service::Client> daemon_;
+  // Where weftd runs the engine: how the ops' inputs outside the heap reach it (null otherwise).
+  std::unique_ptr<service::Staging> staging_;
+  std::mutex stagingMutex_;
   HostIdentity host_;
   std::unique_ptr<Bootstrap> boot_;
   std::vector<transport::Path> paths_;

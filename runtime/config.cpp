@@ -99,9 +99,25 @@ const std::vector<SettingSpec>& settingSpecs() {
       {"status_dir", SettingType::kString, "",
        "Directory of the status pages, the user's own with mode 0700 (created so if missing); empty: "
        "/dev/shm/weft-<uid>"},
+      {"service", SettingType::kString, "auto",
+       "weftd: auto (attach to the node's weftd when its socket is found, else run embedded), on (require it) or "
+       "off (always embedded)"},
+      {"service_dir", SettingType::kString, "",
+       "weftd's runtime directory (socket weftd.sock, lock weftd.lock), mode 0700 (0711 where other users are "
+       "allowed); empty: the status directory (status_dir)"},
+      {"service_allow_uids", SettingType::kString, "",
+       "weftd: comma list of other uids it serves besides its own (their connections are checked by SO_PEERCRED)"},
+      {"service_allow_gids", SettingType::kString, "",
+       "weftd: comma list of groups whose members it serves (primary or supplementary group of the peer)"},
+      {"service_staging_bytes", SettingType::kSize, "64M",
+       "Service mode: a rank's staging segment, through which weftd's engine reads the inputs of an op that are "
+       "not in the symmetric heap; 0: the rank runs its engine itself (weftd then only makes the memory)",
+       0, 68719476736.0},
+      {"service_drain_s", SettingType::kDouble, "30",
+       "weftd: on SIGTERM, how long it waits for attached communicators to end before it exits", 0, 86400},
       {"log_level", SettingType::kString, "warn", "error, warn, info, debug or trace"},
       {"log_subsys", SettingType::kString, "all",
-       "Comma list of init,bootstrap,heap,queue,engine,p2p,proxy,ucx,ofi,api,config or all"},
+       "Comma list of init,bootstrap,heap,queue,engine,p2p,proxy,ucx,ofi,api,config,service or all"},
       {"log_file", SettingType::kString, "", "Log file instead of stderr; %h = host name, %p = pid"},
   };
   return kSpecs;
@@ -141,6 +157,23 @@ double parseDouble(const std::string& name, const std::string& text) {
   if (text.empty() || *end != '\0' || !std::isfinite(v))
     throw Error(Code::kInvalidArgument, name + ": '" + text + "' is not a number");
   return v;
+}
+
+std::vector<uint32_t> parseIdList(const std::string& name, const std::string& text) {
+  std::vector<uint32_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    const std::string id = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    const bool digits = !id.empty() && id.size() <= 10 && id.find_first_not_of("0123456789") == std::string::npos;
+    const unsigned long long v = digits ? std::strtoull(id.c_str(), nullptr, 10) : 0;
+    // 4294967295 is (uid_t)-1, which names no user.
+    if (!digits || v >= 0xffffffffull)
+      throw Error(Code::kInvalidArgument, name + ": '" + id + "' is not a numeric id (comma list of ids expected)");
+    ids.push_back(static_cast<uint32_t>(v));
+  }
+  return ids;
 }
 
 namespace {
@@ -204,6 +237,10 @@ void validate(const SettingSpec& s, const SettingValue& v) {
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ll or ll128");
       if (std::string(s.name) == "proxy_backend" && v.text != "auto" && v.text != "ucx" && v.text != "ofi")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ucx or ofi");
+      if (std::string(s.name) == "service" && v.text != "auto" && v.text != "on" && v.text != "off")
+        throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, on or off");
+      if (std::string(s.name) == "service_allow_uids" || std::string(s.name) == "service_allow_gids")
+        parseIdList(where, v.text);
       if (std::string(s.name) == "engine" && v.text != "launched" && v.text != "persistent")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not launched or persistent");
       validateLogSetting(s.name, where, v.text);

@@ -76,6 +76,9 @@ std::map<std::string, SettingValue> parseConfigFile(const std::string& path);
 // The same for text read elsewhere; `origin` names it in errors.
 std::map<std::string, SettingValue> parseConfigText(const std::string& text, const std::string& origin);
 
+// A comma list of numeric user or group ids ("" is empty). Throws weft::Error naming `name`.
+std::vector<uint32_t> parseIdList(const std::string& name, const std::string& text);
+
 // Numbers accept suffixes K, M, G (powers of 1024) for sizes. Throws on junk.
 int64_t parseInteger(const std::string& name, const std::string& text, bool allowSuffix);
 double parseDouble(const std::string& name, const std::string& text);

@@ -14,6 +14,16 @@ SymmetricHeap::SymmetricHeap(Bootstrap& boot, const std::vector<transport::Path>
   WEFT_LOG(kInfo, kHeap, "heap of {} bytes after a control area of {} bytes", bytes, layout.controlBytes());
 }
 
+SymmetricHeap::SymmetricHeap(int rank, std::vector<transport::ShmSegment> segments, uint64_t bytes,
+                             const dev::HeapLayout& layout)
+    : rank_(rank),
+      bytes_(layout.controlBytes() + bytes),
+      mem_(rank, std::move(segments)),
+      alloc_(layout.controlBytes(), bytes_) {
+  WEFT_LOG(kInfo, kHeap, "heap of {} bytes after a control area of {} bytes, made by weftd", bytes,
+           layout.controlBytes());
+}
+
 std::optional<uint64_t> SymmetricHeap::allocate(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   return alloc_.allocate(bytes);

@@ -7,11 +7,20 @@ namespace weft {
 
 using dev::Status;
 
-WorkQueue::WorkQueue(uint32_t depth) {
-  const size_t bytes = sizeof(dev::QueueHeader) + sizeof(dev::QueueSlot) * depth + sizeof(uint32_t) * (kMaxWorkers + 1);
-  shm_ = transport::ShmSegment::create(transport::ShmSegment::uniqueName("queue"), bytes);
-  // Nobody else attaches yet; the daemon hands the descriptor to clients once it serves them.
-  shm_.unlink();
+size_t WorkQueue::bytesFor(uint32_t depth) {
+  return sizeof(dev::QueueHeader) + sizeof(dev::QueueSlot) * depth + sizeof(uint32_t) * (kMaxWorkers + 1);
+}
+
+WorkQueue::WorkQueue(uint32_t depth)
+    : WorkQueue(depth, [depth] {
+        auto shm = transport::ShmSegment::create(transport::ShmSegment::uniqueName("queue"), bytesFor(depth));
+        // Nobody else attaches: in service mode weftd makes the segment and passes its descriptor.
+        shm.unlink();
+        return shm;
+      }()) {}
+
+WorkQueue::WorkQueue(uint32_t depth, transport::ShmSegment memory) : shm_(std::move(memory)) {
+  if (shm_.size() < bytesFor(depth)) throw Error(Code::kInternal, "work queue: segment too small for its depth");
   header_ = static_cast<dev::QueueHeader*>(shm_.data());
   slots_ = reinterpret_cast<dev::QueueSlot*>(header_ + 1);
   header_->depth = depth;
@@ -104,6 +113,14 @@ void WorkQueue::noteProgress(uint64_t ticket, uint64_t now) {
     gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, now);
 }
 
+void WorkQueue::failWeftdGone(int pid) {
+  dev::CommView v;
+  v.queue = header_;
+  dev::recordFailure(v, dev::WaitSite{0, 0, -1, dev::WaitWhat::kPeerGone}, Status::kTransport, 0,
+                     static_cast<uint64_t>(pid));
+  gpu::atomicStore<gpu::Order::kRelease>(&header_->abort, 1u);
+}
+
 void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed) {
   dev::CommView v;  // host-side: no engine control words, only the header
   v.queue = header_;
@@ -167,6 +184,13 @@ std::string failureText(const dev::WaitRecord& r) {
     return op + "indices: " + std::to_string(static_cast<int64_t>(r.observed)) + " is not a row of table " +
            std::to_string(r.item) + " (" + std::to_string(r.expected) + " rows)";
   }
+  if (static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPeerGone && r.peer < 0)
+    return "weftd (pid " + std::to_string(r.observed) +
+           "), which ran this communicator's engine, has ended; every op of the communicator fails";
+  if (static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPeerGone)
+    return "rank " + std::to_string(r.peer) + "'s process (pid " + std::to_string(r.observed) +
+           ") ended without destroying the communicator (weftd saw its connection close); every op of the "
+           "communicator fails";
   const char* what = r.status == static_cast<uint32_t>(Status::kAborted) ? "aborted" : "timed out";
   // A split GEMM wave's partials come from this rank's own blocks: `peer` is the range's index.
   const bool local = static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPartial;

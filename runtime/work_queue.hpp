@@ -24,6 +24,9 @@ class WorkQueue {
   static constexpr uint32_t kMaxWorkers = 1024;  // the engine's `alive` words follow the slots
 
   explicit WorkQueue(uint32_t depth);
+  // Over `memory` (at least bytesFor(depth), zero-filled), which another process made (weftd).
+  WorkQueue(uint32_t depth, transport::ShmSegment memory);
+  static size_t bytesFor(uint32_t depth);
 
   dev::QueueHeader* header() const { return header_; }
   dev::QueueSlot* slots() const { return slots_; }
@@ -57,6 +60,9 @@ class WorkQueue {
   // Set before ops are submitted and cleared after the last one returns.
   void reportProgress(SlotProgress* rows) { progress_ = rows; }
 
+  // Service mode: weftd (process `pid`), which ran this queue's engine, has gone. Records that as
+  // the communicator's failure and makes every host wait give up (after its abort grace).
+  void failWeftdGone(int pid);
   // Records a failure the host found while waiting on op `ticket` (first failure wins, sticky).
   void recordHostFailure(uint64_t ticket, dev::Status st, uint64_t expected, uint64_t observed);
   // Human-readable first failure of the communicator ("" if none).

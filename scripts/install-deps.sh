@@ -5,6 +5,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev libgtest-dev libgmock-dev
       libucx-dev libfabric-dev
       clang libclang-rt-dev
+      slurmd slurmctld slurm-client munge
       hipcc libamdhip64-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done

@@ -55,6 +55,17 @@ PeerTable::PeerTable(Exchange& ex, const std::vector<Path>& paths, uint64_t byte
   }
 }
 
+PeerTable::PeerTable(int rank, std::vector<ShmSegment> segments) {
+  bases_.assign(segments.size() + 1, nullptr);
+  for (size_t r = 0; r < segments.size(); ++r) {
+    bases_[r] = static_cast<uint8_t*>(segments[r].data());
+    if (static_cast<int>(r) == rank)
+      own_ = std::move(segments[r]);
+    else
+      mapped_.push_back(std::move(segments[r]));
+  }
+}
+
 PeerTable::~PeerTable() {
   proxy_.reset();  // the thread stops before the memory it writes goes
 }

@@ -23,6 +23,8 @@ class PeerTable {
   // Collective over `ex`: creates this rank's zero-filled segment of `bytes`, maps every p2p
   // peer's, and starts the proxy when any peer needs it. Throws weft::Error.
   PeerTable(Exchange& ex, const std::vector<Path>& paths, uint64_t bytes, const ProxyOptions& proxy);
+  // Over segments mapped already (weftd made them): segments[r] is rank r's; no proxy.
+  PeerTable(int rank, std::vector<ShmSegment> segments);
   ~PeerTable();
   PeerTable(const PeerTable&) = delete;
   PeerTable& operator=(const PeerTable&) = delete;

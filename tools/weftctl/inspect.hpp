@@ -37,6 +37,14 @@ struct MetricsOptions {
 // The pages' counters in the Prometheus text exposition format.
 int runMetrics(const MetricsOptions& o);
 
+// `weftctl status`: asks the node's weftd (service_dir's).
+struct StatusOptions {
+  std::string dir;
+  bool json = false;
+  double timeoutS = 5;
+};
+int runStatus(const StatusOptions& o);
+
 // Shared by all of them.
 std::string commHex(uint64_t id);
 bool commMatches(uint64_t id, const std::string& wanted);

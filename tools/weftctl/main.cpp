@@ -1,8 +1,9 @@
 // weftctl: inspect and tune weft on this node. `weftctl info` prints the version, build options,
 // devices, an hwloc topology summary and (-c) every setting with where its value came from.
 // `weftctl tune gemv` prints the GEMV + AllReduce tuning table in effect and, given a shape, the
-// path a communicator of that size takes for it. `weftctl queue`, `clean`, `diagnose` and `metrics` read the
-// communicators' status pages on this node (inspect.hpp).
+// path a communicator of that size takes for it. `weftctl queue`, `clean`, `diagnose` and `metrics`
+// read the communicators' status pages on this node (inspect.hpp); `weftctl status` asks the node's
+// weftd.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/config.hpp"
 #include "runtime/gemv_tuning.hpp"
+#include "runtime/service/paths.hpp"
 #include "runtime/topology.hpp"
 #include "transport/net/backend.hpp"
 #include "weft/version.h"
@@ -149,8 +151,18 @@ int main(int argc, char** argv) {
   metrics->add_option("--comm", metricsOpts.comm, "Only this communicator (its id, or leading hex digits of it)");
   metrics->add_option("--pid", metricsOpts.pid, "Only this process's communicators")->check(CLI::PositiveNumber);
   metrics->add_option("--dir", metricsOpts.dir, "Status directory (default: status_dir's)");
+  weftctl::StatusOptions statusOpts;
+  auto* status = app.add_subcommand("status", "The node's weftd: version, pid, uptime, MPS, clients, communicators");
+  status->add_option("--dir", statusOpts.dir, "weftd's runtime directory (default: service_dir's)");
+  status->add_flag("--json", statusOpts.json, "JSON for scripts");
+  status->add_option("--timeout", statusOpts.timeoutS, "Seconds to wait for weftd's answer")
+      ->check(CLI::Range(0.1, 600.0));
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*status) {
+      if (statusOpts.dir.empty()) statusOpts.dir = weft::service::directory(weft::Settings::resolve());
+      return weftctl::runStatus(statusOpts);
+    }
     if (*queue || *clean || *diagnose || *metrics) {
       const std::string dir = weft::status::directory(weft::Settings::resolve().getString("status_dir"));
       if (queueOpts.dir.empty()) queueOpts.dir = dir;

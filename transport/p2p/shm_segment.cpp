@@ -92,6 +92,37 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
   return s;
 }
 
+ShmSegment ShmSegment::createAnonymous(const std::string& tag, size_t bytes, int* fd) {
+  const std::string name = "weft-" + tag;
+  Fd f{static_cast<int>(::memfd_create(name.c_str(), MFD_CLOEXEC))};
+  if (f.fd < 0) throwSystemError("memfd_create " + name);
+  if (::ftruncate(f.fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    throw Error(Code::kOutOfMemory,
+                systemErrorMessage("ftruncate of " + name + " to " + std::to_string(bytes) + " bytes", err));
+  }
+  ShmSegment s;
+  s.data_ = mapShared(f.fd, bytes, name);
+  s.size_ = bytes;
+  s.name_ = name;
+  *fd = f.fd;
+  f.fd = -1;
+  return s;
+}
+
+ShmSegment ShmSegment::map(int fd, size_t bytes, const std::string& what) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throwSystemError("fstat " + what);
+  // The descriptor came from another process: only shared memory of the size agreed is mapped.
+  if (!S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) < bytes)
+    throw Error(Code::kTransport, what + ": not shared memory of " + std::to_string(bytes) + " bytes");
+  ShmSegment s;
+  s.data_ = mapShared(fd, bytes, what);
+  s.size_ = bytes;
+  s.name_ = what;
+  return s;
+}
+
 std::string ShmSegment::uniqueName(const std::string& tag) {
   std::random_device rd;
   uint64_t r = (static_cast<uint64_t>(rd()) << 32) | rd();

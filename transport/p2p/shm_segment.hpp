@@ -25,6 +25,12 @@ class ShmSegment {
   static ShmSegment create(const std::string& name, size_t bytes);
   // Maps an existing segment, which must be at least `bytes` long. Throws weft::Error.
   static ShmSegment open(const std::string& name, size_t bytes);
+  // Creates and maps a zero-filled segment that has no name (memfd), for passing by descriptor;
+  // *fd receives the descriptor (close-on-exec), which stays the caller's. Throws weft::Error.
+  static ShmSegment createAnonymous(const std::string& tag, size_t bytes, int* fd);
+  // Maps the segment behind `fd` (which stays the caller's); it must be at least `bytes` long.
+  // `what` names it in errors. Throws weft::Error.
+  static ShmSegment map(int fd, size_t bytes, const std::string& what);
   // A fresh name, unique on this host: "/weft-<pid>-<random>-<tag>".
   static std::string uniqueName(const std::string& tag);
 

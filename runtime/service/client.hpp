@@ -1,0 +1,69 @@
+// The connecting side of weftd's socket: the library (service mode) and weftctl. Every call is
+// bounded by the timeout given at connect and throws weft::Error; a refusal from weftd arrives as
+// an Error of the code it sent, with its words.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "channel.hpp"
+#include "transport/p2p/shm_segment.hpp"
+#include "wire.hpp"
+
+namespace weft::service {
+
+class Client {
+ public:
+  // Connects to the weftd of `dir` and says hello. Returns null, with *st and *why, where no
+  // weftd is there to answer (kAbsent, kStale, kDenied, kFailed; *why names the directory);
+  // throws if one answers and refuses.
+  static std::unique_ptr<Client> connect(const std::string& dir, Role role, double timeoutS, ConnectStatus* st,
+                                         std::string* why);
+
+  const Welcome& welcome() const { return welcome_; }
+
+  struct Status {
+    StatusHead head{};
+    std::vector<StatusRow> rows;  // every other connection
+  };
+  Status status();
+
+  // This rank's memory, mapped: heaps[r] is rank r's heap segment; where weftd runs the engine,
+  // the staging segment and where weftd sees this rank's heap and staging.
+  struct Attachment {
+    std::vector<transport::ShmSegment> heaps;
+    transport::ShmSegment queue;
+    bool engineInWeftd = false;
+    transport::ShmSegment staging;
+    uint64_t weftdHeapBase = 0, weftdStagingBase = 0;
+  };
+  Attachment attach(const Attach& a);
+  // The communicator ended cleanly here (weftd then does not fail its peers when this closes) and
+  // weftd's engine of the rank has stopped once this returns (bounded by the timeout). Never
+  // throws: a weftd that has gone has nothing to be told.
+  void detach() noexcept;
+  // Calls `onGone` once, from a thread of its own, if weftd goes away (the connection closes)
+  // before detach. weftd sends nothing unasked, so anything to read means it has gone.
+  void watch(std::function<void()> onGone);
+  ~Client();
+
+ private:
+  Client(Channel ch, double timeoutS) : ch_(std::move(ch)), timeoutS_(timeoutS) {}
+  // The reply to a request: a message of `type`, or weftd's refusal thrown as an Error.
+  Frame expect(MsgType type);
+
+  void stopWatching();
+
+  Channel ch_;
+  double timeoutS_;
+  std::thread watcher_;
+  std::atomic<bool> watching_{false};
+  Welcome welcome_{};
+};
+
+}  // namespace weft::service

@@ -1,0 +1,350 @@
+#include "daemon.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "channel.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "paths.hpp"
+#include "registry.hpp"
+#include "runtime/status_page.hpp"
+#include "weft/version.h"
+
+namespace weft::service {
+
+namespace {
+
+constexpr size_t kMaxConnections = 1024;
+constexpr double kReplyS = 0.5;  // a reply that does not fit the socket's buffer in this long drops the client
+
+struct Conn {
+  Channel ch;
+  PeerCred cred;
+  uint64_t connectedNs = 0;
+  uint64_t idleSinceNs = 0;  // when the current message began, or the connection did
+  bool greeted = false;
+  Role role = Role::kCtl;
+  bool attached = false;
+  bool detached = false;
+  uint64_t commId = 0;
+  int rank = -1, nranks = 0;
+};
+
+// Sends what fits in a moment; a client that does not read is not waited for.
+void reply(Conn& c, MsgType type, const void* body, size_t bytes, const std::vector<int>& fds = {}) {
+  c.ch.send(type, body, bytes, net::deadlineIn(kReplyS), fds);
+}
+
+void refuse(Conn& c, Code code, const std::string& why) {
+  Refused r{};
+  r.code = static_cast<int32_t>(code);
+  putText(r.message, why);
+  try {
+    reply(c, MsgType::kRefused, &r, sizeof r);
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace
+
+DaemonOptions DaemonOptions::from(const Settings& s) {
+  DaemonOptions o;
+  o.dir = directory(s);
+  o.allowUids = parseIdList("service_allow_uids", s.getString("service_allow_uids"));
+  o.allowGids = parseIdList("service_allow_gids", s.getString("service_allow_gids"));
+  o.drainS = s.getDouble("service_drain_s");
+  o.mps = std::string(WEFT_BUILD_GPU) == "cpu" ? "none (CPU backend: no GPU kernels to share)" : "not managed yet";
+  if ((!o.allowUids.empty() || !o.allowGids.empty()) && o.dir == status::directory(s.getString("status_dir")))
+    throw Error(Code::kInvalidArgument,
+                "service_allow_uids/service_allow_gids: other users need a service_dir of its own (mode 0711); the "
+                "status directory must stay 0700");
+  return o;
+}
+
+struct Daemon::Impl {
+  DaemonOptions opts;
+  bool shared = false;  // other users allowed: directory 0711, socket 0666, SO_PEERCRED decides
+  int lockFd = -1;
+  int listenFd = -1;
+  std::string socket;
+  uint64_t startNs = status::monotonicNs();
+  uint64_t instance = 0;
+  std::vector<std::unique_ptr<Conn>> conns;
+  CommRegistry registry;
+  bool draining = false;
+  uint64_t acceptPausedUntilNs = 0;  // out of descriptors: the listener rests until then
+
+  void prepareDirectory();
+  void takeLock();
+  bool allowed(const PeerCred& p) const;
+  void acceptAll();
+  void handle(Conn& c, Frame& f);
+  void sendStatus(Conn& c);
+  void closeConn(Conn& c, const char* why);
+  bool anyAttached() const;
+};
+
+Daemon::Daemon(const DaemonOptions& o) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.opts = o;
+  d.shared = !o.allowUids.empty() || !o.allowGids.empty();
+  d.instance = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  d.prepareDirectory();
+  d.takeLock();
+  d.socket = socketPath(o.dir);
+  // Holding the lock, a socket still there is a dead weftd's.
+  if (::unlink(d.socket.c_str()) != 0 && errno != ENOENT)
+    throw Error(Code::kSystem, systemErrorMessage("weftd: cannot remove the stale socket '" + d.socket + "'", errno));
+  d.listenFd = listenUnix(d.socket, d.shared ? 0666 : 0600);
+  WEFT_LOG(kInfo, kService, "weftd {} (pid {}) serves {}{}", WEFT_VERSION_STRING, getpid(), d.socket,
+           d.shared ? " (other users allowed by the configuration)" : "");
+}
+
+Daemon::~Daemon() {
+  if (impl_->listenFd >= 0) {
+    ::close(impl_->listenFd);
+    ::unlink(impl_->socket.c_str());
+  }
+  impl_->conns.clear();
+  if (impl_->lockFd >= 0) ::close(impl_->lockFd);
+}
+
+void Daemon::Impl::prepareDirectory() {
+  const mode_t mode = shared ? 0711 : 0700;
+  if (::mkdir(opts.dir.c_str(), mode) != 0 && errno != EEXIST)
+    throw Error(Code::kSystem, systemErrorMessage("service_dir '" + opts.dir + "': cannot be created", errno));
+  const int fd = ::open(opts.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw Error(Code::kSystem, systemErrorMessage("service_dir '" + opts.dir + "'", errno));
+  struct stat st {};
+  std::string bad;
+  if (::fstat(fd, &st) != 0)
+    bad = systemErrorMessage("stat", errno);
+  else if (st.st_uid != geteuid())
+    bad = "owned by uid " + std::to_string(st.st_uid) + ", not by weftd's (" + std::to_string(geteuid()) + ")";
+  else if ((st.st_mode & 022) != 0)
+    bad = "writable by group or others";
+  else if ((st.st_mode & 0777) != mode && ::fchmod(fd, mode) != 0)
+    bad = systemErrorMessage("chmod", errno);
+  ::close(fd);
+  if (!bad.empty()) throw Error(Code::kSystem, "service_dir '" + opts.dir + "': " + bad);
+}
+
+void Daemon::Impl::takeLock() {
+  const std::string path = lockPath(opts.dir);
+  lockFd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (lockFd < 0) throw Error(Code::kSystem, systemErrorMessage("weftd: lock file '" + path + "'", errno));
+  if (::flock(lockFd, LOCK_EX | LOCK_NB) != 0) {
+    char text[32] = {};
+    const ssize_t n = ::pread(lockFd, text, sizeof text - 1, 0);
+    const int holder = n > 0 ? atoi(text) : 0;
+    throw Error(Code::kInvalidUsage, "another weftd" + (holder > 0 ? " (pid " + std::to_string(holder) + ")" : "") +
+                                         " already serves " + opts.dir + " (it holds " + path + ")");
+  }
+  // The pid is for people and for the message above; the lock itself is the flock, which the
+  // kernel drops with the process however it ends.
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (::ftruncate(lockFd, 0) != 0 || ::pwrite(lockFd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+    throw Error(Code::kSystem, systemErrorMessage("weftd: lock file '" + path + "'", errno));
+}
+
+bool Daemon::Impl::allowed(const PeerCred& p) const {
+  if (p.uid == geteuid()) return true;
+  if (std::find(opts.allowUids.begin(), opts.allowUids.end(), p.uid) != opts.allowUids.end()) return true;
+  for (uint32_t g : opts.allowGids) {
+    if (p.gid == g) return true;
+    if (std::find(p.groups.begin(), p.groups.end(), g) != p.groups.end()) return true;
+  }
+  return false;
+}
+
+void Daemon::Impl::acceptAll() {
+  for (;;) {
+    const int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+      // The waiting connection stays queued and the listener readable: without a rest the loop
+      // would spin on it until a descriptor is free.
+      WEFT_LOG(kWarn, kService, "out of file descriptors with {} connections; accepting again in 100 ms", conns.size());
+      acceptPausedUntilNs = status::monotonicNs() + 100000000ull;
+      return;
+    }
+    if (fd < 0) return;  // EAGAIN: none waiting; anything else is the client's connection only
+    auto c = std::make_unique<Conn>();
+    c->ch = Channel(fd);
+    c->connectedNs = c->idleSinceNs = status::monotonicNs();
+    try {
+      c->cred = c->ch.peer();
+    } catch (const Error& e) {
+      WEFT_LOG(kWarn, kService, "connection dropped: {}", e.what());
+      continue;
+    }
+    if (!allowed(c->cred)) {
+      WEFT_LOG(kWarn, kService, "refused pid {} of uid {}: not weftd's user, nor allowed by service_allow_uids/gids",
+               c->cred.pid, c->cred.uid);
+      refuse(*c, Code::kInvalidUsage,
+             "weftd serves uid " + std::to_string(geteuid()) + " and the users its configuration allows; uid " +
+                 std::to_string(c->cred.uid) + " is not one of them");
+      continue;
+    }
+    if (conns.size() >= kMaxConnections) {
+      refuse(*c, Code::kOutOfMemory, "weftd has " + std::to_string(kMaxConnections) + " connections already");
+      continue;
+    }
+    conns.push_back(std::move(c));
+  }
+}
+
+void Daemon::Impl::handle(Conn& c, Frame& f) {
+  std::string why;
+  if (!c.greeted) {
+    Hello h{};
+    if (!decodeHello(f, &h, &why)) throw Error(Code::kInvalidUsage, "the first message must be a hello: " + why);
+    c.greeted = true;
+    c.role = static_cast<Role>(h.role);
+    Welcome w{};
+    w.pid = getpid();
+    w.instance = instance;
+    putText(w.version, WEFT_VERSION_STRING);
+    reply(c, MsgType::kWelcome, &w, sizeof w);
+    return;
+  }
+  switch (f.type) {
+    case MsgType::kStatusRequest:
+      sendStatus(c);
+      return;
+    case MsgType::kAttach: {
+      Attach a{};
+      if (!decodeAttach(f, &a, &why)) throw Error(Code::kInvalidArgument, why);
+      if (c.role != Role::kLibrary || c.attached)
+        throw Error(Code::kInvalidUsage, "attach: one communicator rank per library connection");
+      if (draining) throw Error(Code::kInvalidUsage, "weftd is draining (SIGTERM) and attaches nothing new");
+      Attached out{};
+      const std::vector<int> fds = registry.attach(c.cred.uid, c.cred.pid, a, &out);
+      c.attached = true;
+      c.commId = a.commId;
+      c.rank = a.rank;
+      c.nranks = a.nranks;
+      reply(c, MsgType::kAttached, &out, sizeof out, fds);
+      return;
+    }
+    case MsgType::kDetach:
+      if (!c.attached || c.detached) throw Error(Code::kInvalidUsage, "detach: nothing attached");
+      c.detached = true;
+      registry.detach(c.cred.uid, c.commId, c.rank);
+      reply(c, MsgType::kDetached, nullptr, 0);
+      return;
+    default:
+      throw Error(Code::kInvalidUsage,
+                  "message type " + std::to_string(static_cast<int>(f.type)) + " is not one a client sends");
+  }
+}
+
+void Daemon::Impl::sendStatus(Conn& c) {
+  StatusHead h{};
+  h.pid = getpid();
+  h.uptimeNs = status::monotonicNs() - startNs;
+  h.instance = instance;
+  h.comms = registry.comms();
+  h.heldBytes = registry.heldBytes();
+  putText(h.version, WEFT_VERSION_STRING);
+  putText(h.mps, opts.mps);
+  putText(h.dir, opts.dir);
+  std::vector<StatusRow> rows;
+  const uint64_t now = status::monotonicNs();
+  for (const auto& k : conns) {
+    h.clients += k->role == Role::kLibrary && k->greeted;
+    if (rows.size() == kMaxStatusRows || k.get() == &c) continue;
+    StatusRow r{};
+    r.pid = k->cred.pid;
+    r.uid = k->cred.uid;
+    r.role = static_cast<uint32_t>(k->role);
+    r.rank = k->attached && !k->detached ? k->rank : -1;
+    r.nranks = k->nranks;
+    r.commId = k->commId;
+    r.connectedNs = now - k->connectedNs;
+    rows.push_back(r);
+  }
+  h.rows = static_cast<uint32_t>(rows.size());
+  std::vector<uint8_t> body(sizeof h + rows.size() * sizeof(StatusRow));
+  memcpy(body.data(), &h, sizeof h);
+  if (!rows.empty()) memcpy(body.data() + sizeof h, rows.data(), rows.size() * sizeof(StatusRow));
+  reply(c, MsgType::kStatusReply, body.data(), body.size());
+}
+
+void Daemon::Impl::closeConn(Conn& c, const char* why) {
+  if (c.attached && !c.detached) registry.lost(c.cred.uid, c.commId, c.rank);
+  WEFT_LOG(kDebug, kService, "connection of pid {} closed: {}", c.cred.pid, why);
+  c.ch.close();
+}
+
+bool Daemon::Impl::anyAttached() const {
+  for (const auto& c : conns)
+    if (c->attached && !c->detached) return true;
+  return false;
+}
+
+void Daemon::serve(int stopFd) {
+  Impl& d = *impl_;
+  uint64_t drainEndNs = 0;
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    fds.push_back({stopFd, POLLIN, 0});
+    const bool accepting = d.listenFd >= 0 && status::monotonicNs() >= d.acceptPausedUntilNs;
+    fds.push_back({d.listenFd, static_cast<short>(accepting ? POLLIN : 0), 0});
+    for (const auto& c : d.conns) fds.push_back({c->ch.fd(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throwSystemError("weftd: poll");
+    const uint64_t now = status::monotonicNs();
+    if ((fds[0].revents & POLLIN) && !d.draining) {
+      d.draining = true;
+      drainEndNs = now + static_cast<uint64_t>(d.opts.drainS * 1e9);
+      // New clients find no socket (service=auto runs them embedded) while the attached ones end.
+      ::close(d.listenFd);
+      ::unlink(d.socket.c_str());
+      d.listenFd = -1;
+      WEFT_LOG(kInfo, kService, "SIGTERM: draining (at most {} s for attached communicators)", d.opts.drainS);
+    }
+    if (d.draining && (!d.anyAttached() || now >= drainEndNs)) {
+      if (d.anyAttached()) WEFT_LOG(kWarn, kService, "drain time is up with communicators still attached; exiting");
+      return;
+    }
+    if (d.listenFd >= 0 && (fds[1].revents & POLLIN)) d.acceptAll();
+    for (size_t i = 0; i < d.conns.size() && i + 2 < fds.size(); ++i) {
+      Conn& c = *d.conns[i];
+      try {
+        if (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) {
+          const bool open = c.ch.readNow();
+          Frame f;
+          while (c.ch.valid() && c.ch.takeFrame(&f)) {
+            d.handle(c, f);
+            c.idleSinceNs = now;
+          }
+          if (!open) d.closeConn(c, "closed by the client");
+        }
+        if (c.ch.valid() && c.ch.midMessage() && now - c.idleSinceNs > static_cast<uint64_t>(d.opts.ioTimeoutS * 1e9))
+          throw Error(Code::kTimeout, "a message was begun and not finished within " +
+                                          std::to_string(static_cast<int>(d.opts.ioTimeoutS)) + " s");
+        if (c.ch.valid() && !c.greeted && now - c.connectedNs > static_cast<uint64_t>(d.opts.ioTimeoutS * 1e9))
+          throw Error(Code::kTimeout, "no hello within " + std::to_string(static_cast<int>(d.opts.ioTimeoutS)) + " s");
+      } catch (const Error& e) {
+        WEFT_LOG(kWarn, kService, "pid {} (uid {}): {}; connection dropped", c.cred.pid, c.cred.uid, e.what());
+        refuse(c, e.code(), e.what());
+        d.closeConn(c, e.what());
+      }
+      if (!c.ch.midMessage() && c.greeted) c.idleSinceNs = now;
+    }
+    d.conns.erase(std::remove_if(d.conns.begin(), d.conns.end(), [](const auto& c) { return !c->ch.valid(); }),
+                  d.conns.end());
+  }
+}
+
+}  // namespace weft::service

@@ -1,0 +1,198 @@
+#include "registry.hpp"
+
+#include <unistd.h>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "device/comm_device.hpp"
+
+namespace weft::service {
+
+namespace {
+
+dev::HeapLayout layoutOf(const Attach& a) {
+  dev::HeapLayout l;
+  l.nranks = static_cast<uint32_t>(a.nranks);
+  l.inboxSlots = a.inboxSlots;
+  l.tileBytes = a.tileBytes;
+  l.oneShotBytes = a.oneShotBytes;
+  return l;
+}
+
+bool sameShape(const Attach& x, const Attach& y) {
+  return x.nranks == y.nranks && x.heapBytes == y.heapBytes && x.queueDepth == y.queueDepth && x.workers == y.workers &&
+         x.inboxSlots == y.inboxSlots && x.tileBytes == y.tileBytes && x.oneShotBytes == y.oneShotBytes &&
+         x.timeoutNs == y.timeoutNs && x.stagingBytes == y.stagingBytes;
+}
+
+}  // namespace
+
+CommRegistry::~CommRegistry() {
+  for (auto& [key, c] : comms_)
+    for (Rank& r : c.ranks) release(r, &dev::EngineControl::abort);
+  // Every engine has stopped: the heaps may go with the map.
+}
+
+void CommRegistry::release(Rank& r, uint32_t dev::EngineControl::*word) {
+  if (r.engine) {
+    // The workers give up every wait on the word and leave; nothing else frees them.
+    auto* control = static_cast<dev::EngineControl*>(r.heap.data());
+    gpu::atomicStore<gpu::Order::kRelease>(&(control->*word), 1u);
+    gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
+    r.engine->join();
+    r.engine.reset();
+  }
+  for (int* fd : {&r.heapFd, &r.queueFd, &r.stagingFd})
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
+  r.queue.reset();
+  r.staging.reset();
+  // The heap stays mapped while the communicator lives: the other ranks' engines here store into it.
+}
+
+std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, Attached* out) {
+  const Key key{uid, a.commId};
+  auto [it, fresh] = comms_.try_emplace(key);
+  Comm& c = it->second;
+  try {
+    if (fresh) {
+      if (a.heapBytes <= layoutOf(a).controlBytes())
+        throw Error(Code::kInvalidUsage, "attach: the heap is smaller than its control area");
+      c.first = a;
+      // Only weftd's own user's descriptors are followed by an engine in weftd: another user's
+      // pointers would reach into weftd's address space (design-notes, "weftd").
+      c.engineInWeftd = a.stagingBytes > 0 && uid == ::geteuid();
+      c.ranks.resize(static_cast<size_t>(a.nranks));
+      c.bases.assign(static_cast<size_t>(a.nranks) + 1, nullptr);
+      // Every rank's heap at once: a rank maps its peers' as soon as it attaches. The segments
+      // are sparse until written.
+      for (int r = 0; r < a.nranks; ++r) {
+        c.ranks[r].heap =
+            transport::ShmSegment::createAnonymous("heap" + std::to_string(r), a.heapBytes, &c.ranks[r].heapFd);
+        c.bases[r] = static_cast<uint8_t*>(c.ranks[r].heap.data());
+      }
+    }
+    if (!sameShape(c.first, a))
+      throw Error(Code::kInvalidUsage, "attach: rank " + std::to_string(a.rank) +
+                                           " disagrees with its communicator's first rank on its size, heap, queue, "
+                                           "engine or timeout");
+    Rank& me = c.ranks[a.rank];
+    if (me.state != RankState::kNever)
+      throw Error(Code::kInvalidUsage, "attach: rank " + std::to_string(a.rank) + " of communicator " +
+                                           std::to_string(a.commId) + " has attached before");
+    int queueFd = -1;
+    auto queue = transport::ShmSegment::createAnonymous("queue" + std::to_string(a.rank),
+                                                        WorkQueue::bytesFor(a.queueDepth), &queueFd);
+    me.queueFd = queueFd;
+    me.queue = std::make_unique<WorkQueue>(a.queueDepth, std::move(queue));
+    if (c.engineInWeftd)
+      me.staging =
+          transport::ShmSegment::createAnonymous("staging" + std::to_string(a.rank), a.stagingBytes, &me.stagingFd);
+    me.state = RankState::kAttached;
+    me.pid = pid;
+    if (c.lostRank >= 0) failRank(c, a.rank);
+    if (c.engineInWeftd) startEngine(c, a.rank);
+  } catch (...) {
+    if (fresh) {
+      for (Rank& r : c.ranks) release(r, &dev::EngineControl::abort);
+      comms_.erase(it);
+    } else {
+      Rank& me = c.ranks[a.rank];
+      if (me.state == RankState::kNever) release(me, &dev::EngineControl::abort);
+    }
+    throw;
+  }
+  const Rank& me = c.ranks[a.rank];
+  *out = Attached{a.commId,
+                  a.rank,
+                  a.nranks,
+                  c.engineInWeftd ? 1u : 0u,
+                  0,
+                  reinterpret_cast<uint64_t>(me.heap.data()),
+                  reinterpret_cast<uint64_t>(me.staging.data())};
+  std::vector<int> fds{me.heapFd, me.queueFd};
+  if (c.engineInWeftd) fds.push_back(me.stagingFd);
+  for (int r = 0; r < a.nranks; ++r)
+    if (r != a.rank) fds.push_back(c.ranks[r].heapFd);
+  WEFT_LOG(kInfo, kService, "rank {}/{} of communicator {:016x} (uid {}, pid {}) attached; engine in {}", a.rank,
+           a.nranks, a.commId, uid, pid, c.engineInWeftd ? "weftd" : "the rank");
+  return fds;
+}
+
+void CommRegistry::startEngine(Comm& c, int r) {
+  Rank& me = c.ranks[r];
+  dev::CommView v;
+  v.rank = r;
+  v.nranks = c.first.nranks;
+  v.heap = c.bases.data();
+  v.layout = layoutOf(c.first);
+  v.queue = me.queue->header();
+  v.slots = me.queue->slots();
+  v.alive = me.queue->alive();
+  v.control = static_cast<dev::EngineControl*>(me.heap.data());
+  v.timeoutNs = c.first.timeoutNs;
+  v.idleNs = 0;  // threads block no device-wide synchronisation: they stay
+  me.engine = std::make_unique<dev::CpuEngine>();
+  me.engine->start(v, static_cast<int>(c.first.workers), 0);
+}
+
+void CommRegistry::detach(uint32_t uid, uint64_t commId, int rank) {
+  const Key key{uid, commId};
+  auto it = comms_.find(key);
+  if (it == comms_.end()) return;
+  Rank& r = it->second.ranks[rank];
+  r.state = RankState::kGone;
+  release(r, &dev::EngineControl::stop);
+  WEFT_LOG(kInfo, kService, "rank {} of communicator {:016x} detached", rank, commId);
+  dropIfIdle(key);
+}
+
+void CommRegistry::lost(uint32_t uid, uint64_t commId, int rank) {
+  const Key key{uid, commId};
+  auto it = comms_.find(key);
+  if (it == comms_.end()) return;
+  Comm& c = it->second;
+  if (c.lostRank < 0) {
+    c.lostRank = rank;
+    c.lostPid = c.ranks[rank].pid;
+    WEFT_LOG(kWarn, kService, "rank {} (pid {}) of communicator {:016x} went without detaching: failing its peers",
+             rank, c.lostPid, commId);
+    for (int r = 0; r < static_cast<int>(c.ranks.size()); ++r)
+      if (r != rank && c.ranks[r].state == RankState::kAttached) failRank(c, r);
+  }
+  c.ranks[rank].state = RankState::kGone;
+  release(c.ranks[rank], &dev::EngineControl::abort);
+  dropIfIdle(key);
+}
+
+void CommRegistry::failRank(Comm& c, int r) {
+  // The same record a failing wait writes, where that rank's engine and host waits look first.
+  dev::CommView v;
+  v.rank = r;
+  v.nranks = static_cast<int>(c.ranks.size());
+  v.queue = c.ranks[r].queue->header();
+  v.control = static_cast<dev::EngineControl*>(c.ranks[r].heap.data());
+  dev::recordFailure(v, dev::WaitSite{0, 0, c.lostRank, dev::WaitWhat::kPeerGone}, dev::Status::kTransport, 0,
+                     static_cast<uint64_t>(c.lostPid));
+}
+
+void CommRegistry::dropIfIdle(const Key& k) {
+  auto it = comms_.find(k);
+  for (const Rank& r : it->second.ranks)
+    if (r.state == RankState::kAttached) return;
+  for (Rank& r : it->second.ranks) release(r, &dev::EngineControl::stop);
+  for (Rank& r : it->second.ranks) r.heap.reset();
+  WEFT_LOG(kInfo, kService, "communicator {:016x}: no rank attached, its memory released", k.second);
+  comms_.erase(it);
+}
+
+uint64_t CommRegistry::heldBytes() const {
+  uint64_t total = 0;
+  for (const auto& [k, c] : comms_)
+    for (const Rank& r : c.ranks) total += r.heap.size() + r.staging.size() + (r.queue ? r.queue->bytes() : 0);
+  return total;
+}
+
+}  // namespace weft::service

@@ -1,0 +1,78 @@
+// weftd's communicators: for each (user, communicator id), every rank's heap segment and work
+// queue, made by weftd at the first rank's attach and handed to each rank by descriptor, and, for
+// weftd's own user, the engine that runs the rank's ops over them (with a staging segment for
+// inputs outside the heap). weftd keeps the memory mapped so that it can fail a communicator whose
+// rank died (it writes the failure where the other ranks' engines and host waits look) and lets it
+// go once no rank is attached. Not thread-safe: the daemon's one loop owns it (the engines' worker
+// threads touch only the shared memory).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "device/cpu/cpu_engine.hpp"
+#include "runtime/work_queue.hpp"
+#include "transport/p2p/shm_segment.hpp"
+#include "wire.hpp"
+
+namespace weft::service {
+
+class CommRegistry {
+ public:
+  CommRegistry() = default;
+  CommRegistry(const CommRegistry&) = delete;
+  CommRegistry& operator=(const CommRegistry&) = delete;
+  ~CommRegistry();
+
+  // Attaches rank a.rank of communicator a.commId of user `uid` (process `pid`) and, where weftd
+  // runs the engine (its own user, a.stagingBytes > 0), starts it. Fills *out and returns the
+  // descriptors to send, in Attached's order; they stay the registry's. Throws weft::Error
+  // (kInvalidUsage) where the rank is attached already, the sizes disagree with the first rank's
+  // or the heap cannot hold the layout's control area.
+  std::vector<int> attach(uint32_t uid, pid_t pid, const Attach& a, Attached* out);
+  // The rank's communicator ended cleanly on it; its engine (if weftd's) has stopped on return.
+  void detach(uint32_t uid, uint64_t commId, int rank);
+  // The rank's process went without detaching: every other rank's ops fail (named error).
+  void lost(uint32_t uid, uint64_t commId, int rank);
+
+  uint32_t comms() const { return static_cast<uint32_t>(comms_.size()); }
+  uint64_t heldBytes() const;
+
+ private:
+  enum class RankState { kNever, kAttached, kGone };
+  struct Rank {
+    RankState state = RankState::kNever;
+    pid_t pid = 0;
+    int heapFd = -1, queueFd = -1, stagingFd = -1;
+    transport::ShmSegment heap, staging;
+    std::unique_ptr<WorkQueue> queue;
+    std::unique_ptr<dev::CpuEngine> engine;
+  };
+  struct Comm {
+    Attach first{};  // the first rank's attach: every rank must agree with it
+    bool engineInWeftd = false;
+    std::vector<uint8_t*> bases;  // every rank's heap in weftd's address space, then null (no proxy)
+    std::vector<Rank> ranks;
+    int lostRank = -1;  // the first rank that died (the communicator has failed)
+    pid_t lostPid = 0;
+  };
+  using Key = std::pair<uint32_t, uint64_t>;
+
+  // Writes the failure (rank `c.lostRank` gone) into rank r's queue and engine control words.
+  static void failRank(Comm& c, int r);
+  static void startEngine(Comm& c, int r);
+  // Stops the rank's engine (raising `word` first) and lets its queue and staging go; its heap
+  // goes with the communicator.
+  static void release(Rank& r, uint32_t dev::EngineControl::*word);
+  // Lets the communicator go once no rank is attached.
+  void dropIfIdle(const Key& k);
+
+  std::map<Key, Comm> comms_;
+};
+
+}  // namespace weft::service

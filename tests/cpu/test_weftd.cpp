@@ -1,0 +1,296 @@
+// weftd on its own: it answers status, keeps one instance per directory, drains and exits on
+// SIGTERM, leaves a directory a new weftd takes over, refuses malformed, oversized and stalled
+// messages and users it does not serve, and goes on serving through all of it.
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/error.hpp"
+#include "runtime/service/client.hpp"
+#include "support/weftd_process.hpp"
+#include "weft/version.h"
+#include "weft/weft.h"
+
+namespace weft::test {
+namespace {
+
+using service::Channel;
+using service::Client;
+using service::ConnectStatus;
+using service::Role;
+
+std::unique_ptr<Client> connectTo(const WeftdProcess& d, ConnectStatus* st, std::string* why) {
+  return Client::connect(d.dir(), Role::kCtl, 5, st, why);
+}
+
+// Whether weftd answers a status request, as weftctl would ask it.
+bool answers(const WeftdProcess& d) {
+  ConnectStatus st;
+  std::string why;
+  auto c = connectTo(d, &st, &why);
+  return c && c->status().head.pid == d.pid();
+}
+
+// Sends raw bytes on a fresh connection and returns weftd's refusal text ("" if none came), having
+// seen the connection closed after it.
+std::string refusalFor(const WeftdProcess& d, const std::vector<uint8_t>& bytes, const std::vector<int>& fds = {}) {
+  ConnectStatus st;
+  std::string why;
+  Channel ch = Channel::connect(d.socket(), &st, &why);
+  EXPECT_TRUE(ch.valid()) << why;
+  if (!ch.valid()) return "";
+  msghdr m{};
+  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  if (!fds.empty()) {
+    m.msg_control = control;
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  EXPECT_EQ(::sendmsg(ch.fd(), &m, MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  try {
+    service::Frame f = ch.receive(net::deadlineIn(10));
+    service::Refused r{};
+    EXPECT_TRUE(service::decodeRefused(f, &r, &why)) << why;
+    // Then weftd closes the connection.
+    EXPECT_THROW(ch.receive(net::deadlineIn(10)), Error);
+    return r.message;
+  } catch (const Error& e) {
+    ADD_FAILURE() << "no refusal: " << e.what();
+    return "";
+  }
+}
+
+std::vector<uint8_t> rawHeader(uint32_t magic, uint16_t version, uint16_t type, uint32_t body) {
+  const service::Header h{magic, version, type, body, 0};
+  std::vector<uint8_t> out(sizeof h);
+  memcpy(out.data(), &h, sizeof h);
+  return out;
+}
+
+TEST(Weftd, StatusNamesPidVersionAndUptime) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  ConnectStatus st;
+  std::string why;
+  auto c = connectTo(d, &st, &why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_EQ(c->welcome().pid, d.pid());
+  const Client::Status s = c->status();
+  EXPECT_EQ(s.head.pid, d.pid());
+  EXPECT_STREQ(s.head.version, WEFT_VERSION_STRING);
+  EXPECT_EQ(std::string(s.head.dir), d.dir());
+  EXPECT_GT(s.head.uptimeNs, 0u);
+  EXPECT_EQ(s.head.clients, 0u);
+  EXPECT_EQ(s.head.comms, 0u);
+  EXPECT_NE(std::string(s.head.mps).find("CPU backend"), std::string::npos);
+  int rc = 0;
+  const std::string out = runCommand(std::string(WEFT_TEST_WEFTCTL) + " status --dir " + d.dir(), 30, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("pid " + std::to_string(d.pid())), std::string::npos) << out;
+  EXPECT_NE(out.find(std::string("weftd ") + WEFT_VERSION_STRING), std::string::npos) << out;
+  struct stat dirStat {};
+  ASSERT_EQ(::stat(d.dir().c_str(), &dirStat), 0);
+  EXPECT_EQ(dirStat.st_mode & 0777, 0700u);
+}
+
+TEST(Weftd, OneDaemonPerDirectory) {
+  WeftdProcess first;
+  ASSERT_TRUE(first.started()) << first.output();
+  WeftdProcess second({}, first.dir());
+  EXPECT_FALSE(second.started());
+  EXPECT_NE(second.output().find("another weftd (pid " + std::to_string(first.pid()) + ")"), std::string::npos)
+      << second.output();
+  EXPECT_TRUE(answers(first));
+}
+
+TEST(Weftd, SigtermExitsAndRemovesItsSocket) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  EXPECT_EQ(d.stop(SIGTERM, 20), 0) << d.output();
+  struct stat st {};
+  EXPECT_NE(::lstat(d.socket().c_str(), &st), 0);
+  int rc = 0;
+  const std::string out = runCommand(std::string(WEFT_TEST_WEFTCTL) + " status --dir " + d.dir(), 30, &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("no socket there"), std::string::npos) << out;
+}
+
+TEST(Weftd, ANewDaemonTakesOverFromAKilledOne) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  EXPECT_EQ(d.stop(SIGKILL, 20), -SIGKILL);
+  ConnectStatus st;
+  std::string why;
+  EXPECT_FALSE(connectTo(d, &st, &why));
+  EXPECT_EQ(st, ConnectStatus::kStale) << why;
+  WeftdProcess again({}, d.dir());
+  ASSERT_TRUE(again.started()) << again.output();
+  EXPECT_TRUE(answers(again));
+}
+
+TEST(Weftd, MalformedAndOversizedMessagesAreRefused) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  using service::kWireMagic;
+  using service::kWireVersion;
+  EXPECT_NE(refusalFor(d, rawHeader(0x12345678, kWireVersion, 1, 40)).find("bad magic"), std::string::npos);
+  EXPECT_NE(refusalFor(d, rawHeader(kWireMagic, 99, 1, 40)).find("protocol version 99"), std::string::npos);
+  EXPECT_NE(refusalFor(d, rawHeader(kWireMagic, kWireVersion, 77, 0)).find("unknown message type 77"),
+            std::string::npos);
+  EXPECT_NE(refusalFor(d, rawHeader(kWireMagic, kWireVersion, 1, 1u << 30)).find("over the limit"), std::string::npos);
+  EXPECT_NE(refusalFor(d, rawHeader(kWireMagic, kWireVersion, 1, 12)).find("expected 40"), std::string::npos);
+  // A request before the hello.
+  EXPECT_NE(refusalFor(d, rawHeader(kWireMagic, kWireVersion, 4, 0)).find("must be a hello"), std::string::npos);
+  // A hello whose role is unknown.
+  std::vector<uint8_t> hello = rawHeader(kWireMagic, kWireVersion, 1, sizeof(service::Hello));
+  service::Hello h{};
+  h.role = 9;
+  hello.insert(hello.end(), reinterpret_cast<uint8_t*>(&h), reinterpret_cast<uint8_t*>(&h) + sizeof h);
+  EXPECT_NE(refusalFor(d, hello).find("unknown role 9"), std::string::npos);
+  // Descriptors where none belong.
+  h.role = 2;
+  memcpy(hello.data() + sizeof(service::Header), &h, sizeof h);
+  const int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  EXPECT_NE(refusalFor(d, hello, {devNull}).find("descriptors"), std::string::npos);
+  ::close(devNull);
+  EXPECT_TRUE(answers(d));
+  EXPECT_EQ(::kill(d.pid(), 0), 0);
+}
+
+TEST(Weftd, AStalledMessageCostsOnlyItsConnection) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  ConnectStatus st;
+  std::string why;
+  Channel ch = Channel::connect(d.socket(), &st, &why);
+  ASSERT_TRUE(ch.valid()) << why;
+  const std::vector<uint8_t> half = rawHeader(service::kWireMagic, service::kWireVersion, 1, 40);
+  ASSERT_EQ(::send(ch.fd(), half.data(), 8, MSG_NOSIGNAL), 8);
+  // Others are served meanwhile.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(answers(d));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  // The stalled one is answered with a refusal, then closed, within weftd's bound of 5 s.
+  service::Frame f = ch.receive(net::deadlineIn(15));
+  service::Refused r{};
+  ASSERT_TRUE(service::decodeRefused(f, &r, &why)) << why;
+  EXPECT_NE(std::string(r.message).find("not finished within"), std::string::npos) << r.message;
+  EXPECT_TRUE(answers(d));
+}
+
+// Runs `body` as user `uid` (group `gid`) in a child; returns its exit status.
+template <class Body>
+int asUser(uid_t uid, gid_t gid, Body&& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0) _exit(90);
+    _exit(body());
+  }
+  int status = 0;
+  for (int i = 0; i < 3000 && ::waitpid(pid, &status, WNOHANG) != pid; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+constexpr uid_t kNobody = 65534;
+
+TEST(Weftd, AnotherUsersClientIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user (nobody)";
+  {
+    // The default: weftd's directory is 0700, so another user cannot even reach the socket.
+    WeftdProcess d;
+    ASSERT_TRUE(d.started()) << d.output();
+    const int rc = asUser(kNobody, kNobody, [&] {
+      ConnectStatus st;
+      std::string why;
+      auto c = Client::connect(d.dir(), Role::kLibrary, 5, &st, &why);
+      return c ? 1 : st == ConnectStatus::kDenied ? 0 : 2;
+    });
+    EXPECT_EQ(rc, 0);
+    EXPECT_TRUE(answers(d));
+  }
+  // Other users allowed by the configuration: the socket is reachable and SO_PEERCRED decides.
+  setenv("WEFT_SERVICE_ALLOW_UIDS", "12345", 1);
+  WeftdProcess d;
+  unsetenv("WEFT_SERVICE_ALLOW_UIDS");
+  ASSERT_TRUE(d.started()) << d.output();
+  const std::string parent = d.dir().substr(0, d.dir().rfind('/'));
+  ASSERT_EQ(::chmod(parent.c_str(), 0711), 0);
+  struct stat dirStat {};
+  ASSERT_EQ(::stat(d.dir().c_str(), &dirStat), 0);
+  EXPECT_EQ(dirStat.st_mode & 0777, 0711u);
+  const auto tryAs = [&](uid_t uid) {
+    return asUser(uid, uid, [&] {
+      ConnectStatus st;
+      std::string why;
+      try {
+        auto c = Client::connect(d.dir(), Role::kLibrary, 5, &st, &why);
+        return c && c->status().head.pid == d.pid() ? 0 : 3;
+      } catch (const Error& e) {
+        return std::string(e.what()).find("uid " + std::to_string(uid) + " is not one of them") != std::string::npos
+                   ? 10
+                   : 4;
+      }
+    });
+  };
+  EXPECT_EQ(tryAs(kNobody), 10);
+  EXPECT_EQ(tryAs(12345), 0);
+  // Through the C API: service=on fails init naming the refusal; auto runs embedded.
+  const auto initAs = [&](const char* mode) {
+    return asUser(kNobody, kNobody, [&] {
+      setenv("WEFT_SERVICE_DIR", d.dir().c_str(), 1);
+      setenv("WEFT_SERVICE", mode, 1);
+      weft_unique_id_t id;
+      if (weft_get_unique_id(&id) != WEFT_SUCCESS) return 5;
+      weft_comm_t comm = nullptr;
+      const weft_result_t r = weft_comm_init_rank(&comm, 1, id, 0, nullptr);
+      if (r == WEFT_SUCCESS) return weft_comm_destroy(comm) == WEFT_SUCCESS ? 0 : 6;
+      const bool named = std::string(weft_get_last_error(nullptr)).find("is not one of them") != std::string::npos;
+      return r == WEFT_ERR_INVALID_USAGE && named ? 10 : 7;
+    });
+  };
+  EXPECT_EQ(initAs("on"), 10);
+  EXPECT_EQ(initAs("auto"), 0);
+  // An allowed user gets its memory from weftd but runs its engine itself (weftd follows no
+  // pointer of another user's).
+  const int allowed = asUser(12345, 12345, [&] {
+    setenv("WEFT_SERVICE_DIR", d.dir().c_str(), 1);
+    setenv("WEFT_SERVICE", "on", 1);
+    weft_unique_id_t id;
+    weft_comm_t comm = nullptr;
+    if (weft_get_unique_id(&id) != WEFT_SUCCESS || weft_comm_init_rank(&comm, 1, id, 0, nullptr) != WEFT_SUCCESS)
+      return 5;
+    void* y = nullptr;
+    std::vector<float> x(1000, 2.0f);
+    const bool ok = weft_mem_alloc(comm, 4096, &y) == WEFT_SUCCESS &&
+                    weft_allreduce(comm, x.data(), y, 1000, WEFT_FLOAT32, nullptr) == WEFT_SUCCESS &&
+                    static_cast<float*>(y)[999] == 2.0f;
+    return weft_comm_destroy(comm) == WEFT_SUCCESS && ok ? 0 : 6;
+  });
+  EXPECT_EQ(allowed, 0);
+  EXPECT_NE(d.output().find("uid 12345, pid"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("engine in the rank"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("refused pid"), std::string::npos) << d.output();
+  EXPECT_TRUE(answers(d));
+}
+
+}  // namespace
+}  // namespace weft::test

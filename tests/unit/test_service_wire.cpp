@@ -1,0 +1,144 @@
+// weftd's wire protocol (runtime/service/wire.hpp): frames cut from any split of the byte stream,
+// headers refused before their body is waited for, bodies checked field by field.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "runtime/service/wire.hpp"
+
+namespace weft::service {
+namespace {
+
+std::vector<uint8_t> helloBytes(uint32_t role) {
+  Hello h{};
+  h.role = role;
+  h.pid = 42;
+  putText(h.version, "0.1.0");
+  return encode(MsgType::kHello, &h, sizeof h);
+}
+
+// Feeds `bytes` `piece` at a time, as the reader asks, collecting frames until it is bad or done.
+FrameReader::Result feedAll(FrameReader& r, const std::vector<uint8_t>& bytes, size_t piece, std::vector<Frame>* frames,
+                            std::string* why) {
+  size_t at = 0;
+  for (;;) {
+    Frame f;
+    const FrameReader::Result res = r.next(&f, why);
+    if (res == FrameReader::Result::kBad) return res;
+    if (res == FrameReader::Result::kFrame) {
+      frames->push_back(std::move(f));
+      continue;
+    }
+    if (at == bytes.size()) return res;
+    const size_t n = std::min({piece, r.want(), bytes.size() - at});
+    r.feed(bytes.data() + at, n, {});
+    at += n;
+  }
+}
+
+TEST(ServiceWire, FramesComeWholeFromAnySplit) {
+  std::vector<uint8_t> stream = helloBytes(1);
+  const std::vector<uint8_t> status = encode(MsgType::kStatusRequest, nullptr, 0);
+  stream.insert(stream.end(), status.begin(), status.end());
+  for (size_t piece : {size_t{1}, size_t{3}, size_t{16}, size_t{4096}}) {
+    FrameReader r;
+    std::vector<Frame> frames;
+    std::string why;
+    EXPECT_EQ(feedAll(r, stream, piece, &frames, &why), FrameReader::Result::kNeedMore) << why;
+    ASSERT_EQ(frames.size(), 2u) << "piece " << piece;
+    Hello h{};
+    ASSERT_TRUE(decodeHello(frames[0], &h, &why)) << why;
+    EXPECT_EQ(h.pid, 42);
+    EXPECT_STREQ(h.version, "0.1.0");
+    EXPECT_EQ(frames[1].type, MsgType::kStatusRequest);
+    EXPECT_TRUE(frames[1].body.empty());
+    EXPECT_FALSE(r.partial());
+  }
+}
+
+TEST(ServiceWire, BadHeadersAreRefusedBeforeTheirBody) {
+  const auto refusal = [](Header h) {
+    FrameReader r;
+    r.feed(reinterpret_cast<const uint8_t*>(&h), sizeof h, {});
+    Frame f;
+    std::string why;
+    EXPECT_EQ(r.next(&f, &why), FrameReader::Result::kBad);
+    EXPECT_EQ(r.want(), 0u);  // nothing more is read from such a connection
+    return why;
+  };
+  EXPECT_NE(refusal({1, kWireVersion, 1, 40, 0}).find("bad magic"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, 2, 1, 40, 0}).find("protocol version 2"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 0, 0, 0}).find("unknown message type 0"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 1, kMaxBodyBytes + 1, 0}).find("over the limit"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 1, 39, 0}).find("expected 40"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 1, 40, 1}).find("declares 1 descriptors"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 7, sizeof(Attached), 1}).find("declares 1"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 5, sizeof(StatusHead) + 1, 0}).find("whole rows"), std::string::npos);
+}
+
+TEST(ServiceWire, DescriptorsMustMatchTheDeclaredCount) {
+  FrameReader r;
+  const std::vector<uint8_t> hello = helloBytes(1);
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  r.feed(hello.data(), hello.size(), {fd});
+  Frame f;
+  std::string why;
+  EXPECT_EQ(r.next(&f, &why), FrameReader::Result::kBad);
+  EXPECT_NE(why.find("declares 0 descriptors, 1 arrived"), std::string::npos) << why;
+  // The reader closes the descriptor it was given when it goes.
+}
+
+TEST(ServiceWire, BodiesAreCheckedFieldByField) {
+  std::string why;
+  Frame f;
+  f.type = MsgType::kHello;
+  const std::vector<uint8_t> unknownRole = helloBytes(7);
+  f.body.assign(unknownRole.begin() + sizeof(Header), unknownRole.end());
+  Hello h{};
+  EXPECT_FALSE(decodeHello(f, &h, &why));
+  EXPECT_NE(why.find("unknown role 7"), std::string::npos);
+  // An unterminated version string.
+  memset(f.body.data() + offsetof(Hello, version), 'x', sizeof h.version);
+  f.body[0] = 1;
+  EXPECT_FALSE(decodeHello(f, &h, &why));
+  Attach a{};
+  a.commId = 77;
+  a.rank = 4;
+  a.nranks = 4;
+  a.heapBytes = 1 << 20;
+  a.queueDepth = 64;
+  a.workers = 2;
+  a.inboxSlots = 8;
+  a.tileBytes = 65536;
+  a.oneShotBytes = 65536;
+  a.timeoutNs = 30000000000ull;
+  a.stagingBytes = 1 << 20;
+  f.type = MsgType::kAttach;
+  f.body.assign(reinterpret_cast<uint8_t*>(&a), reinterpret_cast<uint8_t*>(&a) + sizeof a);
+  Attach out{};
+  EXPECT_FALSE(decodeAttach(f, &out, &why));  // rank 4 of 4
+  EXPECT_NE(why.find("rank 4 of 4"), std::string::npos);
+  a.rank = 3;
+  a.heapBytes = 0;
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttach(f, &out, &why));
+  a.heapBytes = 1 << 20;
+  a.tileBytes = 1000;  // not a multiple of 256
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttach(f, &out, &why));
+  a.tileBytes = 65536;
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_TRUE(decodeAttach(f, &out, &why)) << why;
+  // A message of another type is not read as this one.
+  Welcome w{};
+  EXPECT_FALSE(decodeWelcome(f, &w, &why));
+}
+
+}  // namespace
+}  // namespace weft::service
