@@ -16,9 +16,13 @@ struct ArgCheck {
   bool meta;
 
   void onDevice(const at::Tensor& t, const char* name) const {
-    const c10::Device want = meta ? c10::Device(c10::DeviceType::Meta) : comm.device();
-    TORCH_CHECK_VALUE(t.device() == want, op, ": ", name, ": is on ", t.device(), ", but ",
-                      meta ? "the other arguments are on meta" : "the communicator's tensors are on ", want);
+    if (meta) {
+      TORCH_CHECK_VALUE(t.is_meta(), op, ": ", name, ": is on ", t.device(),
+                        ", but other arguments are on meta (shape inference takes meta tensors only)");
+      return;
+    }
+    TORCH_CHECK_VALUE(t.device() == comm.device(), op, ": ", name, ": is on ", t.device(),
+                      ", but the communicator's tensors are on ", comm.device());
   }
   void contiguous(const at::Tensor& t, const char* name) const {
     TORCH_CHECK_VALUE(t.is_contiguous(), op, ": ", name, ": must be contiguous (call .contiguous())");

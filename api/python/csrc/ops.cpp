@@ -180,6 +180,14 @@ TORCH_LIBRARY_IMPL(weft, CompositeExplicitAutograd, m) {
   m.impl("embedding_bag_all_to_all", &embeddingBagAllToAll<false>);
 }
 
+// The ops have no gradient; passing autograd by leaves every backend (Meta included, which 1.13
+// gives no autograd fallthrough of its own) to the kernels above and below.
+TORCH_LIBRARY_IMPL(weft, Autograd, m) {
+  for (const char* op :
+       {"allreduce_", "all_to_all_single", "gemv_allreduce", "gemm_all_to_all", "embedding_bag_all_to_all"})
+    m.impl(op, torch::CppFunction::makeFallthrough());
+}
+
 // Shape inference (torch.compile's fake tensors run it): the same checks, nothing enqueued.
 TORCH_LIBRARY_IMPL(weft, Meta, m) {
   m.impl("allreduce_", &allreduceInPlace<true>);
