@@ -121,3 +121,14 @@ def test_context_manager_destroys(group):
         c.barrier()
     with pytest.raises(RuntimeError, match="destroyed"):
         c.barrier()
+
+
+def test_abort_fails_later_ops_at_once(group):
+    c = weft.Comm(group, timeout_s=TIMEOUT_S, heap_bytes=8 << 20)
+    t = c.zeros(4)
+    c.barrier()  # no rank aborts before every rank has its tensor
+    c.abort()
+    with pytest.raises(RuntimeError, match=r"weft_allreduce: .*\[aborted, weft result 8\]"):
+        weft.allreduce_(c, t)
+    c.destroy()
+    assert t.tolist() == [0.0] * 4

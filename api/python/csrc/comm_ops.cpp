@@ -61,6 +61,11 @@ bool isSymmetric(const at::Tensor& t, int64_t comm) {
   return t.device() == s->device() && t.numel() > 0 && s->inHeap(t.data_ptr(), t.nbytes());
 }
 
+// Safe from any thread: ops in flight fail within a second, later ones at once (weft.h).
+void commAbort(int64_t comm) {
+  check(weft_comm_abort(lookupComm(comm, "weft.Comm.abort")->handle()), "weft_comm_abort");
+}
+
 void commDestroy(int64_t comm, bool finalize) {
   auto s = lookupComm(comm, "weft.Comm.destroy");
   unregisterComm(comm);
@@ -80,6 +85,7 @@ TORCH_LIBRARY_FRAGMENT(weft, m) {
   m.def("_comm_barrier(int comm) -> ()", &commBarrier);
   m.def("_comm_blocks(int comm) -> int[]", &commBlocks);
   m.def("_is_symmetric(Tensor t, int comm) -> bool", &isSymmetric);
+  m.def("_comm_abort(int comm) -> ()", &commAbort);
   m.def("_comm_destroy(int comm, bool finalize) -> ()", &commDestroy);
 }
 

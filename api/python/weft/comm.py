@@ -93,9 +93,16 @@ class Comm:
         live, released = _ops._comm_blocks(self.handle)
         return live, released
 
+    def abort(self):
+        """Local, safe from any thread: ops in flight raise within a second, later ops at once.
+        The peers are not told (they time out). destroy() afterwards, which then does not wait."""
+        _ops._comm_abort(self.handle)
+        self._aborted = True
+
     def destroy(self):
-        """Collective: waits for every rank (weft_comm_finalize), then frees everything. Idempotent."""
-        self._close(finalize=True)
+        """Collective: waits for every rank (weft_comm_finalize), then frees everything. Idempotent.
+        After abort() it is local."""
+        self._close(finalize=not getattr(self, "_aborted", False))
 
     def _close(self, finalize):
         if getattr(self, "_handle", None) is None:
