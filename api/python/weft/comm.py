@@ -42,6 +42,8 @@ class Comm:
         uid, size, rank = None, 0, 0
         if group is not None:
             rank, size = dist.get_rank(group), dist.get_world_size(group)
+            if rank < 0:
+                raise ValueError("weft.Comm: group: this process is not a member of it")
             uid = _ops._unique_id() if rank == 0 else torch.zeros(128, dtype=torch.uint8)
             if dist.get_backend(group) == "nccl":  # NCCL broadcasts device tensors only
                 uid = uid.to(torch.device("cuda", torch.cuda.current_device()))
@@ -72,7 +74,8 @@ class Comm:
         return self._handle
 
     def empty(self, shape, dtype=torch.float32):
-        """Collective: an uninitialised symmetric tensor (frees released blocks first)."""
+        """Collective: an uninitialised symmetric tensor. Frees the blocks every rank released first,
+        which costs one small AllReduce while any block is live: allocate once, reuse the buffer."""
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         return _ops._comm_empty(self.handle, list(shape), dtype)
 
