@@ -132,3 +132,25 @@ def test_abort_fails_later_ops_at_once(group):
         weft.allreduce_(c, t)
     c.destroy()
     assert t.tolist() == [0.0] * 4
+
+
+def test_heap_exhaustion_is_an_error_every_rank_shares(comm):
+    with pytest.raises(RuntimeError, match=r"weft_mem_alloc: .*raise heap_bytes \[out of memory"):
+        comm.empty(1 << 30)  # more than the session heap's 64 MiB, on every rank
+    t = comm.zeros(4)
+    weft.allreduce_(comm, t.add_(1))
+    assert t.tolist() == [comm.size] * 4
+
+
+def test_a_peer_that_never_comes_is_a_timeout_naming_the_op(group):
+    if dist.get_world_size() == 1:
+        pytest.skip("needs a peer")
+    c = weft.Comm(group, timeout_s=1.0, heap_bytes=8 << 20)
+    t = c.zeros(4)
+    c.barrier()
+    if c.rank == 0:  # the others never call it
+        with pytest.raises(RuntimeError, match=r"\[timeout, weft result 7\]"):
+            weft.allreduce_(c, t)
+    dist.barrier()
+    c.abort()  # the communicator has failed on rank 0: destroy locally everywhere
+    c.destroy()
