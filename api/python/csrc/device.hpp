@@ -6,7 +6,9 @@
 
 #ifdef WEFT_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace weft::torch_ext {
