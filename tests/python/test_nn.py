@@ -78,3 +78,18 @@ def test_sharded_embedding_bags_match_embedding_bag(comm, gen, mode):
         F.embedding_bag(values, full[t], torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]]),
                         mode=mode)[mine] for t, (values, lengths) in enumerate(jagged)], dim=1)
     assert_close(pooled, ref, torch.float32, scale=4)
+
+
+def test_row_parallel_linear_keeps_few_blocks_over_varying_rows(comm, gen):
+    layer = weft.nn.RowParallelLinear(comm, 8 * comm.size, 16, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(16, 8, generator=gen))
+    comm.barrier()
+    live = comm.heap_blocks()[0]
+    for rows in [1, 3, 64, 65, 100, 7, 130, 129, 2]:
+        y = layer(torch.ones(rows, 8))
+        assert y.shape == (rows, 16)
+        assert_close(y, (torch.ones(rows, 8) @ layer.weight.T).double() * comm.size, torch.float32, scale=8)
+    comm.barrier()
+    # Buffers of 1, 4, 64, 128 and 256 rows were made in turn; only the last is live.
+    assert comm.heap_blocks() == (live + 1, 0)

@@ -1,7 +1,7 @@
 """Drop-in modules over the fused ops. Each holds this rank's shard and the symmetric output it
 needs; every rank must call forward with the same shapes in the same order (the first call with a
 new shape allocates collectively). Outputs are fresh tensors unless reuse_output=True, where they
-are the module's symmetric buffer, valid until the next forward."""
+are views of the module's symmetric buffer, valid until the next forward."""
 import torch
 
 from . import ops
@@ -10,18 +10,20 @@ from . import ops
 GEMV_MAX_ROWS = 64
 
 
-class _Buffers:
-    """Symmetric output buffers by shape, made on first use (a collective call)."""
+class _RowBuffer:
+    """A symmetric [capacity, cols] buffer whose first rows hold an output. A call with more rows
+    than it holds replaces it by one of the next power of two (a collective allocation, made by
+    every rank at the same call since their shapes agree); the old block is freed once no output
+    views it. So varying row counts (prefill lengths) cost a few blocks, not one per length."""
 
-    def __init__(self, comm):
-        self.comm = comm
-        self.by_shape = {}
+    def __init__(self, comm, cols, dtype):
+        self.comm, self.cols, self.dtype, self.buf = comm, cols, dtype, None
 
-    def get(self, shape, dtype):
-        key = (tuple(shape), dtype)
-        if key not in self.by_shape:
-            self.by_shape[key] = self.comm.empty(shape, dtype)
-        return self.by_shape[key]
+    def rows(self, n):
+        if self.buf is None or self.buf.shape[0] < n:
+            self.buf = None  # released before the allocation, which frees it when every rank agrees
+            self.buf = self.comm.empty((1 << max(n - 1, 0).bit_length(), self.cols), self.dtype)
+        return self.buf[:n]
 
 
 class RowParallelLinear(torch.nn.Module):
@@ -41,7 +43,7 @@ class RowParallelLinear(torch.nn.Module):
                                          requires_grad=False)
         self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=dtype, device=comm.device),
                                        requires_grad=False) if bias else None
-        self._out = _Buffers(comm)
+        self._out = _RowBuffer(comm, out_features, dtype)
 
     @classmethod
     def from_linear(cls, comm, linear, **kwargs):
@@ -58,7 +60,7 @@ class RowParallelLinear(torch.nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         rows = x2.shape[0]
-        out = self._out.get((rows, self.out_features), self.weight.dtype)
+        out = self._out.rows(rows)
         if 1 <= rows <= GEMV_MAX_ROWS:
             ops.gemv_allreduce(self.comm, x2, self.weight, out=out)
         else:
