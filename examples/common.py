@@ -10,14 +10,19 @@ import torch.distributed as dist
 import weft
 
 
+def _store_path():
+    """weftrun's bootstrap port and secret are unique to the job: a file store named by them."""
+    job = f"{os.environ['WEFT_BOOTSTRAP_PORT']}-{os.environ.get('WEFT_BOOTSTRAP_SECRET', '')[:12]}"
+    return os.path.join(tempfile.gettempdir(), f"weft-example-{os.getuid()}-{job}")
+
+
 def start(timeout_s=30.0):
     """Joins the job's gloo group (the torch.distributed baseline) and returns a weft.Comm over it."""
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if "MASTER_PORT" in os.environ:  # torchrun
         init = "env://"
-    else:  # weftrun: its bootstrap port is unique to the job
-        init = "file://" + os.path.join(tempfile.gettempdir(),
-                                        f"weft-example-{os.getuid()}-{os.environ['WEFT_BOOTSTRAP_PORT']}")
+    else:  # weftrun
+        init = "file://" + _store_path()
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=timeout_s * 2))
     return weft.Comm(dist.group.WORLD, timeout_s=timeout_s)
@@ -27,9 +32,8 @@ def finish(comm):
     comm.destroy()
     dist.barrier()
     if comm.rank == 0 and "MASTER_PORT" not in os.environ:
-        path = os.path.join(tempfile.gettempdir(), f"weft-example-{os.getuid()}-{os.environ['WEFT_BOOTSTRAP_PORT']}")
-        if os.path.exists(path):
-            os.unlink(path)
+        if os.path.exists(_store_path()):
+            os.unlink(_store_path())
     dist.destroy_process_group()
 
 

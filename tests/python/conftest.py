@@ -25,8 +25,9 @@ def group():
     if "WEFT_BOOTSTRAP_PORT" not in os.environ:
         pytest.exit("run the Python tests under weftrun (ctest -L python does)", returncode=2)
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    # The bootstrap port is free and unique to this job when weftrun starts it.
-    path = os.path.join(tempfile.gettempdir(), f"weft-pytest-{os.getuid()}-{os.environ['WEFT_BOOTSTRAP_PORT']}")
+    # weftrun's bootstrap port and secret are unique to the job: a file store named by them.
+    job = f"{os.environ['WEFT_BOOTSTRAP_PORT']}-{os.environ.get('WEFT_BOOTSTRAP_SECRET', '')[:12]}"
+    path = os.path.join(tempfile.gettempdir(), f"weft-pytest-{os.getuid()}-{job}")
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=TIMEOUT_S * 2))
     yield dist.group.WORLD
