@@ -1,6 +1,7 @@
 """weft.Comm: construction, queries, symmetric tensors and the rule that frees them."""
 import gc
 import os
+import re
 import threading
 
 import pytest
@@ -148,9 +149,11 @@ def test_a_peer_that_never_comes_is_a_timeout_naming_the_op(group):
     c = weft.Comm(group, timeout_s=1.0, heap_bytes=8 << 20)
     t = c.zeros(4)
     c.barrier()
+    assert c.async_error() is None
     if c.rank == 0:  # the others never call it
         with pytest.raises(RuntimeError, match=r"\[timeout, weft result 7\]"):
             weft.allreduce_(c, t)
+        assert re.search(r"waiting on rank \d+ .*\[timeout, weft result 7\]", c.async_error())
     dist.barrier()
     c.abort()  # the communicator has failed on rank 0: destroy locally everywhere
     c.destroy()

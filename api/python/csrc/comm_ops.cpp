@@ -61,6 +61,16 @@ bool isSymmetric(const at::Tensor& t, int64_t comm) {
   return t.device() == s->device() && t.numel() > 0 && s->inHeap(t.data_ptr(), t.nbytes());
 }
 
+// "" while the communicator is healthy, else its first asynchronous failure, as check() words it.
+std::string commAsyncError(int64_t comm) {
+  weft_result_t failure = WEFT_SUCCESS;
+  check(weft_comm_get_async_error(lookupComm(comm, "weft.Comm.async_error")->handle(), &failure),
+        "weft_comm_get_async_error");
+  if (failure == WEFT_SUCCESS) return "";
+  return std::string(weft_get_last_error(nullptr)) + " [" + weft_get_error_string(failure) + ", weft result " +
+         std::to_string(static_cast<int>(failure)) + "]";
+}
+
 // Safe from any thread: ops in flight fail within a second, later ones at once (weft.h).
 void commAbort(int64_t comm) {
   check(weft_comm_abort(lookupComm(comm, "weft.Comm.abort")->handle()), "weft_comm_abort");
@@ -85,6 +95,7 @@ TORCH_LIBRARY_FRAGMENT(weft, m) {
   m.def("_comm_barrier(int comm) -> ()", &commBarrier);
   m.def("_comm_blocks(int comm) -> int[]", &commBlocks);
   m.def("_is_symmetric(Tensor t, int comm) -> bool", &isSymmetric);
+  m.def("_comm_async_error(int comm) -> str", &commAsyncError);
   m.def("_comm_abort(int comm) -> ()", &commAbort);
   m.def("_comm_destroy(int comm, bool finalize) -> ()", &commDestroy);
 }

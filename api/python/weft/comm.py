@@ -96,6 +96,12 @@ class Comm:
         live, released = _ops._comm_blocks(self.handle)
         return live, released
 
+    def async_error(self):
+        """None while the communicator is healthy; else weft's message for its first asynchronous
+        failure (a timeout, an abort, a bad index found on the device). Once failed, it must be
+        destroyed. Local, safe from any thread."""
+        return _ops._comm_async_error(self.handle) or None
+
     def abort(self):
         """Local, safe from any thread: ops in flight raise within a second, later ops at once.
         The peers are not told (they time out). destroy() afterwards, which then does not wait."""
