@@ -6,7 +6,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libucx-dev libfabric-dev
       clang libclang-rt-dev
       slurmd slurmctld slurm-client munge
-      hipcc libamdhip64-dev)
+      hipcc libamdhip64-dev
+      python3-torch libtorch-dev python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 [ ${#missing[@]} -eq 0 ] && { echo "install-deps: all ${#pkgs[@]} packages present"; exit 0; }
