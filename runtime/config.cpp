@@ -107,6 +107,9 @@ const std::vector<SettingSpec>& settingSpecs() {
        "allowed); empty: the status directory (status_dir)"},
       {"service_allow_uids", SettingType::kString, "",
        "weftd: comma list of other uids it serves besides its own (their connections are checked by SO_PEERCRED)"},
+      {"service_trust_uids", SettingType::kString, "",
+       "Service mode: comma list of other uids whose weftd this user's ranks attach to (a shared weftd's User=); "
+       "besides them only a weftd of this user or of root, whoever made the directory"},
       {"service_allow_gids", SettingType::kString, "",
        "weftd: comma list of groups whose members it serves (primary or supplementary group of the peer)"},
       {"service_staging_bytes", SettingType::kSize, "64M",
@@ -239,7 +242,8 @@ void validate(const SettingSpec& s, const SettingValue& v) {
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ucx or ofi");
       if (std::string(s.name) == "service" && v.text != "auto" && v.text != "on" && v.text != "off")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, on or off");
-      if (std::string(s.name) == "service_allow_uids" || std::string(s.name) == "service_allow_gids")
+      if (std::string(s.name) == "service_allow_uids" || std::string(s.name) == "service_allow_gids" ||
+          std::string(s.name) == "service_trust_uids")
         parseIdList(where, v.text);
       if (std::string(s.name) == "engine" && v.text != "launched" && v.text != "persistent")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not launched or persistent");

@@ -12,7 +12,8 @@ std::unique_ptr<Client> findDaemon(const Settings& s, std::string* why) {
   const std::string dir = directory(s);
 
   try {
-    return Client::connect(dir, Role::kLibrary, s.getDouble("bootstrap_timeout_s"), &st, why);
+    return Client::connect(dir, Role::kLibrary, s.getDouble("bootstrap_timeout_s"),
+                           parseIdList("service_trust_uids", s.getString("service_trust_uids")), &st, why);
   } catch (const Error& e) {
     // A weftd that refuses this process (another user's), or answers nonsense: `decide` says so
     // (service=on) or runs the communicator embedded (auto).

@@ -81,6 +81,9 @@ Channel Channel::connect(const std::string& path, ConnectStatus* status, std::st
 
 void Channel::send(MsgType type, const void* body, size_t bodyBytes, net::Deadline deadline,
                    const std::vector<int>& fds) {
+  if (fds.size() > kMaxFds)
+    throw Error(Code::kInternal, "a message with " + std::to_string(fds.size()) + " descriptors (at most " +
+                                     std::to_string(kMaxFds) + ")");
   const std::vector<uint8_t> bytes = encode(type, body, bodyBytes, static_cast<uint32_t>(fds.size()));
   size_t sent = 0;
   while (sent < bytes.size()) {

@@ -3,6 +3,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "common/error.hpp"
 #include "paths.hpp"
 #include "runtime/work_queue.hpp"
@@ -10,12 +13,20 @@
 
 namespace weft::service {
 
-std::unique_ptr<Client> Client::connect(const std::string& dir, Role role, double timeoutS, ConnectStatus* st,
-                                        std::string* why) {
+std::unique_ptr<Client> Client::connect(const std::string& dir, Role role, double timeoutS,
+                                        const std::vector<uint32_t>& trustedUids, ConnectStatus* st, std::string* why) {
   Channel ch = Channel::connect(socketPath(dir), st, why);
   if (*st == ConnectStatus::kAbsent) *why = "no weftd serves " + dir + " (no socket there)";
   if (*st == ConnectStatus::kStale) *why = "the weftd of " + dir + " has died (its socket is left)";
   if (!ch.valid()) return nullptr;
+  // The directory may be anyone's (/dev/shm is writable by all): the listener's credentials, which
+  // the kernel vouches for, decide whether it may make this job's memory.
+  const uint32_t listener = ch.peer().uid, me = static_cast<uint32_t>(getuid());
+  if (listener != me && listener != 0 &&
+      std::find(trustedUids.begin(), trustedUids.end(), listener) == trustedUids.end())
+    throw Error(Code::kInvalidUsage, "the weftd of " + dir + " runs as uid " + std::to_string(listener) +
+                                         ", neither this user (" + std::to_string(me) +
+                                         ") nor root nor in service_trust_uids: not attaching to it");
   std::unique_ptr<Client> c(new Client(std::move(ch), timeoutS));
   Hello h{};
   h.role = static_cast<uint32_t>(role);

@@ -21,9 +21,11 @@ class Client {
  public:
   // Connects to the weftd of `dir` and says hello. Returns null, with *st and *why, where no
   // weftd is there to answer (kAbsent, kStale, kDenied, kFailed; *why names the directory);
-  // throws if one answers and refuses.
-  static std::unique_ptr<Client> connect(const std::string& dir, Role role, double timeoutS, ConnectStatus* st,
-                                         std::string* why);
+  // throws if one answers and refuses, or if the process listening there runs as a user this one
+  // does not trust: only this user, root, and `trustedUids` (service_trust_uids) may hold a job's
+  // memory, since whoever listens on the socket makes it.
+  static std::unique_ptr<Client> connect(const std::string& dir, Role role, double timeoutS,
+                                         const std::vector<uint32_t>& trustedUids, ConnectStatus* st, std::string* why);
 
   const Welcome& welcome() const { return welcome_; }
 

@@ -298,7 +298,8 @@ void Daemon::serve(int stopFd) {
   std::vector<pollfd> fds;
   for (;;) {
     fds.clear();
-    fds.push_back({stopFd, POLLIN, 0});
+    // Once draining, the stop pipe (never read) would wake every poll at once: leave it out.
+    fds.push_back({stopFd, static_cast<short>(d.draining ? 0 : POLLIN), 0});
     const bool accepting = d.listenFd >= 0 && status::monotonicNs() >= d.acceptPausedUntilNs;
     fds.push_back({d.listenFd, static_cast<short>(accepting ? POLLIN : 0), 0});
     for (const auto& c : d.conns) fds.push_back({c->ch.fd(), POLLIN, 0});
@@ -338,6 +339,11 @@ void Daemon::serve(int stopFd) {
       } catch (const Error& e) {
         WEFT_LOG(kWarn, kService, "pid {} (uid {}): {}; connection dropped", c.cred.pid, c.cred.uid, e.what());
         refuse(c, e.code(), e.what());
+        d.closeConn(c, e.what());
+      } catch (const std::exception& e) {
+        // Out of threads or memory while serving one client: that client fails, weftd goes on.
+        WEFT_LOG(kError, kService, "pid {} (uid {}): {}; connection dropped", c.cred.pid, c.cred.uid, e.what());
+        refuse(c, Code::kSystem, e.what());
         d.closeConn(c, e.what());
       }
       if (!c.ch.midMessage() && c.greeted) c.idleSinceNs = now;

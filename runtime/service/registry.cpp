@@ -56,6 +56,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
   const Key key{uid, a.commId};
   auto [it, fresh] = comms_.try_emplace(key);
   Comm& c = it->second;
+  Rank* made = nullptr;  // this attach's rank, once it is known to be one nobody else holds
   try {
     if (fresh) {
       if (a.heapBytes <= layoutOf(a).controlBytes())
@@ -82,6 +83,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
     if (me.state != RankState::kNever)
       throw Error(Code::kInvalidUsage, "attach: rank " + std::to_string(a.rank) + " of communicator " +
                                            std::to_string(a.commId) + " has attached before");
+    made = &me;
     int queueFd = -1;
     auto queue = transport::ShmSegment::createAnonymous("queue" + std::to_string(a.rank),
                                                         WorkQueue::bytesFor(a.queueDepth), &queueFd);
@@ -98,9 +100,25 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
     if (fresh) {
       for (Rank& r : c.ranks) release(r, &dev::EngineControl::abort);
       comms_.erase(it);
-    } else {
-      Rank& me = c.ranks[a.rank];
-      if (me.state == RankState::kNever) release(me, &dev::EngineControl::abort);
+    } else if (made) {
+      // Undo only what this attach made: the communicator's heap (and its descriptor) stays, for the
+      // ranks that attached and those still to come.
+      Rank& me = *made;
+      if (me.engine) {
+        auto* control = static_cast<dev::EngineControl*>(me.heap.data());
+        gpu::atomicStore<gpu::Order::kRelease>(&control->abort, 1u);
+        gpu::atomicStore<gpu::Order::kRelease>(&me.queue->header()->stop, 1u);
+        me.engine->join();
+        me.engine.reset();
+      }
+      for (int* fd : {&me.queueFd, &me.stagingFd})
+        if (*fd >= 0) {
+          ::close(*fd);
+          *fd = -1;
+        }
+      me.queue.reset();
+      me.staging.reset();
+      me.state = RankState::kNever;
     }
     throw;
   }

@@ -202,9 +202,11 @@ bool decodeRefused(const Frame& f, Refused* out, std::string* why) {
 bool decodeAttach(const Frame& f, Attach* out, std::string* why) {
   if (!bodyAs(f, MsgType::kAttach, out, why)) return false;
   constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 42;  // the heap_bytes setting's bound, and then some
-  if (out->nranks < 1 || out->nranks > static_cast<int32_t>(kMaxFds) - 1 || out->rank < 0 || out->rank >= out->nranks) {
+  // The reply carries the heap, the queue, the staging segment and every peer's heap: nranks + 2.
+  constexpr int32_t kMaxRanks = static_cast<int32_t>(kMaxFds) - 2;
+  if (out->nranks < 1 || out->nranks > kMaxRanks || out->rank < 0 || out->rank >= out->nranks) {
     *why = "attach: rank " + std::to_string(out->rank) + " of " + std::to_string(out->nranks) +
-           " is out of range (at most " + std::to_string(kMaxFds - 1) + " ranks per node)";
+           " is out of range (at most " + std::to_string(kMaxRanks) + " ranks per node)";
     return false;
   }
   const bool tileOk = out->tileBytes >= 256 && out->tileBytes <= (uint64_t{1} << 26) && out->tileBytes % 256 == 0;

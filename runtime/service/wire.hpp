@@ -17,7 +17,7 @@ namespace weft::service {
 constexpr uint32_t kWireMagic = 0x64746677;  // "wftd"
 constexpr uint16_t kWireVersion = 1;
 constexpr uint32_t kMaxBodyBytes = 16384;
-constexpr uint32_t kMaxFds = 64;  // a communicator of up to 63 ranks on a node
+constexpr uint32_t kMaxFds = 64;  // a communicator of up to 62 ranks on a node (an attach reply: nranks + 2)
 constexpr uint32_t kMaxStatusRows = 256;
 
 enum class MsgType : uint16_t {

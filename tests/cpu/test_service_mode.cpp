@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 service::Client::Status statusOf(const WeftdProcess& d) {
   service::ConnectStatus st;
   std::string why;
-  auto c = service::Client::connect(d.dir(), service::Role::kCtl, 5, &st, &why);
+  auto c = service::Client::connect(d.dir(), service::Role::kCtl, 5, {}, &st, &why);
   if (!c) throw Error(Code::kSystem, why);
   return c->status();
 }

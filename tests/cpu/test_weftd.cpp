@@ -4,11 +4,14 @@
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fcntl.h>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -31,7 +34,7 @@ using service::ConnectStatus;
 using service::Role;
 
 std::unique_ptr<Client> connectTo(const WeftdProcess& d, ConnectStatus* st, std::string* why) {
-  return Client::connect(d.dir(), Role::kCtl, 5, st, why);
+  return Client::connect(d.dir(), Role::kCtl, 5, {}, st, why);
 }
 
 // Whether weftd answers a status request, as weftctl would ask it.
@@ -196,6 +199,62 @@ TEST(Weftd, AStalledMessageCostsOnlyItsConnection) {
   EXPECT_TRUE(answers(d));
 }
 
+constexpr uid_t kNobody = 65534;
+
+// A rank that disagrees with its communicator's first rank, or names more ranks than one reply's
+// descriptors can carry, is refused; the communicator's memory stays whole for the ranks that agree.
+TEST(Weftd, ADisagreeingAttachIsRefusedAndTheCommunicatorStaysWhole) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  service::Attach a{};
+  a.commId = 0x5eed;
+  a.rank = 0;
+  a.nranks = 2;
+  a.heapBytes = 64 << 20;
+  a.queueDepth = 8;
+  a.workers = 1;
+  a.inboxSlots = 8;
+  a.tileBytes = 64 << 10;
+  a.oneShotBytes = 64 << 10;
+  a.timeoutNs = 5'000'000'000;
+  a.stagingBytes = 0;  // the engines stay in the ranks: this test has none
+  ConnectStatus st;
+  std::string why;
+  auto first = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(first) << why;
+  const Client::Attachment rank0 = first->attach(a);
+  ASSERT_EQ(rank0.heaps.size(), 2u);
+  const auto refusedFor = [&](service::Attach bad) {
+    auto c = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+    if (!c) return std::string("no connection: ") + why;
+    try {
+      (void)c->attach(bad);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  service::Attach other = a;
+  other.rank = 1;
+  other.nranks = 3;
+  EXPECT_NE(refusedFor(other).find("disagrees with its communicator's first rank"), std::string::npos);
+  other.nranks = 63;
+  other.rank = 62;
+  EXPECT_NE(refusedFor(other).find("at most 62 ranks per node"), std::string::npos);
+  // Rank 1 as agreed still gets every heap, rank 0's the same memory rank 0 has.
+  auto second = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(second) << why;
+  service::Attach rank1 = a;
+  rank1.rank = 1;
+  const Client::Attachment got = second->attach(rank1);
+  ASSERT_EQ(got.heaps.size(), 2u);
+  static_cast<volatile uint8_t*>(rank0.heaps[0].data())[4096] = 0x5a;
+  EXPECT_EQ(static_cast<volatile uint8_t*>(got.heaps[0].data())[4096], 0x5a);
+  first->detach();
+  second->detach();
+  EXPECT_TRUE(answers(d));
+}
+
 // Runs `body` as user `uid` (group `gid`) in a child; returns its exit status.
 template <class Body>
 int asUser(uid_t uid, gid_t gid, Body&& body) {
@@ -205,12 +264,72 @@ int asUser(uid_t uid, gid_t gid, Body&& body) {
     _exit(body());
   }
   int status = 0;
-  for (int i = 0; i < 3000 && ::waitpid(pid, &status, WNOHANG) != pid; ++i)
+  bool reaped = false;
+  for (int i = 0; i < 3000 && !(reaped = ::waitpid(pid, &status, WNOHANG) == pid); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!reaped) {
+    // A child that hangs fails the check (-1), and is not left running as the other user.
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
+  }
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-constexpr uid_t kNobody = 65534;
+// Whoever listens on the socket would make a job's memory, and /dev/shm (the default directory's
+// parent) is writable by every user: a client attaches only to a listener of its own user, root,
+// or service_trust_uids, whoever made the directory.
+TEST(Weftd, AClientRefusesAListenerOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to listen as another user (nobody)";
+  char dirTemplate[] = "/tmp/weftd-squat-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  const std::string dir = dirTemplate;
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t squatter = ::fork();
+  if (squatter == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
+        ::setresuid(kNobody, kNobody, kNobody) != 0)
+      _exit(90);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s/weftd.sock", dir.c_str());
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 4) != 0) _exit(91);
+    (void)!::write(ready[1], "x", 1);
+    for (int i = 0; i < 100; ++i) {  // at most 10 s: accepts and holds connections, says nothing
+      (void)::accept4(fd, nullptr, nullptr, SOCK_NONBLOCK);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ConnectStatus st;
+  std::string why;
+  std::string refusal;
+  try {
+    (void)Client::connect(dir, Role::kLibrary, 2, {}, &st, &why);
+  } catch (const Error& e) {
+    refusal = e.what();
+  }
+  EXPECT_NE(refusal.find("runs as uid 65534, neither this user"), std::string::npos) << refusal;
+  // Trusted by name, the same listener is talked to (and, saying nothing, times out).
+  std::string trusted;
+  try {
+    (void)Client::connect(dir, Role::kLibrary, 0.5, {kNobody}, &st, &why);
+  } catch (const Error& e) {
+    trusted = e.what();
+  }
+  EXPECT_EQ(trusted.find("neither this user"), std::string::npos) << trusted;
+  ::kill(squatter, SIGKILL);
+  ::waitpid(squatter, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  ::unlink((dir + "/weftd.sock").c_str());
+  ::rmdir(dir.c_str());
+}
 
 TEST(Weftd, AnotherUsersClientIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user (nobody)";
@@ -221,7 +340,7 @@ TEST(Weftd, AnotherUsersClientIsRefused) {
     const int rc = asUser(kNobody, kNobody, [&] {
       ConnectStatus st;
       std::string why;
-      auto c = Client::connect(d.dir(), Role::kLibrary, 5, &st, &why);
+      auto c = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
       return c ? 1 : st == ConnectStatus::kDenied ? 0 : 2;
     });
     EXPECT_EQ(rc, 0);
@@ -242,7 +361,7 @@ TEST(Weftd, AnotherUsersClientIsRefused) {
       ConnectStatus st;
       std::string why;
       try {
-        auto c = Client::connect(d.dir(), Role::kLibrary, 5, &st, &why);
+        auto c = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
         return c && c->status().head.pid == d.pid() ? 0 : 3;
       } catch (const Error& e) {
         return std::string(e.what()).find("uid " + std::to_string(uid) + " is not one of them") != std::string::npos

@@ -64,5 +64,17 @@ TEST(ShmSegment, OrphansOfEndedProcessesAreRemovedOnceOldEnough) {
   EXPECT_TRUE(exists(mine.name())) << "a live process's segment was removed";
 }
 
+// Memory weftd hands to other processes by descriptor keeps its size: none of them can shrink it
+// under the others' mappings.
+TEST(ShmSegment, AnonymousSegmentsAreSealedAgainstResizing) {
+  int fd = -1;
+  ShmSegment s = ShmSegment::createAnonymous("sealtest", 1 << 16, &fd);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(::ftruncate(fd, 0), 0);
+  EXPECT_NE(::ftruncate(fd, 1 << 20), 0);
+  static_cast<volatile uint8_t*>(s.data())[(1 << 16) - 1] = 1;  // still mapped in full
+  ::close(fd);
+}
+
 }  // namespace
 }  // namespace weft::transport

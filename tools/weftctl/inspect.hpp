@@ -42,6 +42,7 @@ struct StatusOptions {
   std::string dir;
   bool json = false;
   double timeoutS = 5;
+  std::vector<uint32_t> trustedUids;  // service_trust_uids
 };
 int runStatus(const StatusOptions& o);
 

@@ -160,7 +160,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*status) {
-      if (statusOpts.dir.empty()) statusOpts.dir = weft::service::directory(weft::Settings::resolve());
+      const weft::Settings settings = weft::Settings::resolve();
+      if (statusOpts.dir.empty()) statusOpts.dir = weft::service::directory(settings);
+      statusOpts.trustedUids = weft::parseIdList("service_trust_uids", settings.getString("service_trust_uids"));
       return weftctl::runStatus(statusOpts);
     }
     if (*queue || *clean || *diagnose || *metrics) {

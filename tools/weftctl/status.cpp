@@ -17,7 +17,7 @@ int runStatus(const StatusOptions& o) {
   using weft::service::ConnectStatus;
   ConnectStatus st;
   std::string why;
-  auto c = weft::service::Client::connect(o.dir, weft::service::Role::kCtl, o.timeoutS, &st, &why);
+  auto c = weft::service::Client::connect(o.dir, weft::service::Role::kCtl, o.timeoutS, o.trustedUids, &st, &why);
   if (!c) {
     std::fprintf(stderr, "weftctl: %s%s\n", why.c_str(),
                  st == ConnectStatus::kAbsent  ? " (is weftd running on this node?)"

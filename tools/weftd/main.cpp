@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     weft::service::Daemon daemon(weft::service::DaemonOptions::from(s));
     daemon.serve(pipeFds[0]);
     WEFT_LOG(kInfo, kService, "weftd (pid {}) exits", getpid());
-  } catch (const weft::Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "weftd: %s\n", e.what());
     return 1;
   }

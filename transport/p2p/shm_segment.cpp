@@ -94,13 +94,17 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
 
 ShmSegment ShmSegment::createAnonymous(const std::string& tag, size_t bytes, int* fd) {
   const std::string name = "weft-" + tag;
-  Fd f{static_cast<int>(::memfd_create(name.c_str(), MFD_CLOEXEC))};
+  Fd f{static_cast<int>(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING))};
   if (f.fd < 0) throwSystemError("memfd_create " + name);
   if (::ftruncate(f.fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
     throw Error(Code::kOutOfMemory,
                 systemErrorMessage("ftruncate of " + name + " to " + std::to_string(bytes) + " bytes", err));
   }
+  // The descriptor goes to other processes: sealed, none of them can shrink the memory under the
+  // others' mappings (a later access there would be SIGBUS in every process that maps it).
+  if (::fcntl(f.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    throwSystemError("sealing " + name + "'s size");
   ShmSegment s;
   s.data_ = mapShared(f.fd, bytes, name);
   s.size_ = bytes;
