@@ -263,6 +263,9 @@ void Daemon::Impl::sendStatus(Conn& c) {
   for (const auto& k : conns) {
     h.clients += k->role == Role::kLibrary && k->greeted;
     if (rows.size() == kMaxStatusRows || k.get() == &c) continue;
+    // Another user sees only its own connections: which jobs run here, and whose, is weftd's
+    // user's to know (and root's).
+    if (c.cred.uid != ::geteuid() && c.cred.uid != 0 && k->cred.uid != c.cred.uid) continue;
     StatusRow r{};
     r.pid = k->cred.pid;
     r.uid = k->cred.uid;

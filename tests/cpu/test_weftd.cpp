@@ -362,7 +362,12 @@ TEST(Weftd, AnotherUsersClientIsRefused) {
       std::string why;
       try {
         auto c = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
-        return c && c->status().head.pid == d.pid() ? 0 : 3;
+        if (!c) return 3;
+        const Client::Status seen = c->status();
+        // Another user sees only its own connections, not weftd's user's (the parent's, held open).
+        for (const service::StatusRow& r : seen.rows)
+          if (r.uid != uid) return 5;
+        return seen.head.pid == d.pid() ? 0 : 3;
       } catch (const Error& e) {
         return std::string(e.what()).find("uid " + std::to_string(uid) + " is not one of them") != std::string::npos
                    ? 10
@@ -370,6 +375,10 @@ TEST(Weftd, AnotherUsersClientIsRefused) {
       }
     });
   };
+  ConnectStatus keptSt;
+  std::string keptWhy;
+  const auto kept = connectTo(d, &keptSt, &keptWhy);  // weftd's own user, connected meanwhile
+  ASSERT_TRUE(kept) << keptWhy;
   EXPECT_EQ(tryAs(kNobody), 10);
   EXPECT_EQ(tryAs(12345), 0);
   // Through the C API: service=on fails init naming the refusal; auto runs embedded.
