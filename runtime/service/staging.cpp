@@ -1,6 +1,7 @@
 #include "staging.hpp"
 
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "common/error.hpp"
@@ -40,6 +41,20 @@ Staging::Staging(transport::ShmSegment segment, uint64_t weftdStaging, const uin
       heapBytes_(heapBytes),
       weftdHeap_(weftdHeap) {}
 
+namespace {
+
+// The product of sizes that reach here from the caller's memory (the embedding's offsets) or from
+// its descriptor; one that wraps would stage a short range that weftd's engine then reads past.
+uint64_t bytesOf(std::initializer_list<uint64_t> factors, const char* arg) {
+  uint64_t p = 1;
+  for (uint64_t f : factors)
+    if (__builtin_mul_overflow(p, f, &p))
+      throw Error(Code::kInvalidArgument, std::string(arg) + ": its size overflows 64 bits");
+  return p;
+}
+
+}  // namespace
+
 uint64_t Staging::place(uint64_t ptr, uint64_t bytes, const char* arg, bool output) {
   if (ptr == 0 || bytes == 0) return 0;
   const auto lo = reinterpret_cast<uint64_t>(heap_);
@@ -66,18 +81,18 @@ void Staging::prepare(dev::OpDesc& d, int nranks) {
   switch (static_cast<dev::OpKind>(d.kind)) {
     case dev::OpKind::kAllReduce:
     case dev::OpKind::kAllReduceOneShot:
-      d.send = place(d.send, d.count * es, "sendbuf", false);
+      d.send = place(d.send, bytesOf({d.count, es}, "sendbuf"), "sendbuf", false);
       return;
     case dev::OpKind::kAllToAll:
-      d.send = place(d.send, d.count * es * n, "sendbuf", false);
+      d.send = place(d.send, bytesOf({d.count, es, n}, "sendbuf"), "sendbuf", false);
       return;
     case dev::OpKind::kGemv:
     case dev::OpKind::kGemvAllReduce:  // send = x [batch, k], arg[0] = w [n, k], arg[1] batch, arg[2] k
-      d.send = place(d.send, d.arg[1] * d.arg[2] * es, "x", false);
-      d.arg[0] = place(d.arg[0], d.count * d.arg[2] * es, "w", false);
+      d.send = place(d.send, bytesOf({d.arg[1], d.arg[2], es}, "x"), "x", false);
+      d.arg[0] = place(d.arg[0], bytesOf({d.count, d.arg[2], es}, "w"), "w", false);
       return;
     case dev::OpKind::kEmbeddingAllToAll: {  // embedding_alltoall_device.hpp names the fields
-      const uint64_t tables = d.arg[4], bags = tables * d.arg[5] * n;
+      const uint64_t tables = d.arg[4], bags = bytesOf({tables, d.arg[5], n}, "offsets");
       checkRising(d.arg[0], tables + 1, "table_offsets");
       checkRising(d.arg[2], bags + 1, "offsets");
       const uint64_t rows = countAt(d.arg[0], tables, "table_offsets");
@@ -85,17 +100,17 @@ void Staging::prepare(dev::OpDesc& d, int nranks) {
       // Every index is checked against its table on weftd's side, whatever check_indices says: an
       // index past the staged weights would make weftd's engine read outside them.
       d.arg[8] |= dev::EmbeddingAllToAllOp::kFlagCheck;
-      d.send = place(d.send, rows * d.count * es, "weights", false);
+      d.send = place(d.send, bytesOf({rows, d.count, es}, "weights"), "weights", false);
       d.arg[0] = place(d.arg[0], (tables + 1) * sizeof(int64_t), "table_offsets", false);
-      d.arg[1] = place(d.arg[1], lookups * sizeof(int64_t), "indices", false);
+      d.arg[1] = place(d.arg[1], bytesOf({lookups, sizeof(int64_t)}, "indices"), "indices", false);
       d.arg[2] = place(d.arg[2], (bags + 1) * sizeof(int64_t), "offsets", false);
-      d.arg[3] = place(d.arg[3], lookups * sizeof(float), "per_sample_weights", false);
+      d.arg[3] = place(d.arg[3], bytesOf({lookups, sizeof(float)}, "per_sample_weights"), "per_sample_weights", false);
       return;
     }
     case dev::OpKind::kGemmAllToAll: {  // gemm_alltoall_device.hpp names the fields
       const uint64_t tokens = d.arg[3], k = d.arg[4], experts = d.arg[6];
-      d.send = place(d.send, tokens * k * es, "a", false);
-      d.arg[0] = place(d.arg[0], experts * k * d.count * es, "w", false);
+      d.send = place(d.send, bytesOf({tokens, k, es}, "a"), "a", false);
+      d.arg[0] = place(d.arg[0], bytesOf({experts, k, d.count, es}, "w"), "w", false);
       d.arg[1] = place(d.arg[1], n * sizeof(int64_t), "send_counts", false);
       d.arg[2] = place(d.arg[2], n * sizeof(int64_t), "recv_counts", true);
       d.arg[7] = place(d.arg[7], experts * sizeof(int64_t), "expert_offsets", false);

@@ -286,6 +286,14 @@ TEST(ServiceMode, InputsOutsideTheHeapMustFitTheStagingSegment) {
     auto* y = static_cast<float*>(heap);
     EXPECT_TRUE(failsWith(weft_allreduce(comm, x.data(), y, count, WEFT_FLOAT32, nullptr), WEFT_ERR_INVALID_ARGUMENT,
                           "sendbuf: 2097152 bytes outside the symmetric heap"));
+    // Sizes the caller's own memory gives (a table of 2^61 rows) are refused, not wrapped into a short
+    // staged range that weftd's engine would read past.
+    const std::vector<int64_t> hugeTable{0, int64_t{1} << 61};
+    const std::vector<int64_t> noBags(n + 1, 0);
+    const int64_t noIndex = 0;
+    EXPECT_TRUE(failsWith(weft_embedding_alltoall(comm, x.data(), hugeTable.data(), 1, &noIndex, noBags.data(), nullptr,
+                                                  0, y, 1, n, rank, 16, WEFT_FLOAT32, nullptr),
+                          WEFT_ERR_INVALID_ARGUMENT, "weights: its size overflows"));
     // Nothing ran: the communicator is fine, and the same input from the heap needs no staging.
     float* inHeap = y + count;
     std::copy(x.begin(), x.end(), inHeap);
