@@ -33,7 +33,8 @@ CommRegistry::~CommRegistry() {
   // Every engine has stopped: the heaps may go with the map.
 }
 
-void CommRegistry::release(Rank& r, uint32_t dev::EngineControl::*word) {
+// The heap stays mapped while the communicator lives: the other ranks' engines here store into it.
+void CommRegistry::release(Rank& r, uint32_t dev::EngineControl::*word, bool heapFd) {
   if (r.engine) {
     // The workers give up every wait on the word and leave; nothing else frees them.
     auto* control = static_cast<dev::EngineControl*>(r.heap.data());
@@ -43,13 +44,12 @@ void CommRegistry::release(Rank& r, uint32_t dev::EngineControl::*word) {
     r.engine.reset();
   }
   for (int* fd : {&r.heapFd, &r.queueFd, &r.stagingFd})
-    if (*fd >= 0) {
+    if (*fd >= 0 && (heapFd || fd != &r.heapFd)) {
       ::close(*fd);
       *fd = -1;
     }
   r.queue.reset();
   r.staging.reset();
-  // The heap stays mapped while the communicator lives: the other ranks' engines here store into it.
 }
 
 std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, Attached* out) {
@@ -103,22 +103,8 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
     } else if (made) {
       // Undo only what this attach made: the communicator's heap (and its descriptor) stays, for the
       // ranks that attached and those still to come.
-      Rank& me = *made;
-      if (me.engine) {
-        auto* control = static_cast<dev::EngineControl*>(me.heap.data());
-        gpu::atomicStore<gpu::Order::kRelease>(&control->abort, 1u);
-        gpu::atomicStore<gpu::Order::kRelease>(&me.queue->header()->stop, 1u);
-        me.engine->join();
-        me.engine.reset();
-      }
-      for (int* fd : {&me.queueFd, &me.stagingFd})
-        if (*fd >= 0) {
-          ::close(*fd);
-          *fd = -1;
-        }
-      me.queue.reset();
-      me.staging.reset();
-      me.state = RankState::kNever;
+      release(*made, &dev::EngineControl::abort, /*heapFd=*/false);
+      made->state = RankState::kNever;
     }
     throw;
   }

@@ -66,9 +66,10 @@ class CommRegistry {
   // Writes the failure (rank `c.lostRank` gone) into rank r's queue and engine control words.
   static void failRank(Comm& c, int r);
   static void startEngine(Comm& c, int r);
-  // Stops the rank's engine (raising `word` first) and lets its queue and staging go; its heap
-  // goes with the communicator.
-  static void release(Rank& r, uint32_t dev::EngineControl::*word);
+  // Stops the rank's engine (raising `word` first) and lets its queue and staging go, with the
+  // heap's descriptor unless `heapFd` is false (a failed attach undoes only what it made); the
+  // heap's mapping goes with the communicator.
+  static void release(Rank& r, uint32_t dev::EngineControl::*word, bool heapFd = true);
   // Lets the communicator go once no rank is attached.
   void dropIfIdle(const Key& k);
 
