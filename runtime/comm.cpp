@@ -214,6 +214,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   transport::ProxyOptions proxy;
   proxy.backend = s.getString("proxy_backend");
   proxy.cpu = static_cast<int>(s.getInt("proxy_cpu"));
+  proxy.eagerBytes = static_cast<uint64_t>(s.getInt("proxy_eager_bytes"));
   proxy.timeoutS = s.getDouble("timeout_s");
   std::vector<service::RankFinding> found;
   for (const RankInfo& r : all) found.push_back({r.serviceInstance, r.hostHash});
@@ -544,6 +545,12 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   Op::pack(checked, d);
   d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
                                 static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingAllToAll)));
+  // Through the host proxy an item of whole samples is one message of rows (a sample's vectors
+  // are one run in the receiver's output); a sample cut at either end adds a message of its own.
+  if (std::find(paths_.begin(), paths_.end(), transport::Path::kProxy) != paths_.end() && a.numTables > 0) {
+    const uint64_t whole = dev::ceilDiv(uint64_t{d.tileElems}, a.numTables) * a.numTables;
+    if (whole <= UINT32_MAX) d.tileElems = static_cast<uint32_t>(whole);
+  }
   d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);
   return submit(d, recvBytes, stream, capturing);
 }

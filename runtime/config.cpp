@@ -90,6 +90,11 @@ const std::vector<SettingSpec>& settingSpecs() {
       {"proxy_backend", SettingType::kString, "auto",
        "Network library of the host proxy: auto (UCX, else libfabric), ucx or ofi (same on every rank); UCX_TLS "
        "and FI_PROVIDER choose their transports"},
+      {"proxy_eager_bytes", SettingType::kSize, "16K",
+       "The host proxy carries a put (or each row of a tile) of at most this many bytes inside a message that the "
+       "peer's proxy copies into place, so that the signal after it needs no round trip; larger ones are RMA "
+       "writes; 0: always writes",
+       0, 65536},
       {"proxy_cpu", SettingType::kInt, "-1", "PU (OS index) the host proxy's thread is bound to; -1: not bound", -1,
        1 << 20},
       {"status_pages", SettingType::kInt, "1",

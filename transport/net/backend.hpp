@@ -76,20 +76,65 @@ class NetBackend {
 constexpr uint32_t kMsgSignalStore = 3, kMsgSignalAdd = 4, kMsgDeliver = 5;
 constexpr uint32_t kMsgGoodbye = 6;  // value: the sender's rank; applied by the back-end itself
 constexpr uint32_t kMsgHello = 7;    // value: the sender's rank; sent once at connect (UCX's wire-up)
-// Flagged data travels in messages of at most this many payload bytes (a multiple of 16).
-constexpr uint64_t kMsgPayloadMax = 4096;
+// Mirror rows carried in the message and copied into the peer's heap by its proxy: `value` is
+// rowsWord(rows, rowBytes, stride) (device/proxy_device.hpp), the payload the rows back to back.
+// Small puts go this way (Proxy: proxy_eager_bytes), so that a signal after them needs no flush.
+constexpr uint32_t kMsgRows = 8;
+// A message carries at most this many payload bytes (a multiple of 16): flagged data and rows
+// are cut into messages of their own at that size.
+constexpr uint64_t kMsgPayloadMax = 65536;
 
 struct WireMessage {
   uint32_t kind;
-  uint32_t bytes;  // payload bytes that follow (kMsgDeliver)
+  uint32_t bytes;  // payload bytes that follow (kMsgDeliver, kMsgRows)
+  uint32_t from;   // the sender's rank
+  uint32_t seq;    // the sender's count of heap messages to this rank before this one
   uint64_t offset;
   uint64_t value;
 };
-static_assert(sizeof(WireMessage) == 24, "a wire struct");
+static_assert(sizeof(WireMessage) == 32, "a wire struct");
+
+// Whether a message kind writes the heap (and so is numbered and applied in the sender's order).
+inline bool writesHeap(uint32_t kind) { return kind != kMsgGoodbye && kind != kMsgHello; }
+
+// The rows of a kMsgRows `value`.
+struct Rows {
+  uint64_t rows, rowBytes, stride;
+  uint64_t payload() const { return rows * rowBytes; }
+  uint64_t span() const { return rows ? (rows - 1) * stride + rowBytes : 0; }
+};
+Rows rowsOf(uint64_t value);
+uint64_t rowsValue(const Rows& r);
+// The payload a held message carries: its bytes of the mirror, the rows of kMsgRows back to back.
+uint64_t payloadBytes(uint32_t kind, uint64_t value);
+void packPayload(const uint8_t* mirror, uint32_t kind, uint64_t offset, uint64_t value, uint8_t* out);
 
 // Applies a message that arrived to this rank's heap. Returns an error text for a malformed one
 // (which is dropped), else empty.
 std::string applyMessage(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes);
+
+// The receiving end of every peer's messages: applies them in each sender's order (`seq`),
+// whatever order the transport hands them over in, keeping those that come early. Neither UCX's
+// active messages nor libfabric's sends promise order on every transport, and a signal applied
+// before the data it follows would let a reader see stale bytes.
+class ArrivalOrder {
+ public:
+  explicit ArrivalOrder(int nranks) : next_(nranks), early_(nranks) {}
+  // Returns an error text for a malformed or impossible message (dropped), else empty.
+  std::string arrive(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes);
+  // Messages held back, waiting for an earlier one of their sender.
+  size_t early() const;
+  // How many may wait before the sender counts as broken.
+  static constexpr size_t kEarlyMax = 4096;
+
+ private:
+  struct Early {
+    WireMessage m;
+    std::vector<uint8_t> payload;
+  };
+  std::vector<uint32_t> next_;
+  std::vector<std::vector<Early>> early_;
+};
 
 // Messages held per peer until the puts before them are visible at that peer. `done` is the
 // number of that peer's puts known to be visible (remotely complete), counted in issue order.
@@ -103,17 +148,9 @@ class OrderedMessages {
   };
   void notePut(int peer) { ++peers_[peer].putsIssued; }
   uint64_t putsIssued(int peer) const { return peers_[peer].putsIssued; }
-  // A message() of a back-end: flagged data (kMsgDeliver, `value` bytes) in messages of at most
-  // kMsgPayloadMax bytes, each a deliver of its own.
-  void hold(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
-    if (kind != kMsgDeliver) {
-      peers_[peer].held.push_back(Held{kind, offset, value, peers_[peer].putsIssued});
-      return;
-    }
-    for (uint64_t at = 0; at < value; at += kMsgPayloadMax)
-      peers_[peer].held.push_back(
-          Held{kind, offset + at, std::min(kMsgPayloadMax, value - at), peers_[peer].putsIssued});
-  }
+  // A message() of a back-end: flagged data (kMsgDeliver, `value` bytes) or rows (kMsgRows) in
+  // messages of at most kMsgPayloadMax payload bytes, each a message of its own.
+  void hold(int peer, uint32_t kind, uint64_t offset, uint64_t value);
   bool holding(int peer) const { return !peers_[peer].held.empty(); }
   size_t held() const {
     size_t n = 0;

@@ -27,7 +27,7 @@ namespace {
 
 constexpr uint32_t kApiVersion = FI_VERSION(1, 9);
 constexpr size_t kRecvBuffers = 64;
-constexpr size_t kSendBuffers = 256;
+constexpr size_t kSendBuffers = 64;
 constexpr size_t kMsgBytes = sizeof(WireMessage) + kMsgPayloadMax;
 constexpr size_t kNameBytes = 256;
 
@@ -75,6 +75,7 @@ class OfiBackend final : public NetBackend {
     uint64_t refusedSince = 0;   // when the endpoint began refusing the first of them (0: it is not)
     bool failed = false;
     bool closed = false;  // it said goodbye
+    uint32_t sent = 0;    // heap messages sent to it
     // Every write before this one has completed: its bytes are visible at the peer.
     uint64_t visible(uint64_t issued) const { return open.empty() ? issued : *open.begin(); }
   };
@@ -113,6 +114,7 @@ class OfiBackend final : public NetBackend {
   uint64_t inFlight_ = 0;
   int me_ = -1;
   std::unique_ptr<OrderedMessages> held_;
+  std::unique_ptr<ArrivalOrder> arrivals_;
   std::optional<PeerFault> fault_;
   std::string provider_, describe_;
 };
@@ -135,6 +137,7 @@ void OfiBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const s
   const int n = static_cast<int>(viaProxy.size());
   peers_.resize(n);
   held_ = std::make_unique<OrderedMessages>(n);
+  arrivals_ = std::make_unique<ArrivalOrder>(n);
 
   fi_info* hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
@@ -336,13 +339,17 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
   if (p.failed) return true;  // dropped: the fault is recorded, the op will fail
   Op* op = freeSends_.empty() ? nullptr : freeSends_.back();
   if (!op) return false;
-  const bool deliver = h.kind == kMsgDeliver;
-  WireMessage m{h.kind, deliver ? static_cast<uint32_t>(h.value) : 0, h.offset,
-                deliver ? 0 : h.value};  // goodbye: value = rank
+  WireMessage m{h.kind,
+                static_cast<uint32_t>(payloadBytes(h.kind, h.value)),
+                static_cast<uint32_t>(me_),
+                0,
+                h.offset,
+                h.kind == kMsgDeliver ? 0 : h.value};  // goodbye: value = rank
+  if (writesHeap(m.kind)) m.seq = p.sent;
   memcpy(op->buffer, &m, sizeof m);
-  if (deliver) {
-    memcpy(op->buffer + sizeof m, mirrors_[peer].base + h.offset, m.bytes);
-    // The workers rewrite these bytes only after the peer has them (the exchange's epochs): a
+  if (m.bytes) {
+    packPayload(mirrors_[peer].base, h.kind, h.offset, h.value, op->buffer + sizeof m);
+    // The workers rewrite these bytes only after the peer has them (the ops' epochs): a
     // causality through the peer that ThreadSanitizer cannot see, so it is told (gpu.hpp).
     gpu::crossProcessRelease();
   }
@@ -357,6 +364,7 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
     return true;
   }
   p.refusedSince = 0;
+  if (writesHeap(m.kind)) ++p.sent;
   freeSends_.pop_back();
   op->peer = peer;
   ++inFlight_;
@@ -413,7 +421,7 @@ bool OfiBackend::drainCq() {
           break;
         }
         const std::string bad = m.bytes > kMsgPayloadMax ? std::string("a message longer than its buffer")
-                                                         : applyMessage(heap_, m, op->buffer + sizeof m, m.bytes);
+                                                         : arrivals_->arrive(heap_, m, op->buffer + sizeof m, m.bytes);
         if (!bad.empty()) noteFault(-1, bad);
         postRecv(op);
         break;

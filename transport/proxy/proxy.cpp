@@ -54,7 +54,12 @@ void bindTo(int cpu) {
 }  // namespace
 
 Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, const ProxyOptions& options)
-    : nranks_(ex.nranks()), heap_(heap), viaProxy_(viaProxy), mirrors_(ex.nranks()), cpu_(options.cpu) {
+    : nranks_(ex.nranks()),
+      heap_(heap),
+      viaProxy_(viaProxy),
+      mirrors_(ex.nranks()),
+      cpu_(options.cpu),
+      eagerBytes_(std::min(options.eagerBytes, kMsgPayloadMax)) {
   if (options.depth == 0 || (options.depth & (options.depth - 1)) != 0)
     throw Error(Code::kInvalidArgument, "proxy ring depth must be a power of two");
   try {
@@ -225,12 +230,20 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
   switch (kind) {
     case dev::TriggerKind::kPut:
       if (!inMirror(offset, w1)) break;
-      if (w1) backend_->put(peer, offset, w1);
+      if (w1 && w1 <= eagerBytes_)
+        backend_->message(peer, kMsgRows, offset, rowsValue(Rows{1, w1, w1}));
+      else if (w1)
+        backend_->put(peer, offset, w1);
       return;
     case dev::TriggerKind::kPutRows: {
-      const uint64_t rows = w1 >> 48, rowBytes = (w1 >> 24) & dev::kRowBytesMax, stride = w1 & dev::kStrideMax;
-      if (rows == 0 || !inMirror(offset, (rows - 1) * stride + rowBytes)) break;
-      for (uint64_t r = 0; r < rows; ++r) backend_->put(peer, offset + r * stride, rowBytes);
+      const Rows r = rowsOf(w1);
+      if (r.rows == 0 || !inMirror(offset, r.span())) break;
+      // A tile's rows are short runs at a stride (the embedding's samples, the GEMM's rows): one
+      // message carries many, where a put per row costs an operation each (several us over tcp).
+      if (r.rowBytes <= eagerBytes_)
+        backend_->message(peer, kMsgRows, offset, w1);
+      else
+        for (uint64_t i = 0; i < r.rows; ++i) backend_->put(peer, offset + i * r.stride, r.rowBytes);
       return;
     }
     case dev::TriggerKind::kSignalStore:

@@ -22,6 +22,7 @@ struct ProxyOptions {
   std::string backend = "auto";  // proxy_backend: auto, ucx or ofi
   int cpu = -1;                  // proxy_cpu: the PU the thread is bound to; -1: not bound
   uint32_t depth = 4096;         // trigger slots (a power of two)
+  uint64_t eagerBytes = 16384;   // proxy_eager_bytes: puts (rows) up to this size go as messages
   double timeoutS = 30;          // timeout_s: how long a peer may refuse data before it counts as failed
 };
 
@@ -84,6 +85,7 @@ class Proxy {
   uint64_t taken_ = 0;  // the proxy thread's own count of triggers taken
   dev::ProxyView view_{};
   int cpu_;
+  uint64_t eagerBytes_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> drain_{true};
   std::atomic<bool> closing_{false};

@@ -69,6 +69,7 @@ class UcxBackend final : public NetBackend {
     bool failed = false;
     bool closed = false;   // it said goodbye
     bool greeted = false;  // its hello arrived (connect)
+    uint32_t sent = 0;     // heap messages sent to it
   };
   void noteFault(int peer, const std::string& what) {
     if (peer >= 0 && peers_[peer].closed) return;
@@ -77,7 +78,8 @@ class UcxBackend final : public NetBackend {
   static void onEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t onMessage(void* arg, const void* header, size_t headerBytes, void* data, size_t bytes,
                                 const ucp_am_recv_param_t* param);
-  bool send(int peer, const WireMessage& m, const uint8_t* payload);
+  // Sends a message; a heap message gets the peer's next number and its payload from the mirror.
+  bool send(int peer, WireMessage m);
   bool advanceFlushes();
   void wireUp(int nranks);
 
@@ -91,6 +93,7 @@ class UcxBackend final : public NetBackend {
   std::vector<ErrorArg> errorArgs_;  // [nranks], fixed before any endpoint points into it
   std::list<Pending> pending_;
   std::unique_ptr<OrderedMessages> held_;
+  std::unique_ptr<ArrivalOrder> arrivals_;
   std::optional<PeerFault> fault_;
   bool peerFailureHandling_ = true;
   int me_ = -1;
@@ -119,7 +122,7 @@ ucs_status_t UcxBackend::onMessage(void* arg, const void* header, size_t headerB
       (m.kind == kMsgGoodbye ? self->peers_[m.value].closed : self->peers_[m.value].greeted) = true;
     return UCS_OK;
   }
-  const std::string bad = applyMessage(self->heap_, m, data, bytes);
+  const std::string bad = self->arrivals_->arrive(self->heap_, m, data, bytes);
   if (!bad.empty()) self->noteFault(-1, bad);
   return UCS_OK;
 }
@@ -144,6 +147,7 @@ void UcxBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const s
   const int n = static_cast<int>(viaProxy.size());
   peers_.resize(n);
   held_ = std::make_unique<OrderedMessages>(n);
+  arrivals_ = std::make_unique<ArrivalOrder>(n);
 
   widenTcpSegments();
   ucp_config_t* config = nullptr;
@@ -249,7 +253,7 @@ void UcxBackend::connect(Exchange& ex) {
 // each has sent its own and every request is done (bounded: a peer that never answers fails init).
 void UcxBackend::wireUp(int nranks) {
   for (int r = 0; r < nranks; ++r)
-    if (viaProxy_[r]) send(r, WireMessage{kMsgHello, 0, 0, static_cast<uint64_t>(me_)}, nullptr);
+    if (viaProxy_[r]) send(r, WireMessage{kMsgHello, 0, 0, 0, 0, static_cast<uint64_t>(me_)});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(patienceNs_);
   auto ready = [&] {
     if (!pending_.empty()) return false;
@@ -309,17 +313,22 @@ void UcxBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t valu
 
 void UcxBackend::sayGoodbye() {
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
-    if (peers_[r].ep && !peers_[r].failed) send(r, WireMessage{kMsgGoodbye, 0, 0, static_cast<uint64_t>(me_)}, nullptr);
+    if (peers_[r].ep && !peers_[r].failed) send(r, WireMessage{kMsgGoodbye, 0, 0, 0, 0, static_cast<uint64_t>(me_)});
 }
 
-bool UcxBackend::send(int peer, const WireMessage& m, const uint8_t* payload) {
+bool UcxBackend::send(int peer, WireMessage m) {
   Peer& p = peers_[peer];
   if (p.failed) return true;  // dropped: the fault is recorded, the op will fail
+  m.from = static_cast<uint32_t>(me_);
+  if (writesHeap(m.kind)) m.seq = p.sent++;
   auto buffer = std::make_unique<uint8_t[]>(sizeof m + m.bytes);
   memcpy(buffer.get(), &m, sizeof m);
   if (m.bytes) {
-    memcpy(buffer.get() + sizeof m, payload, m.bytes);
-    gpu::crossProcessRelease();  // as in the libfabric back-end: the workers rewrite them only later
+    packPayload(mirrors_[peer].base, m.kind, m.offset, m.kind == kMsgDeliver ? m.bytes : m.value,
+                buffer.get() + sizeof m);
+    // The workers rewrite these bytes only after the peer has them (the ops' epochs): a causality
+    // through the peer that ThreadSanitizer cannot see, so it is told (gpu.hpp).
+    gpu::crossProcessRelease();
   }
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -353,9 +362,8 @@ bool UcxBackend::advanceFlushes() {
     }
     if (!held_->holding(r)) continue;
     moved |= held_->release(r, p.visible, [&](const OrderedMessages::Held& h) {
-      WireMessage m{h.kind, h.kind == kMsgDeliver ? static_cast<uint32_t>(h.value) : 0, h.offset,
-                    h.kind == kMsgDeliver ? 0 : h.value};
-      return send(r, m, h.kind == kMsgDeliver ? mirrors_[r].base + h.offset : nullptr);
+      const auto bytes = static_cast<uint32_t>(payloadBytes(h.kind, h.value));
+      return send(r, WireMessage{h.kind, bytes, 0, 0, h.offset, h.kind == kMsgDeliver ? 0 : h.value});
     });
     if (held_->holding(r) && !p.flush && !p.failed) {
       const uint64_t covers = held_->putsIssued(r);
