@@ -38,7 +38,7 @@ TEST(ProxyWire, RowsTravelAsWholeRowsAndLandAtTheirStride) {
   const uint64_t rows = 40, rowBytes = 3000, stride = 5000, offset = 128;
   std::vector<uint8_t> mirror(offset + rows * stride), heap(mirror.size(), 0xee);
   std::iota(mirror.begin(), mirror.end(), uint8_t{1});
-  OrderedMessages held(2);
+  OrderedMessages held(2, kMsgPayloadMax);
   held.hold(1, kMsgRows, offset, rowsValue(Rows{rows, rowBytes, stride}));
   const auto sent = wire(held, 1, mirror.data(), 0);
   ASSERT_EQ(sent.size(), 2u);
@@ -54,9 +54,24 @@ TEST(ProxyWire, RowsTravelAsWholeRowsAndLandAtTheirStride) {
   }
 }
 
+TEST(ProxyWire, ABackEndsSmallerMessagesCutRowsAndFlaggedDataSmaller) {
+  const uint64_t payloadMax = 16128;  // what the libfabric back-end uses with ofi_rxm's defaults
+  std::vector<uint8_t> mirror(1 << 20, 3);
+  OrderedMessages held(2, payloadMax);
+  held.hold(1, kMsgRows, 0, rowsValue(Rows{20, 2048, 4096}));  // 7 rows fit: 7 + 7 + 6
+  held.hold(1, kMsgDeliver, 0, 40000);                         // 16128 + 16128 + 7744
+  const auto sent = wire(held, 1, mirror.data(), 0);
+  ASSERT_EQ(sent.size(), 6u);
+  for (const Sent& s : sent) EXPECT_LE(s.m.bytes, payloadMax);
+  EXPECT_EQ(rowsOf(sent[2].m.value).rows, 6u);
+  EXPECT_EQ(sent[2].m.offset, 14u * 4096);
+  EXPECT_EQ(sent[5].m.bytes, 40000u - 2 * payloadMax);
+  EXPECT_EQ(sent[5].m.offset, 2 * payloadMax);
+}
+
 TEST(ProxyWire, ASignalIsAppliedAfterTheDataSentBeforeItWhateverTheArrivalOrder) {
   std::vector<uint8_t> mirror(4096, 7), heap(4096, 0);
-  OrderedMessages held(2);
+  OrderedMessages held(2, kMsgPayloadMax);
   held.hold(1, kMsgRows, 0, rowsValue(Rows{1, 1024, 1024}));
   held.hold(1, kMsgSignalStore, 2048, 5);
   held.hold(1, kMsgSignalAdd, 2048, 2);

@@ -40,12 +40,12 @@ void OrderedMessages::hold(int peer, uint32_t kind, uint64_t offset, uint64_t va
   auto& q = peers_[peer].held;
   const uint64_t before = peers_[peer].putsIssued;
   if (kind == kMsgDeliver) {
-    for (uint64_t at = 0; at < value; at += kMsgPayloadMax)
-      q.push_back(Held{kind, offset + at, std::min(kMsgPayloadMax, value - at), before});
+    for (uint64_t at = 0; at < value; at += payloadMax_)
+      q.push_back(Held{kind, offset + at, std::min(payloadMax_, value - at), before});
   } else if (kind == kMsgRows) {
     // Whole rows per message; the proxy sends no row longer than a message holds.
     const Rows r = rowsOf(value);
-    const uint64_t per = std::max<uint64_t>(1, kMsgPayloadMax / std::max<uint64_t>(1, r.rowBytes));
+    const uint64_t per = std::max<uint64_t>(1, payloadMax_ / std::max<uint64_t>(1, r.rowBytes));
     for (uint64_t at = 0; at < r.rows; at += per)
       q.push_back(Held{kind, offset + at * r.stride, rowsValue(Rows{std::min(per, r.rows - at), r.rowBytes, r.stride}),
                        before});

@@ -37,6 +37,18 @@ struct PeerFault {
   std::string what;
 };
 
+// kind values of message(): the trigger kinds they come from (device/proxy_device.hpp).
+constexpr uint32_t kMsgSignalStore = 3, kMsgSignalAdd = 4, kMsgDeliver = 5;
+constexpr uint32_t kMsgGoodbye = 6;  // value: the sender's rank; applied by the back-end itself
+constexpr uint32_t kMsgHello = 7;    // value: the sender's rank; sent once at connect (UCX's wire-up)
+// Mirror rows carried in the message and copied into the peer's heap by its proxy: `value` is
+// rowsWord(rows, rowBytes, stride) (device/proxy_device.hpp), the payload the rows back to back.
+// Small puts go this way (Proxy: proxy_eager_bytes), so that a signal after them needs no flush.
+constexpr uint32_t kMsgRows = 8;
+// A message carries at most this many payload bytes (a multiple of 16): flagged data and rows
+// are cut into messages of their own at that size.
+constexpr uint64_t kMsgPayloadMax = 65536;
+
 class NetBackend {
  public:
   virtual ~NetBackend() = default;
@@ -53,13 +65,17 @@ class NetBackend {
   // RMA write of this rank's mirror bytes [offset, offset + bytes) of `peer` into its heap.
   virtual void put(int peer, uint64_t offset, uint64_t bytes) = 0;
   // A message to `peer`, sent only once every byte put to it before is visible there: a signal
-  // (store or add `value` at `offset`), or mirror bytes stored word by word (kind kDeliver).
+  // (store or add `value` at `offset`), mirror bytes stored word by word (kMsgDeliver), or
+  // mirror rows copied into place (kMsgRows).
   virtual void message(int peer, uint32_t kind, uint64_t offset, uint64_t value) = 0;
   // Completes what it can and applies the messages that arrived. Returns whether anything moved.
   virtual bool progress() = 0;
   // How long one operation may be refused for want of resources (a peer that no longer takes
   // data) before the peer counts as failed: timeout_s, and little while stopping.
   void setPatience(double seconds) { patienceNs_ = static_cast<uint64_t>(seconds * 1e9); }
+  // The most payload bytes one message carries without a handshake of the library's own (a
+  // rendezvous): a multiple of 16, at most kMsgPayloadMax. Rows and small puts are cut to it.
+  virtual uint64_t messageBytes() const { return kMsgPayloadMax; }
   // Operations issued and not yet complete (puts and messages).
   virtual uint64_t outstanding() const = 0;
   // Tells every peer that this rank is closing its connections: a peer's connection failing after
@@ -71,18 +87,6 @@ class NetBackend {
  protected:
   uint64_t patienceNs_ = 30'000'000'000ull;
 };
-
-// kind values of message(): the trigger kinds they come from (device/proxy_device.hpp).
-constexpr uint32_t kMsgSignalStore = 3, kMsgSignalAdd = 4, kMsgDeliver = 5;
-constexpr uint32_t kMsgGoodbye = 6;  // value: the sender's rank; applied by the back-end itself
-constexpr uint32_t kMsgHello = 7;    // value: the sender's rank; sent once at connect (UCX's wire-up)
-// Mirror rows carried in the message and copied into the peer's heap by its proxy: `value` is
-// rowsWord(rows, rowBytes, stride) (device/proxy_device.hpp), the payload the rows back to back.
-// Small puts go this way (Proxy: proxy_eager_bytes), so that a signal after them needs no flush.
-constexpr uint32_t kMsgRows = 8;
-// A message carries at most this many payload bytes (a multiple of 16): flagged data and rows
-// are cut into messages of their own at that size.
-constexpr uint64_t kMsgPayloadMax = 65536;
 
 struct WireMessage {
   uint32_t kind;
@@ -140,7 +144,8 @@ class ArrivalOrder {
 // number of that peer's puts known to be visible (remotely complete), counted in issue order.
 class OrderedMessages {
  public:
-  explicit OrderedMessages(int nranks) : peers_(nranks) {}
+  // payloadMax: the most payload bytes of one message (the back-end's messageBytes()).
+  OrderedMessages(int nranks, uint64_t payloadMax) : payloadMax_(payloadMax), peers_(nranks) {}
   struct Held {
     uint32_t kind;
     uint64_t offset, value;
@@ -149,7 +154,7 @@ class OrderedMessages {
   void notePut(int peer) { ++peers_[peer].putsIssued; }
   uint64_t putsIssued(int peer) const { return peers_[peer].putsIssued; }
   // A message() of a back-end: flagged data (kMsgDeliver, `value` bytes) or rows (kMsgRows) in
-  // messages of at most kMsgPayloadMax payload bytes, each a message of its own.
+  // messages of at most payloadMax bytes, each a message of its own.
   void hold(int peer, uint32_t kind, uint64_t offset, uint64_t value);
   bool holding(int peer) const { return !peers_[peer].held.empty(); }
   size_t held() const {
@@ -175,6 +180,7 @@ class OrderedMessages {
     uint64_t putsIssued = 0;
     std::deque<Held> held;
   };
+  uint64_t payloadMax_;
   std::vector<Peer> peers_;
 };
 

@@ -123,6 +123,8 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
       throw Error(Code::kInvalidUsage, "proxy_backend: rank " + std::to_string(r) + " opened " + all[r].backend +
                                            ", rank " + std::to_string(ex.rank()) + " opened " + all[ex.rank()].backend +
                                            "; every rank must use the same back-end");
+  // A put goes in a message only where one message holds it (ofi: within rxm's eager buffer).
+  eagerBytes_ = std::min(options.eagerBytes, backend_->messageBytes());
   backend_->setPatience(options.timeoutS);
   backend_->connect(ex);
 

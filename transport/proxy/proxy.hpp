@@ -85,7 +85,7 @@ class Proxy {
   uint64_t taken_ = 0;  // the proxy thread's own count of triggers taken
   dev::ProxyView view_{};
   int cpu_;
-  uint64_t eagerBytes_;
+  uint64_t eagerBytes_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> drain_{true};
   std::atomic<bool> closing_{false};

@@ -146,7 +146,7 @@ void UcxBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const s
   viaProxy_ = viaProxy;
   const int n = static_cast<int>(viaProxy.size());
   peers_.resize(n);
-  held_ = std::make_unique<OrderedMessages>(n);
+  held_ = std::make_unique<OrderedMessages>(n, messageBytes());
   arrivals_ = std::make_unique<ArrivalOrder>(n);
 
   widenTcpSegments();
