@@ -1,5 +1,6 @@
-// GPU backends (CUDA, HIP): the heap is device memory that local peers map through IPC handles, or,
-// in a job with peers on other nodes, host memory the device addresses (see HeapMemory below).
+// GPU backends (CUDA, HIP): the heap is device memory that local peers map through IPC handles
+// (transport/p2p/device_heap.hpp), or, in a job with peers on other nodes, host memory the device
+// addresses (see HeapMemory below).
 // An op runs as its own kernel on the caller's stream (launched engine, the default), or through
 // the persistent kernel polling the queue in pinned host memory, reached in stream order by a
 // stream write of the slot's `ready` word and a stream wait on its `done` word. Under graph
@@ -18,6 +19,7 @@
 #include "device/gpu_host.hpp"
 #include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/gemm_alltoall_device.hpp"
+#include "transport/p2p/device_heap.hpp"
 #include "transport/peers.hpp"
 
 namespace weft {
@@ -47,7 +49,8 @@ Undo(F) -> Undo<F>;
 }  // namespace
 
 // Where every rank's heap is, as this process's device addresses it:
-//   - every peer mapped (one node): the heap is device memory, exported to the node's peers by IPC;
+//   - every peer mapped (one node): the heap is device memory, exported to the node's peers by IPC
+//     (transport::DeviceHeap);
 //   - a job with peers on other nodes: the heap is host memory, the CPU backend's peer table
 //     (POSIX shared memory mapped by the node's peers, a mirror of each remote peer's heap, the
 //     host proxy), registered so the device addresses it. The kernels then store a tile bound for
@@ -55,19 +58,16 @@ Undo(F) -> Undo<F>;
 //     arrives where the network wrote it; neither Debian's UCX nor its libfabric can register
 //     device memory (docs/design-notes.md, "The host proxy on a GPU").
 struct HeapMemory::Impl {
-  void* own = nullptr;
-  std::vector<void*> imported;
-  std::unique_ptr<transport::PeerTable> peers;
-  std::vector<void*> registered;  // host memory mapped into the device
-  void* proxyWords = nullptr;     // device memory: the ring's head, its cached tail, the ProxyView
+  std::unique_ptr<transport::DeviceHeap> deviceHeap;  // every peer mapped: device memory by IPC
+  std::unique_ptr<transport::PeerTable> peers;        // proxy peers: host memory (and the proxy)
+  std::vector<void*> registered;                      // host memory mapped into the device
+  void* proxyWords = nullptr;                         // device memory: the ring's head, its cached tail, the ProxyView
   std::vector<uint8_t*> bases;
   void* deviceBases = nullptr;
 
   ~Impl() {
-    for (void* p : imported)
-      if (p) gpu::ipcClose(p);
     if (deviceBases) gpu::deviceFree(deviceBases);
-    if (own) gpu::deviceFree(own);
+    deviceHeap.reset();
     if (proxyWords) gpu::deviceFree(proxyWords);
     // Unregistered before the peer table unmaps the memory (the proxy has stopped: Comm::~Comm).
     for (void* p : registered) gpu::hostUnregister(p);
@@ -112,29 +112,10 @@ HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& path
 }
 
 void HeapMemory::Impl::mapDevice(Bootstrap& boot, uint64_t bytes, uint64_t controlBytes) {
-  const int n = boot.nranks(), me = boot.rank();
-  require(gpu::deviceMalloc(&own, bytes), "heap_bytes: the symmetric heap");
-  // Zeroed on a stream of its own and waited for: a memset on the legacy stream would not be
-  // ordered before the ops that later run on callers' non-blocking streams.
-  void* zeroing = nullptr;
-  require(gpu::streamCreateNonBlocking(&zeroing), "creating a stream to zero the heap's control area");
-  const gpu::Outcome zeroed = gpu::zeroDeviceNow(own, controlBytes, zeroing, 10.0);
-  gpu::streamDestroy(zeroing);
-  require(zeroed, "zeroing the heap's control area");
-  gpu::IpcHandle mine{};
-  require(gpu::ipcExport(&mine, own), "exporting the heap to local peers");
-  std::vector<gpu::IpcHandle> all(n);
-  boot.allGather(&mine, sizeof mine, all.data());
-  bases.assign(n + 1, nullptr);  // no proxy view
-  imported.assign(n, nullptr);
-  for (int r = 0; r < n; ++r) {
-    if (r == me) {
-      bases[r] = static_cast<uint8_t*>(own);
-      continue;
-    }
-    require(gpu::ipcImport(&imported[r], all[r]), "mapping rank " + std::to_string(r) + "'s heap");
-    bases[r] = static_cast<uint8_t*>(imported[r]);
-  }
+  BootstrapExchange ex(boot);
+  deviceHeap = std::make_unique<transport::DeviceHeap>(ex, bytes, controlBytes);
+  bases.assign(boot.nranks() + 1, nullptr);  // no proxy view
+  for (int r = 0; r < boot.nranks(); ++r) bases[r] = deviceHeap->base(r);
 }
 
 namespace {

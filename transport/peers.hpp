@@ -3,7 +3,7 @@
 // runtime asks for a peer's base and for the engine's table; it never sees a mechanism.
 // The CPU backend's heap is POSIX shared memory (p2p/shm_segment.hpp); so is a GPU backend's in a
 // job with proxy peers (it registers the memory with the device); otherwise a GPU backend maps
-// its device heap by IPC (runtime/backend_gpu.cpp).
+// its device heap by IPC (p2p/device_heap.hpp).
 #pragma once
 
 #include <memory>
