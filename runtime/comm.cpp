@@ -254,6 +254,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     c->queue_ = std::make_unique<WorkQueue>(depth);
   }
 
+  for (int r = 0; r < nranks; ++r) c->peerBases_.push_back(c->heap_->base(r));
+
   dev::CommView v;
   v.rank = rank;
   v.nranks = nranks;
@@ -623,6 +625,16 @@ Code Comm::asyncError(std::string* message) const {
          : st == Status::kBadInput  ? Code::kInvalidArgument
          : st == Status::kTransport ? Code::kTransport
                                     : Code::kAborted;
+}
+
+ExternalView Comm::externalView() const {
+  for (int r = 0; r < nranks_; ++r)
+    if (paths_[r] == transport::Path::kProxy)
+      throw Error(Code::kNotSupported,
+                  "rank " + std::to_string(r) +
+                      " is reached through the host proxy (another node, or transport=proxy): its heap is not mapped "
+                      "into this process, so only weft's own ops reach it");
+  return ExternalView{&peerBases_, heap_->segmentBytes(), timeoutNs_, queue_->header()};
 }
 
 std::string Comm::failureText() const {
