@@ -634,7 +634,8 @@ ExternalView Comm::externalView() const {
                   "rank " + std::to_string(r) +
                       " is reached through the host proxy (another node, or transport=proxy): its heap is not mapped "
                       "into this process, so only weft's own ops reach it");
-  return ExternalView{&peerBases_, heap_->segmentBytes(), timeoutNs_, queue_->header()};
+  dev::QueueHeader* h = queue_->header();
+  return ExternalView{&peerBases_, heap_->segmentBytes(), timeoutNs_, h, engine_->queueOnDevice(&h->stop)};
 }
 
 std::string Comm::failureText() const {

@@ -39,6 +39,7 @@ struct ExternalView {
   uint64_t heapBytes;               // each segment's size, the control area included
   uint64_t timeoutNs;
   dev::QueueHeader* status;  // host memory mapped into the device: stop, abort, error, record
+  void* statusOnDevice;      // &status->stop where the device addresses it
 };
 
 class Comm {

@@ -186,7 +186,8 @@ weft_result_t weft_comm_get_device_view(weft_comm_t comm, weft_device_view_t* vi
     view->peer_bases = x.bases->data();
     view->heap_bytes = x.heapBytes;
     view->timeout_ns = x.timeoutNs;
-    view->status = reinterpret_cast<weft_device_status_t*>(&x.status->stop);
+    view->status = static_cast<weft_device_status_t*>(x.statusOnDevice);
+    view->status_host = reinterpret_cast<weft_device_status_t*>(&x.status->stop);
     return Code::kSuccess;
   });
 }

@@ -41,9 +41,10 @@ TEST(DeviceView, PeerBasesAddressEveryRanksCopyOfABlock) {
     for (int spins = 0; __atomic_load_n(&words[511], __ATOMIC_ACQUIRE) < static_cast<uint64_t>(n); ++spins)
       ASSERT_LT(spins, 1 << 30) << "peers never wrote";
     for (int r = 0; r < n; ++r) EXPECT_EQ(words[r], static_cast<uint64_t>(r + 1));
-    WEFT_ASSERT_OK(barrier());  // no rank frees its block while a peer may still write into it
-    EXPECT_EQ(v.status->abort, 0u);
-    EXPECT_EQ(v.status->error, 0u);
+    WEFT_ASSERT_OK(barrier());           // no rank frees its block while a peer may still write into it
+    EXPECT_EQ(v.status, v.status_host);  // the CPU backend's device is the host
+    EXPECT_EQ(v.status_host->abort, 0u);
+    EXPECT_EQ(v.status_host->error, 0u);
     WEFT_ASSERT_OK(weft_mem_free(comm, sum));
     WEFT_ASSERT_OK(weft_mem_free(comm, block));
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
@@ -59,16 +60,16 @@ TEST(DeviceView, AFailureRecordedOutsideWeftIsTheCommunicatorsAsyncError) {
     v.size = sizeof v;
     WEFT_ASSERT_OK(weft_comm_get_device_view(comm, &v));
     uint32_t none = 0;
-    ASSERT_TRUE(__atomic_compare_exchange_n(&v.status->error, &none, WEFT_DEVICE_STATUS_TIMEOUT, false,
+    ASSERT_TRUE(__atomic_compare_exchange_n(&v.status_host->error, &none, WEFT_DEVICE_STATUS_TIMEOUT, false,
                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
-    v.status->record.ticket = WEFT_DEVICE_TICKET_EXTERNAL;
-    v.status->record.item = 7;
-    v.status->record.peer = (rank + 1) % n;
-    v.status->record.what = WEFT_DEVICE_WAIT_EXTERNAL;
-    v.status->record.status = WEFT_DEVICE_STATUS_TIMEOUT;
-    v.status->record.expected = 4;
-    v.status->record.observed = 3;
-    __atomic_store_n(&v.status->record_valid, 1u, __ATOMIC_RELEASE);
+    v.status_host->record.ticket = WEFT_DEVICE_TICKET_EXTERNAL;
+    v.status_host->record.item = 7;
+    v.status_host->record.peer = (rank + 1) % n;
+    v.status_host->record.what = WEFT_DEVICE_WAIT_EXTERNAL;
+    v.status_host->record.status = WEFT_DEVICE_STATUS_TIMEOUT;
+    v.status_host->record.expected = 4;
+    v.status_host->record.observed = 3;
+    __atomic_store_n(&v.status_host->record_valid, 1u, __ATOMIC_RELEASE);
     weft_result_t async = WEFT_SUCCESS;
     WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
     EXPECT_EQ(async, WEFT_ERR_TIMEOUT);
@@ -76,7 +77,7 @@ TEST(DeviceView, AFailureRecordedOutsideWeftIsTheCommunicatorsAsyncError) {
               "timed out in a kernel outside weft's engine (program 7) waiting on rank " +
                   std::to_string((rank + 1) % n) + " for its signal: expected >= 4, saw 3");
     WEFT_ASSERT_OK(weft_comm_abort(comm));
-    EXPECT_EQ(v.status->abort, 1u);
+    EXPECT_EQ(v.status_host->abort, 1u);
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
   };
   EXPECT_TRUE(runRanks(2, body));

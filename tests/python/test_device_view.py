@@ -21,7 +21,8 @@ def test_view_describes_the_communicator(comm):
     assert v.peer_bases[comm.rank] < t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= v.peer_bases[comm.rank] + v.heap_bytes
     assert v.peer_address(t, comm.rank) == t.data_ptr()
     assert comm.peer_bases.dtype == torch.int64 and comm.peer_bases.tolist() == list(v.peer_bases)
-    s = device_status.at(v.status_address)
+    assert v.status_address == v.status_host_address  # the CPU backend's device is the host
+    s = device_status.at(v.status_host_address)
     assert (s.stop, s.abort, s.error, s.record_valid) == (0, 0, 0, 0)
 
 
@@ -52,8 +53,8 @@ def test_a_failure_recorded_by_an_outside_kernel_fails_the_communicator(group):
     # record, then publish it. weft then reports it as it reports its own waits' timeouts.
     c = weft.Comm(group, timeout_s=TIMEOUT_S, heap_bytes=8 << 20)
     try:
-        s = device_status.at(c.device_view().status_address)
-        assert c.async_error() is None and device_status.external_failure(c.device_view().status_address) is None
+        s = device_status.at(c.device_view().status_host_address)
+        assert c.async_error() is None and device_status.external_failure(c.device_view().status_host_address) is None
         s.error = device_status.TIMEOUT
         s.record.ticket = device_status.TICKET_EXTERNAL
         s.record.item, s.record.peer, s.record.what = 3, (c.rank + 1) % c.size, device_status.WAIT_EXTERNAL
@@ -62,7 +63,7 @@ def test_a_failure_recorded_by_an_outside_kernel_fails_the_communicator(group):
         message = c.async_error()
         assert message == (f"timed out in a kernel outside weft's engine (program 3) waiting on rank "
                            f"{(c.rank + 1) % c.size} for its signal: expected >= 5, saw 2 [timeout, weft result 7]")
-        assert device_status.external_failure(c.device_view().status_address) == (1, 3, (c.rank + 1) % c.size, 5, 2)
+        assert device_status.external_failure(c.device_view().status_host_address) == (1, 3, (c.rank + 1) % c.size, 5, 2)
         with pytest.raises(RuntimeError, match="kernel outside weft's engine"):
             weft.allreduce_(c, c.zeros(4))
     finally:
@@ -73,7 +74,7 @@ def test_a_failure_recorded_by_an_outside_kernel_fails_the_communicator(group):
 def test_bad_input_recorded_by_an_outside_kernel_is_an_invalid_argument(group):
     c = weft.Comm(group, timeout_s=TIMEOUT_S, heap_bytes=8 << 20)
     try:
-        s = device_status.at(c.device_view().status_address)
+        s = device_status.at(c.device_view().status_host_address)
         s.error = device_status.BAD_INPUT
         s.record.ticket, s.record.what = device_status.TICKET_EXTERNAL, device_status.WAIT_EXTERNAL
         s.record.item, s.record.peer, s.record.status = 2, 0, device_status.BAD_INPUT
@@ -88,7 +89,7 @@ def test_bad_input_recorded_by_an_outside_kernel_is_an_invalid_argument(group):
 
 def test_abort_shows_in_the_status_words(group):
     c = weft.Comm(group, timeout_s=TIMEOUT_S, heap_bytes=8 << 20)
-    status = c.device_view().status_address
+    status = c.device_view().status_host_address
     c.abort()
     try:
         assert device_status.at(status).abort == 1

@@ -224,7 +224,7 @@ WEFT_API weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* 
  * weft_comm_get_device_view gives them the addresses; this is the protocol they follow.
  *
  * weft_device_status_t is a view of the communicator's status words, in host memory mapped into
- * the device (the same address on host and device; on the CPU backend, shared memory). A kernel's
+ * the device (on the CPU backend, shared memory). A kernel's
  * wait on a peer reads `stop`, `abort` and `error` (plain or relaxed loads: they order no data) at
  * least every few thousand polls and gives up when any is nonzero, or when timeout_ns has passed.
  * A wait that gives up on its own (a timeout) or a kernel that finds bad input records it once:
@@ -263,7 +263,8 @@ typedef struct {
                                    a device address on GPU backends (CUDA/HIP IPC), a host one on the CPU backend */
   uint64_t heap_bytes;          /* bytes of every rank's heap from its base; blocks lie inside */
   uint64_t timeout_ns;          /* the bound of every wait on a peer (timeout_s) */
-  weft_device_status_t* status; /* the status words (see above), device- and host-visible */
+  weft_device_status_t* status;      /* the status words (see above) where kernels address them */
+  weft_device_status_t* status_host; /* the same words where the host addresses them (usually equal) */
 } weft_device_view_t;
 
 /* Local, from any thread: the view above, for kernels written outside weft. Fails with

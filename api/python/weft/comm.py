@@ -18,11 +18,13 @@ import torch.distributed as dist
 from ._lib import ops as _ops
 
 
-class DeviceView(collections.namedtuple("DeviceView", "rank size peer_bases status_address heap_bytes timeout_ns")):
+class DeviceView(collections.namedtuple(
+        "DeviceView", "rank size peer_bases status_address status_host_address heap_bytes timeout_ns")):
     """weft_device_view_t: peer_bases (ints: where this process maps each rank's heap),
-    status_address (weft_device_status_t: stop, abort, error words and the failure record; mapped
-    host memory, the same address on host and device), heap_bytes (each rank's heap from its base),
-    timeout_ns (the bound of every wait). Valid until the communicator is destroyed."""
+    status_address and status_host_address (weft_device_status_t: the stop, abort and error words
+    and the failure record, in host memory mapped into the device; where kernels and where the host
+    address it, usually the same), heap_bytes (each rank's heap from its base), timeout_ns (the
+    bound of every wait). Valid until the communicator is destroyed."""
 
     def peer_address(self, tensor, rank):
         """Where rank `rank`'s copy of symmetric `tensor` starts in this process's address space."""
@@ -119,8 +121,8 @@ class Comm:
         Raises RuntimeError naming the rank where a peer is reached through the host proxy (another
         node, or transport=proxy): its heap is not mapped into this process."""
         if getattr(self, "_view", None) is None:
-            bases, status, heap_bytes, timeout_ns = _ops._comm_device_view(self.handle)
-            self._view = DeviceView(self.rank, self.size, tuple(bases), status, heap_bytes, timeout_ns)
+            bases, status, status_host, heap_bytes, timeout_ns = _ops._comm_device_view(self.handle)
+            self._view = DeviceView(self.rank, self.size, tuple(bases), status, status_host, heap_bytes, timeout_ns)
         return self._view
 
     @property

@@ -31,7 +31,8 @@ assert DeviceStatus.record.offset == TICKET and _Record.observed.offset + TICKET
 
 
 def at(address):
-    """The live status struct at `address` (DeviceView.status_address); reads see the device's writes."""
+    """The live status struct at `address` (DeviceView.status_host_address); reads see the device's
+    writes."""
     if not address:
         raise ValueError("weft.device_status.at: address: NULL")
     return DeviceStatus.from_address(address)
