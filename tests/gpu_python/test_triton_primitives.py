@@ -14,7 +14,7 @@ tl = pytest.importorskip("triton.language")
 wt = pytest.importorskip("weft.triton.language")
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns", "lag"])
 def _ring(buf, flag, rounds, lag, peer_bases, rank, world, status, timeout_ns, N: tl.constexpr):
     """`rounds` times: add one to every element and pass the buffer to the next rank. Rank 0 starts
     (lag 0); the others (lag 1) wait for the buffer's first arrival in round 0."""
@@ -44,7 +44,7 @@ def test_put_signal_wait_pass_a_buffer_around_the_ring(comm, wtri):
         assert bool((final == (rounds - 1) * comm.size + comm.rank).all()), final[:4]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns"])
 def _wait_for_nothing(flag, peer_bases, rank, world, status, timeout_ns):
     wt.wait(flag, 1, (rank + 1) % world, status, timeout_ns)
 

@@ -21,7 +21,7 @@ from ._host import addressable, workspace
 BAD_INDEX: tl.constexpr = tl.constexpr(3)  # report_bad_input code (weft.triton._host words it)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns"])
 def _enter(flags_ptr, state_ptr, peer_bases, rank, world, status, timeout_ns):
     epoch = tl.load(state_ptr) + 1
     for peer in range(world):
@@ -31,7 +31,7 @@ def _enter(flags_ptr, state_ptr, peer_bases, rank, world, status, timeout_ns):
     tl.store(state_ptr, epoch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns"])
 def _bags(weights_ptr, table_offsets_ptr, indices_ptr, offsets_ptr, psw_ptr, recv_ptr, flags_ptr, state_ptr,
           global_batch, local_batch, total_tables, table_base, dim,
           peer_bases, rank, world, status, timeout_ns,

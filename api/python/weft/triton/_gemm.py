@@ -26,7 +26,7 @@ BAD_COUNTS: tl.constexpr = tl.constexpr(1)
 BAD_CAPACITY: tl.constexpr = tl.constexpr(2)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns"])
 def _route(send_counts_ptr, table_ptr, flags_ptr, state_ptr, route_ptr, recv_counts_ptr, tokens, capacity,
            peer_bases, rank, world, status, timeout_ns, WORLD: tl.constexpr):
     epoch = tl.load(state_ptr) + 1
@@ -73,7 +73,7 @@ def _route(send_counts_ptr, table_ptr, flags_ptr, state_ptr, route_ptr, recv_cou
     tl.store(state_ptr, epoch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns"])
 def _tiles(a_ptr, w_ptr, recv_ptr, route_ptr, flags_ptr, state_ptr, tokens, k, h,
            peer_bases, rank, world, status, timeout_ns,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):

@@ -22,7 +22,7 @@ from . import language as wt
 from ._host import addressable, workspace
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns"])
 def _partials(x_ptr, w_ptr, scratch_ptr, flags_ptr, state_ptr, batch, n, k,
               peer_bases, rank, world, status, timeout_ns,
               BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -52,7 +52,7 @@ def _partials(x_ptr, w_ptr, scratch_ptr, flags_ptr, state_ptr, batch, n, k,
         tl.store(state_ptr, epoch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["world"])
 def _reduce(scratch_ptr, out_ptr, state_ptr, batch, n, world, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
     epoch = tl.load(state_ptr)
     rows = tl.arange(0, BLOCK_B)

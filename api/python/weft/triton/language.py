@@ -6,6 +6,8 @@ A kernel gets the communicator as five launch arguments, `*weft.triton.context(c
     rank, world this rank and the number of ranks
     status      int: address of weft_device_status_t (weft.h): stop/abort/error words, failure record
     timeout_ns  int: the communicator's bound of every wait
+Declare them do_not_specialize (@triton.jit(do_not_specialize=["rank", "world", "status",
+"timeout_ns"])): Triton would otherwise compile a kernel of its own for rank 1 and for one rank.
 
 Lowering (docs/design-notes.md, "Triton"): data moves with tl.load/tl.store on peer pointers
 (p2p mappings through CUDA/HIP IPC), flags with tl.atomic_* carrying sem= and scope="sys", which
