@@ -154,3 +154,22 @@ def test_bad_arguments_are_named(comm, wtri):
                                  comm.empty((8, 8), torch.bfloat16))
     with pytest.raises(ValueError, match="mode: 'max'"):
         wtri.ops.embedding_bag_all_to_all(comm, None, None, None, None, None, 0, mode="max")
+
+
+def test_bad_send_counts_fail_the_op_on_every_rank_with_nothing_stored(group, wtri):
+    from conftest import TIMEOUT_S
+    c = weft.Comm(group, timeout_s=TIMEOUT_S, heap_bytes=8 << 20)
+    try:
+        a = torch.ones(8, 16, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(16, 8, device="cuda", dtype=torch.bfloat16)
+        sends = torch.zeros(c.size, dtype=torch.int64, device="cuda")
+        sends[0] = 9 if c.rank == c.size - 1 else 8  # the last rank's counts do not sum to its 8 tokens
+        recv = c.empty((8 * c.size, 8), torch.bfloat16)
+        recv.fill_(float("nan"))
+        wtri.ops.gemm_all_to_all(c, a, w, sends, recv)
+        with pytest.raises(wtri.DeviceError, match=rf"rank {c.size - 1}: its send_counts are negative or do not sum"):
+            wtri.check(c)
+        assert bool(recv.isnan().all()), "nothing is stored when any rank's input is bad"
+    finally:
+        c.abort()
+        c.destroy()

@@ -32,7 +32,8 @@ def _partials(x_ptr, w_ptr, scratch_ptr, flags_ptr, state_ptr, batch, n, k,
     acc = tl.zeros([BLOCK_B, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, k, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=(rows[:, None] < batch) & (ks[None, :] < k), other=0.0)
+        x = tl.load(x_ptr + rows[:, None] * k + ks[None, :], mask=(rows[:, None] < batch) & (ks[None, :] < k),
+                    other=0.0)
         w = tl.load(w_ptr + cols[:, None] * k + ks[None, :], mask=(cols[:, None] < n) & (ks[None, :] < k), other=0.0)
         acc = tl.dot(x, tl.trans(w), acc=acc, input_precision="ieee")
     # This rank's slot of the current parity, on every rank (itself included).

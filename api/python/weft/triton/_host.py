@@ -11,6 +11,7 @@ _BAD_INPUT_WHAT = {
     1: "its send_counts are negative or do not sum to its tokens",
     2: "it would receive more rows than its recv capacity",
     3: "an embedding index is out of its table's range",
+    4: "its recv is not the symmetric block rank 0 passed (every rank passes the same comm.empty block)",
 }
 
 

@@ -82,7 +82,8 @@ def gemm_all_to_all(comm, a, weight, send_counts, recv):
     if weight.shape[0] != a.shape[1]:
         raise ValueError(f"weft.triton.{op}: weight: shape {tuple(weight.shape)} does not take a's k {a.shape[1]}")
     if send_counts.numel() != comm.size:
-        raise ValueError(f"weft.triton.{op}: send_counts: {send_counts.numel()} entries, not one per rank ({comm.size})")
+        raise ValueError(f"weft.triton.{op}: send_counts: {send_counts.numel()} entries, not one per rank "
+                         f"({comm.size})")
     if recv.shape[1] != weight.shape[1]:
         raise ValueError(f"weft.triton.{op}: recv: {recv.shape[1]} columns, but weight has h = {weight.shape[1]}")
     counts = torch.ops.weft_triton.gemm_all_to_all(a, weight, send_counts, recv, comm.handle)
