@@ -89,23 +89,33 @@ def wait(flag, expected, peer, status, timeout_ns):
     seen), so comm.async_error() and weft.triton.check(comm) report it. Returns 0 when the flag
     arrived, 1 on a timeout, 2 when the communicator stopped or failed elsewhere."""
     words = status.to(tl.pointer_type(tl.int32))
-    seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    # Every thread polls on its own, with volatile loads: nothing in the loop synchronises the
+    # program's threads (a scalar atomic would, through shared memory), so that threads whose clocks
+    # or loads disagree by a tick may leave it at different polls without deadlocking. One atomic
+    # after the loop settles, for the whole program, whether the flag came.
     start = now_ns()
-    failed = 0
+    seen = tl.load(flag, volatile=True)
     spins = 0
-    while (seen < expected) & (failed == 0):
+    gave_up = 0
+    while (seen < expected) & (gave_up == 0):
         spins += 1
         if (spins % _CHECK_EVERY) == 0:
-            # Hints only (they order no data): plain volatile loads of mapped host memory.
             stopped = (tl.load(words + _STOP_W32, volatile=True) | tl.load(words + _ABORT_W32, volatile=True) |
                        tl.load(words + _ERROR_W32, volatile=True))
-            if stopped != 0:
-                failed = 2
-            elif now_ns() - start > timeout_ns:
-                failed = 1
-        seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
-    if failed == 1:
-        _record(status, _STATUS_TIMEOUT, tl.program_id(0), peer, expected, seen)
+            if (stopped != 0) | (now_ns() - start > timeout_ns):
+                gave_up = 1
+        seen = tl.load(flag, volatile=True)
+    seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    failed = 0
+    if seen < expected:
+        stopped = (tl.atomic_add(words + _STOP_W32, 0, sem="relaxed", scope="sys") |
+                   tl.atomic_add(words + _ABORT_W32, 0, sem="relaxed", scope="sys") |
+                   tl.atomic_add(words + _ERROR_W32, 0, sem="relaxed", scope="sys"))
+        if stopped != 0:
+            failed = 2
+        else:
+            failed = 1
+            _record(status, _STATUS_TIMEOUT, tl.program_id(0), peer, expected, seen)
     tl.debug_barrier()
     return failed
 
