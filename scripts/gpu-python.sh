@@ -70,6 +70,10 @@ done
 run=$([ "$backend" = cuda ] && command -v weftrun || { [ -x $bindir/weftrun ] && echo $bindir/weftrun; })
 [ -n "$lib" ] || { echo "gpu-python: no libweft.so in: $libdirs (on a GPU host: source .bundle/env.sh)"; exit 1; }
 [ -n "$run" ] || { echo "gpu-python: no weftrun on PATH or in $bindir"; exit 1; }
+if command -v nm >/dev/null && ! nm -D "$lib" 2>/dev/null | grep -q ' T weft_comm_get_device_view$'; then
+  echo "gpu-python: $lib has no weft_comm_get_device_view: it predates weft.triton; rebuild it (and the bundle)"
+  exit 1
+fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "$backend" = cpu ] && gpus=1
 echo "gpu-python: $gpus GPU(s), libweft $lib, $($python -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, end=" ")
