@@ -60,7 +60,11 @@ enum class WaitWhat : uint32_t {
   kPartial = 14,        // a block of this rank to leave its part of a split GEMM tile (`peer`: the part's range)
   kProxyRoom = 15,      // the host proxy to take triggers from a full ring (`peer`: the trigger's)
   kPeerGone = 16,  // not a wait: rank `peer`'s process (-1: weftd's) of pid `observed` ended (weftd/the rank saw it)
+  kExternal = 17,  // a kernel outside weft's engine (weft.h: weft_device_status_t); ticket kExternalTicket
 };
+
+// WaitRecord::ticket of a failure recorded by a kernel outside weft's engine (weft.h).
+constexpr uint64_t kExternalTicket = ~uint64_t{0};
 
 // Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed
 // when the op is submitted (or captured into a graph): the protocol counters that change from op

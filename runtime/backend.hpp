@@ -110,6 +110,9 @@ class Engine {
   // embedding op's bags, the GEMV's slices) cut their work into about this many items, one per
   // group, so that no group waits on a barrier between items.
   int groupsFor(dev::OpKind kind) const;
+  // Where the device addresses `host`, a word of the work queue (the same address on the CPU
+  // backend, and wherever the device uses host pointers for registered memory).
+  void* queueOnDevice(void* host) const;
   // One line for logs: which device, how ops run.
   std::string describe() const;
   // What names this process's device among the host's ("" on the CPU backend: no device).

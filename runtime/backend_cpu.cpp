@@ -98,6 +98,8 @@ void Engine::raise(uint32_t dev::EngineControl::*word) {
   gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
 }
 
+void* Engine::queueOnDevice(void* host) const { return host; }
+
 int Engine::groupsFor(dev::OpKind) const {
   return impl_->weftdWorkers ? impl_->weftdWorkers : impl_->threads.workers();
 }

@@ -544,6 +544,8 @@ void Engine::raise(uint32_t dev::EngineControl::*word) {
 
 int Engine::groupsFor(dev::OpKind kind) const { return impl_->groupsFor(kind); }
 
+void* Engine::queueOnDevice(void* host) const { return impl_->onDevice(static_cast<uint8_t*>(host)); }
+
 std::string Engine::describe() const {
   std::string name = "?";
   gpu::deviceName(impl_->device, &name);

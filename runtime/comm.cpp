@@ -255,6 +255,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     c->queue_ = std::make_unique<WorkQueue>(depth);
   }
 
+  for (int r = 0; r < nranks; ++r) c->peerBases_.push_back(c->heap_->base(r));
+
   dev::CommView v;
   v.rank = rank;
   v.nranks = nranks;
@@ -630,6 +632,17 @@ Code Comm::asyncError(std::string* message) const {
          : st == Status::kBadInput  ? Code::kInvalidArgument
          : st == Status::kTransport ? Code::kTransport
                                     : Code::kAborted;
+}
+
+ExternalView Comm::externalView() const {
+  for (int r = 0; r < nranks_; ++r)
+    if (paths_[r] == transport::Path::kProxy)
+      throw Error(Code::kNotSupported,
+                  "rank " + std::to_string(r) +
+                      " is reached through the host proxy (another node, or transport=proxy): its heap is not mapped "
+                      "into this process, so only weft's own ops reach it");
+  dev::QueueHeader* h = queue_->header();
+  return ExternalView{&peerBases_, heap_->segmentBytes(), timeoutNs_, h, engine_->queueOnDevice(&h->stop)};
 }
 
 std::string Comm::failureText() const {

@@ -33,6 +33,15 @@ class Staging;
 // oneshot_protocol as a threshold on the bytes a one-shot AllReduce sends (input x peers).
 constexpr uint64_t kLinesAlways = 0, kLinesNever = UINT64_MAX;
 
+// What kernels outside weft's engine need (weft.h: weft_comm_get_device_view).
+struct ExternalView {
+  const std::vector<void*>* bases;  // [nranks]: every rank's heap segment in this address space
+  uint64_t heapBytes;               // each segment's size, the control area included
+  uint64_t timeoutNs;
+  dev::QueueHeader* status;  // host memory mapped into the device: stop, abort, error, record
+  void* statusOnDevice;      // &status->stop where the device addresses it
+};
+
 class Comm {
  public:
   // Collective. Throws weft::Error.
@@ -68,6 +77,8 @@ class Comm {
   void abort();
   // Waits for the ops in flight, then a barrier with every rank. Collective.
   void finalize();
+  // Throws kNotSupported naming the first peer reached through the host proxy (no mapping here).
+  ExternalView externalView() const;
   // kSuccess, or the first failure (sticky) and its description.
   Code asyncError(std::string* message) const;
 
@@ -116,6 +127,7 @@ class Comm {
   std::vector<transport::Path> paths_;
   dev::HeapLayout layout_;
   std::unique_ptr<SymmetricHeap> heap_;
+  std::vector<void*> peerBases_;  // heap_->base(r) for every rank, for externalView
   std::unique_ptr<WorkQueue> queue_;
   std::unique_ptr<status::Page> page_;  // null where status_pages is 0 or the page could not be made
   std::unique_ptr<Engine> engine_;      // declared last: stops before the queue and heap go

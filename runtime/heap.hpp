@@ -36,6 +36,8 @@ class SymmetricHeap {
   // Whether [p, p + bytes) overlaps this rank's heap at all.
   bool overlaps(const void* p, uint64_t bytes) const;
   uint64_t freeBytes() const;
+  // Bytes of every rank's segment, the control area included.
+  uint64_t segmentBytes() const { return bytes_; }
 
  private:
   const int rank_;

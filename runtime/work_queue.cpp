@@ -162,6 +162,16 @@ std::string WorkQueue::failureText() const {
 }
 
 std::string failureText(const dev::WaitRecord& r) {
+  // Recorded by a kernel outside weft's engine (weft.h: weft_device_status_t), e.g. weft.triton's.
+  if (r.ticket == dev::kExternalTicket && static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kExternal) {
+    if (r.status == static_cast<uint32_t>(Status::kBadInput))
+      return "invalid input found by a kernel outside weft's engine (rank " + std::to_string(r.peer) +
+             ", the kernel's code " + std::to_string(r.item) + "): limit " + std::to_string(r.expected) + ", found " +
+             std::to_string(static_cast<int64_t>(r.observed));
+    return "timed out in a kernel outside weft's engine (program " + std::to_string(r.item) + ") waiting on rank " +
+           std::to_string(r.peer) + " for its signal: expected >= " + std::to_string(r.expected) + ", saw " +
+           std::to_string(r.observed);
+  }
   if (r.status == static_cast<uint32_t>(Status::kBadInput)) {
     const std::string op = "invalid input in op #" + std::to_string(r.ticket) + ": ";
     const std::string rank = "rank " + std::to_string(r.peer);

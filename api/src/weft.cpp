@@ -1,4 +1,5 @@
 // The exported C functions: argument checks, then the runtime. Nothing here runs without a guard.
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -149,6 +150,44 @@ weft_result_t weft_comm_get_async_error(weft_comm_t comm, weft_result_t* async_e
     std::string msg;
     *async_error = static_cast<weft_result_t>(c->asyncError(&msg));
     if (*async_error != WEFT_SUCCESS) api::setLastError(msg);
+    return Code::kSuccess;
+  });
+}
+
+// weft_device_status_t is the tail of the queue header, field for field.
+static_assert(sizeof(weft_device_status_t) == offsetof(weft::dev::QueueHeader, record) + sizeof(weft::dev::WaitRecord) -
+                                                  offsetof(weft::dev::QueueHeader, stop));
+static_assert(offsetof(weft::dev::QueueHeader, abort) - offsetof(weft::dev::QueueHeader, stop) ==
+              offsetof(weft_device_status_t, abort));
+static_assert(offsetof(weft::dev::QueueHeader, error) - offsetof(weft::dev::QueueHeader, stop) ==
+              offsetof(weft_device_status_t, error));
+static_assert(offsetof(weft::dev::QueueHeader, recordValid) - offsetof(weft::dev::QueueHeader, stop) ==
+              offsetof(weft_device_status_t, record_valid));
+static_assert(offsetof(weft::dev::QueueHeader, record) - offsetof(weft::dev::QueueHeader, stop) ==
+              offsetof(weft_device_status_t, record));
+static_assert(sizeof(weft::dev::WaitRecord) == sizeof(weft_device_status_t::record));
+static_assert(offsetof(weft::dev::WaitRecord, observed) == offsetof(decltype(weft_device_status_t::record), observed));
+static_assert(WEFT_DEVICE_STATUS_TIMEOUT == static_cast<uint32_t>(weft::dev::Status::kTimeout));
+static_assert(WEFT_DEVICE_STATUS_BAD_INPUT == static_cast<uint32_t>(weft::dev::Status::kBadInput));
+static_assert(WEFT_DEVICE_WAIT_EXTERNAL == static_cast<uint32_t>(weft::dev::WaitWhat::kExternal));
+static_assert(WEFT_DEVICE_TICKET_EXTERNAL == weft::dev::kExternalTicket);
+
+weft_result_t weft_comm_get_device_view(weft_comm_t comm, weft_device_view_t* view) {
+  return api::guarded(__func__, [&] {
+    auto c = api::lookupComm(comm);
+    api::requirePtr(view, "view");
+    if (view->size != sizeof(weft_device_view_t))
+      throw Error(Code::kInvalidArgument, "view: size is " + std::to_string(view->size) +
+                                              ", not sizeof(weft_device_view_t) (" +
+                                              std::to_string(sizeof(weft_device_view_t)) + ")");
+    const weft::ExternalView x = c->externalView();
+    view->rank = c->rank();
+    view->nranks = c->nranks();
+    view->peer_bases = x.bases->data();
+    view->heap_bytes = x.heapBytes;
+    view->timeout_ns = x.timeoutNs;
+    view->status = static_cast<weft_device_status_t*>(x.statusOnDevice);
+    view->status_host = reinterpret_cast<weft_device_status_t*>(&x.status->stop);
     return Code::kSuccess;
   });
 }

@@ -85,6 +85,13 @@ TEST(BadInput, EveryArgumentIsNamedAndTheCommunicatorKeepsWorking) {
         {"size NULL", [&] { return weft_comm_size(comm, nullptr); }, kArg, "size"},
         {"async_error NULL", [&] { return weft_comm_get_async_error(comm, nullptr); }, kArg, "async_error"},
         {"version NULL", [&] { return weft_get_version(nullptr); }, kArg, "version"},
+        {"device_view NULL", [&] { return weft_comm_get_device_view(comm, nullptr); }, kArg, "view"},
+        {"device_view size unset",
+         [&] {
+           weft_device_view_t v{};
+           return weft_comm_get_device_view(comm, &v);
+         },
+         kArg, "view: size is 0"},
         {"unique id NULL", [&] { return weft_get_unique_id(nullptr); }, kArg, "id"},
     };
     for (const Case& c : cases) {

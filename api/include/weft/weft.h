@@ -219,6 +219,62 @@ WEFT_API weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* 
                                                   int64_t recv_capacity, int64_t* recv_counts, int64_t tokens,
                                                   int64_t k, int64_t h, weft_dtype_t dtype, void* stream);
 
+/* Kernels written outside weft (Triton through the weft.triton Python package, or CUDA/HIP C++)
+ * may address peers' copies of symmetric blocks directly and wait the way weft's own waits do.
+ * weft_comm_get_device_view gives them the addresses; this is the protocol they follow.
+ *
+ * weft_device_status_t is a view of the communicator's status words, in host memory mapped into
+ * the device (on the CPU backend, shared memory). A kernel's
+ * wait on a peer reads `stop`, `abort` and `error` (plain or relaxed loads: they order no data) at
+ * least every few thousand polls and gives up when any is nonzero, or when timeout_ns has passed.
+ * A wait that gives up on its own (a timeout) or a kernel that finds bad input records it once:
+ * a compare-and-swap of `error` from 0 to the status (WEFT_DEVICE_STATUS_*); only the winner fills
+ * `record` and then stores record_valid = 1 with release order. weft_comm_get_async_error then
+ * reports the failure (WEFT_ERR_TIMEOUT or WEFT_ERR_INVALID_ARGUMENT) in weft's words, every later
+ * op of the communicator fails, and it must be destroyed, as after any device-side failure. */
+#define WEFT_DEVICE_STATUS_TIMEOUT 1u   /* a bounded wait expired */
+#define WEFT_DEVICE_STATUS_BAD_INPUT 4u /* the kernel found invalid input on the device */
+#define WEFT_DEVICE_WAIT_EXTERNAL 17u   /* record.what of a kernel outside weft's engine */
+#define WEFT_DEVICE_TICKET_EXTERNAL UINT64_MAX
+
+typedef struct {
+  uint32_t stop;         /* read only: nonzero once the communicator is being destroyed */
+  uint32_t abort;        /* read only: nonzero after weft_comm_abort */
+  uint32_t error;        /* the first failure's WEFT_DEVICE_STATUS_* (0: none); claimed by CAS */
+  uint32_t record_valid; /* the claimer's release store of 1, after `record` */
+  struct {
+    uint64_t ticket;   /* WEFT_DEVICE_TICKET_EXTERNAL */
+    uint32_t item;     /* timeout: the waiting program (block); bad input: the kernel's own code */
+    int32_t peer;      /* the rank waited on, or the rank whose input was bad */
+    uint32_t what;     /* WEFT_DEVICE_WAIT_EXTERNAL */
+    uint32_t status;   /* the same value as `error` */
+    uint64_t expected; /* timeout: the value waited for (at least); bad input: the limit */
+    uint64_t observed; /* timeout: the value last seen; bad input: the value found */
+  } record;
+} weft_device_status_t;
+
+/* What weft_comm_get_device_view fills. Addresses stay valid until weft_comm_destroy. */
+typedef struct {
+  size_t size;                  /* in: sizeof(weft_device_view_t) */
+  int rank;                     /* this rank */
+  int nranks;                   /* ranks of the communicator */
+  void* const* peer_bases;      /* host memory, [nranks]: where this process maps rank r's heap; rank r's
+                                   copy of a block p (weft_mem_alloc) is peer_bases[r] + (p - peer_bases[rank]),
+                                   a device address on GPU backends (CUDA/HIP IPC), a host one on the CPU backend */
+  uint64_t heap_bytes;          /* bytes of every rank's heap from its base; blocks lie inside */
+  uint64_t timeout_ns;          /* the bound of every wait on a peer (timeout_s) */
+  weft_device_status_t* status;      /* the status words (see above) where kernels address them */
+  weft_device_status_t* status_host; /* the same words where the host addresses them (usually equal) */
+} weft_device_view_t;
+
+/* Local, from any thread: the view above, for kernels written outside weft. Fails with
+ * WEFT_ERR_NOT_SUPPORTED, naming the rank, where a peer is reached through the host proxy
+ * (another node, or transport=proxy): such a peer's heap is not mapped into this process, so only
+ * weft's own ops reach it. WEFT_ERR_INVALID_ARGUMENT if view is NULL or view->size is not
+ * sizeof(weft_device_view_t). Writing into a peer's copy outside a protocol the peer follows (a
+ * signal it waits on) is the caller's race, as with any shared memory. */
+WEFT_API weft_result_t weft_comm_get_device_view(weft_comm_t comm, weft_device_view_t* view);
+
 #ifdef __cplusplus
 }
 #endif

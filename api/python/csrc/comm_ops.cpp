@@ -4,6 +4,8 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <tuple>
+#include <vector>
 
 #include "comm_state.hpp"
 #include "errors.hpp"
@@ -71,6 +73,21 @@ std::string commAsyncError(int64_t comm) {
          std::to_string(static_cast<int>(failure)) + "]";
 }
 
+// weft_comm_get_device_view as (peer bases, the status words' device and host addresses, heap
+// bytes, timeout ns), for
+// kernels written outside weft (weft.triton). Addresses are ints: Python never dereferences them.
+std::tuple<std::vector<int64_t>, int64_t, int64_t, int64_t, int64_t> commDeviceView(int64_t comm) {
+  weft_device_view_t v{};
+  v.size = sizeof v;
+  check(weft_comm_get_device_view(lookupComm(comm, "weft.Comm.device_view")->handle(), &v),
+        "weft_comm_get_device_view");
+  std::vector<int64_t> bases(v.nranks);
+  for (int r = 0; r < v.nranks; ++r) bases[r] = static_cast<int64_t>(reinterpret_cast<intptr_t>(v.peer_bases[r]));
+  return {bases, static_cast<int64_t>(reinterpret_cast<intptr_t>(v.status)),
+          static_cast<int64_t>(reinterpret_cast<intptr_t>(v.status_host)), static_cast<int64_t>(v.heap_bytes),
+          static_cast<int64_t>(v.timeout_ns)};
+}
+
 // Safe from any thread: ops in flight fail within a second, later ones at once (weft.h).
 void commAbort(int64_t comm) {
   check(weft_comm_abort(lookupComm(comm, "weft.Comm.abort")->handle()), "weft_comm_abort");
@@ -96,6 +113,7 @@ TORCH_LIBRARY_FRAGMENT(weft, m) {
   m.def("_comm_blocks(int comm) -> int[]", &commBlocks);
   m.def("_is_symmetric(Tensor t, int comm) -> bool", &isSymmetric);
   m.def("_comm_async_error(int comm) -> str", &commAsyncError);
+  m.def("_comm_device_view(int comm) -> (int[], int, int, int, int)", &commDeviceView);
   m.def("_comm_abort(int comm) -> ()", &commAbort);
   m.def("_comm_destroy(int comm, bool finalize) -> ()", &commDestroy);
 }

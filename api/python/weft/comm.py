@@ -9,12 +9,31 @@ rank has released it. destroy() frees what is left with the communicator; a symm
 is still alive then keeps its values in ordinary memory of its device (it is no longer symmetric).
 No tensor dangles, no free waits on a peer from a destructor, and nothing outlives the communicator.
 """
+import collections
 import warnings
 
 import torch
 import torch.distributed as dist
 
 from ._lib import ops as _ops
+
+
+class DeviceView(collections.namedtuple(
+        "DeviceView", "rank size peer_bases status_address status_host_address heap_bytes timeout_ns")):
+    """weft_device_view_t: peer_bases (ints: where this process maps each rank's heap),
+    status_address and status_host_address (weft_device_status_t: the stop, abort and error words
+    and the failure record, in host memory mapped into the device; where kernels and where the host
+    address it, usually the same), heap_bytes (each rank's heap from its base), timeout_ns (the
+    bound of every wait). Valid until the communicator is destroyed."""
+
+    def peer_address(self, tensor, rank):
+        """Where rank `rank`'s copy of symmetric `tensor` starts in this process's address space."""
+        if not 0 <= rank < self.size:
+            raise ValueError(f"weft.DeviceView.peer_address: rank: {rank} is not in [0, {self.size})")
+        offset = tensor.data_ptr() - self.peer_bases[self.rank]
+        if not 0 <= offset < self.heap_bytes:
+            raise ValueError("weft.DeviceView.peer_address: tensor: not in this rank's symmetric heap")
+        return self.peer_bases[rank] + offset
 
 
 def _global_rank(group, group_rank):
@@ -96,6 +115,30 @@ class Comm:
         live, released = _ops._comm_blocks(self.handle)
         return live, released
 
+    def device_view(self):
+        """Local: what kernels written outside weft (weft.triton's) need to address peers' copies
+        of symmetric tensors and to wait the way weft's waits do (weft.h: weft_comm_get_device_view).
+        Raises RuntimeError naming the rank where a peer is reached through the host proxy (another
+        node, or transport=proxy): its heap is not mapped into this process."""
+        if getattr(self, "_view", None) is None:
+            bases, status, status_host, heap_bytes, timeout_ns = _ops._comm_device_view(self.handle)
+            self._view = DeviceView(self.rank, self.size, tuple(bases), status, status_host, heap_bytes, timeout_ns)
+        return self._view
+
+    @property
+    def peer_bases(self):
+        """int64 tensor [size] on the communicator's device: where this process maps each rank's
+        heap. Rank r's copy of symmetric tensor t is at peer_bases[r] + (t.data_ptr() -
+        peer_bases[rank]). Made once; local."""
+        if getattr(self, "_peer_bases", None) is None:
+            self._peer_bases = torch.tensor(self.device_view().peer_bases, dtype=torch.int64, device=self.device)
+        return self._peer_bases
+
+    @property
+    def timeout_s(self):
+        """The bound of every wait on a peer, in seconds."""
+        return self.device_view().timeout_ns / 1e9
+
     def async_error(self):
         """None while the communicator is healthy; else weft's message for its first asynchronous
         failure (a timeout, an abort, a bad index found on the device). Once failed, it must be
@@ -116,6 +159,7 @@ class Comm:
     def _close(self, finalize):
         if getattr(self, "_handle", None) is None:
             return
+        self._view = self._peer_bases = None
         handle, self._handle = self._handle, None
         _ops._comm_destroy(handle, finalize)
 

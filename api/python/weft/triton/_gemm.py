@@ -1,0 +1,137 @@
+"""GEMM + All-to-All in Triton: the template for "compute a tile, store each row at its owner".
+
+Rows of `a` are grouped by destination (send_counts). First a one-program kernel exchanges every
+rank's send_counts, tokens, recv capacity and recv block (an all-gather into a symmetric table),
+checks them (on every rank alike, so that a bad one fails the op everywhere with nothing stored),
+and works out where this rank's rows start in each destination's recv (the rows of lower ranks
+come first, as all_to_all_single lays them out). Then every program computes one output tile and
+stores each of its rows straight into its owner's recv (put); the last program to finish signals
+every rank and waits for every rank's rows.
+
+Workspace per communicator: table (symmetric int64 [2, world, world + 3], by call parity: every
+rank's send_counts, tokens, capacity and recv offset), count_flags and row_flags (symmetric int64
+[world], one signal per rank and call each), route (int64 [3, world]: where this rank's rows start
+in each destination's recv, and the start and end of the rows it sends there) and state (int64
+[3]: calls done, programs arrived, bad input).
+The route exchange also tells a rank that every peer has entered the call (and finished with
+what earlier calls stored into its recv) before anything is stored into it.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from . import language as wt
+from ._host import addressable, workspace
+
+# report_bad_input codes (weft.triton._host words them)
+BAD_COUNTS: tl.constexpr = tl.constexpr(1)
+BAD_CAPACITY: tl.constexpr = tl.constexpr(2)
+BAD_RECV: tl.constexpr = tl.constexpr(4)
+
+
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns"])
+def _route(send_counts_ptr, table_ptr, flags_ptr, state_ptr, route_ptr, recv_counts_ptr, tokens, capacity,
+           recv_offset, peer_bases, rank, world, status, timeout_ns, WORLD: tl.constexpr):
+    epoch = tl.load(state_ptr) + 1
+    width = world + 3  # a rank's row: its send_counts, tokens, recv capacity, recv's heap offset
+    table = table_ptr + (epoch % 2) * world * width
+    js = tl.arange(0, WORLD)
+    valid = js < world
+    counts = tl.load(send_counts_ptr + js, mask=valid, other=0)
+    mine = table + rank * width
+    for peer in range(world):
+        wt.put(mine + js, counts, valid, peer, peer_bases, rank)
+        wt.put(mine + world, tokens, True, peer, peer_bases, rank)
+        wt.put(mine + world + 1, capacity, True, peer, peer_bases, rank)
+        wt.put(mine + world + 2, recv_offset, True, peer, peer_bases, rank)
+        wt.signal(flags_ptr + rank, 1, peer, peer_bases, rank, ADD=True)
+    for peer in range(world):
+        wt.wait(flags_ptr + peer, epoch, peer, status, timeout_ns)
+    # m[s, j]: rows rank s sends to rank j. Every rank checks every rank's row alike, so all agree.
+    m = tl.load(table + js[:, None] * width + js[None, :], mask=valid[:, None] & valid[None, :], other=0)
+    sent = tl.load(table + js * width + world, mask=valid, other=0)
+    caps = tl.load(table + js * width + world + 1, mask=valid, other=0)
+    offsets = tl.load(table + js * width + world + 2, mask=valid, other=-1)
+    # A rank without a recv block (capacity 0) sends -1: it is compared with nobody.
+    first_offset = tl.max(offsets, axis=0)
+    rowsum = tl.sum(m, axis=1)
+    received = tl.sum(m, axis=0)
+    bad_counts = (rowsum != sent) | (tl.sum((m < 0).to(tl.int32), axis=1) > 0)
+    bad_capacity = received > caps
+    bad_recv = (offsets >= 0) & (offsets != first_offset)
+    code = tl.where(bad_counts, BAD_COUNTS, tl.where(bad_capacity, BAD_CAPACITY, tl.where(bad_recv, BAD_RECV, 0)))
+    code = tl.where(valid, code, 0)
+    bad = tl.max(code, axis=0)
+    if bad != 0:
+        at = js == tl.min(tl.where(code != 0, js, WORLD), axis=0)
+        limit = tl.where(bad_counts, sent, tl.where(bad_capacity, caps, first_offset))
+        found = tl.where(bad_counts, rowsum, tl.where(bad_capacity, received, offsets))
+        wt.report_bad_input(status, tl.sum(tl.where(at, code, 0), axis=0), tl.sum(tl.where(at, js, 0), axis=0),
+                            tl.sum(tl.where(at, limit, 0), axis=0), tl.sum(tl.where(at, found, 0), axis=0))
+    else:
+        below = tl.sum(tl.where(js[:, None] < rank, m, 0), axis=0)  # per destination j
+        start = tl.cumsum(counts, 0) - counts
+        tl.store(route_ptr + js, below, mask=valid)
+        tl.store(route_ptr + world + js, start, mask=valid)
+        tl.store(route_ptr + 2 * world + js, start + counts, mask=valid)
+        tl.store(recv_counts_ptr + js, tl.sum(tl.where(js[None, :] == rank, m, 0), axis=1), mask=valid)
+    tl.store(state_ptr + 2, bad)
+    tl.store(state_ptr, epoch)
+
+
+@triton.jit(do_not_specialize=["rank", "world", "status", "timeout_ns"])
+def _tiles(a_ptr, w_ptr, recv_ptr, route_ptr, flags_ptr, state_ptr, tokens, k, h,
+           peer_bases, rank, world, status, timeout_ns,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    tiles_n = tl.cdiv(h, BLOCK_N)
+    rows = (tl.program_id(0) // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tl.program_id(0) % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, k, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + rows[:, None] * k + ks[None, :], mask=(rows[:, None] < tokens) & (ks[None, :] < k),
+                    other=0.0)
+        w = tl.load(w_ptr + ks[:, None] * h + cols[None, :], mask=(ks[:, None] < k) & (cols[None, :] < h), other=0.0)
+        acc = tl.dot(a, w, acc=acc)
+    # Each row's owner, and its row in the owner's recv.
+    dest = tl.zeros([BLOCK_M], dtype=tl.int32)
+    at = tl.zeros([BLOCK_M], dtype=tl.int64)
+    for peer in range(world):
+        first = tl.load(route_ptr + world + peer)
+        into = (rows >= first) & (rows < tl.load(route_ptr + 2 * world + peer))
+        dest = tl.where(into, peer, dest)
+        at = tl.where(into, tl.load(route_ptr + peer) + rows - first, at)
+    ok = tl.load(state_ptr + 2) == 0
+    mask = (rows[:, None] < tokens) & (cols[None, :] < h) & ok
+    wt.put(recv_ptr + at[:, None] * h + cols[None, :], acc.to(recv_ptr.dtype.element_ty), mask, dest[:, None],
+           peer_bases, rank)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(state_ptr + 1, 1, sem="acq_rel", scope="sys")
+    if arrived == tl.num_programs(0) - 1:
+        tl.store(state_ptr + 1, 0)
+        epoch = tl.load(state_ptr)
+        for peer in range(world):
+            wt.signal(flags_ptr + rank, 1, peer, peer_bases, rank, ADD=True)
+        for peer in range(world):
+            wt.wait(flags_ptr + peer, epoch, peer, status, timeout_ns)
+
+
+def launch(comm, ctx, a, weight, send_counts, recv, recv_counts):
+    tokens, k = a.shape
+    h = weight.shape[1]
+    world = ctx.world
+
+    def make():
+        return (comm.zeros((2, world, world + 3), torch.int64), comm.zeros(world, torch.int64),
+                comm.zeros(world, torch.int64), torch.zeros(3 * world, dtype=torch.int64, device=comm.device),
+                torch.zeros(3, dtype=torch.int64, device=comm.device))
+
+    table, count_flags, row_flags, route, state = workspace(comm, ("gemm_all_to_all",), make)
+    recv_offset = recv.data_ptr() - comm.device_view().peer_bases[ctx.rank] if recv.numel() else -1
+    _route[(1,)](send_counts, table, count_flags, state, route, recv_counts, tokens, recv.shape[0], recv_offset,
+                 *ctx.args, WORLD=max(2, triton.next_power_of_2(world)), num_warps=1)
+    block_m, block_n, block_k = 64, 128, 64
+    # At least one program, so that the last one signals every rank even with nothing to send.
+    grid = (max(1, triton.cdiv(tokens, block_m) * triton.cdiv(h, block_n)),)
+    _tiles[grid](addressable(a), addressable(weight), addressable(recv), route, row_flags, state, tokens, k, h,
+                 *ctx.args, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4, num_stages=3)
