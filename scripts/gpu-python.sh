@@ -70,7 +70,8 @@ done
 run=$([ "$backend" = cuda ] && command -v weftrun || { [ -x $bindir/weftrun ] && echo $bindir/weftrun; })
 [ -n "$lib" ] || { echo "gpu-python: no libweft.so in: $libdirs (on a GPU host: source .bundle/env.sh)"; exit 1; }
 [ -n "$run" ] || { echo "gpu-python: no weftrun on PATH or in $bindir"; exit 1; }
-if command -v nm >/dev/null && ! nm -D "$lib" 2>/dev/null | grep -q ' T weft_comm_get_device_view$'; then
+# The symbols are read whole first: under pipefail, grep -q closing the pipe early fails nm.
+if command -v nm >/dev/null && ! grep -q ' T weft_comm_get_device_view$' <<<"$(nm -D "$lib" 2>/dev/null)"; then
   echo "gpu-python: $lib has no weft_comm_get_device_view: it predates weft.triton; rebuild it (and the bundle)"
   exit 1
 fi
