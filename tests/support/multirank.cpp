@@ -13,6 +13,20 @@
 
 namespace weft::test {
 
+namespace {
+
+// Failed assertions of the running test so far.
+int failedParts() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (!info) return ::testing::Test::HasFailure() ? 1 : 0;
+  const ::testing::TestResult* result = info->result();
+  int failed = 0;
+  for (int i = 0; i < result->total_part_count(); ++i) failed += result->GetTestPartResult(i).failed();
+  return failed;
+}
+
+}  // namespace
+
 std::vector<RankExit> forkRanks(int nranks, const RankBody& body, double timeoutS) {
   weft_unique_id_t id;
   if (weft_get_unique_id(&id) != WEFT_SUCCESS) {
@@ -23,12 +37,15 @@ std::vector<RankExit> forkRanks(int nranks, const RankBody& body, double timeout
   fflush(stderr);
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
+    const int failedBefore = failedParts();
     pid_t pid = fork();
     if (pid == 0) {
       body(r, nranks, id);
       fflush(stdout);
       fflush(stderr);
-      _exit(::testing::Test::HasFailure() ? 1 : 0);
+      // Only this rank's own failures: a failure the parent recorded before forking (an earlier
+      // round of the same test) must not make every later rank exit 1 as well.
+      _exit(failedParts() > failedBefore ? 1 : 0);
     }
     if (pid < 0) {
       ADD_FAILURE() << "fork failed";
@@ -37,6 +54,7 @@ std::vector<RankExit> forkRanks(int nranks, const RankBody& body, double timeout
     pids.push_back(pid);
   }
   std::vector<RankExit> exits(nranks);
+  for (size_t r = 0; r < pids.size(); ++r) exits[r].pid = pids[r];
   std::vector<bool> done(pids.size(), false);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutS);
   for (size_t left = pids.size(); left > 0;) {

@@ -3,6 +3,8 @@
 // ranks failed. Every run is bounded: ranks still alive at the deadline are killed.
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@ namespace weft::test {
 struct RankExit {
   bool exited = false;  // false: killed by a signal (or by the deadline)
   int code = 0;         // exit status, or signal number
+  pid_t pid = -1;       // the rank's process
 };
 
 using RankBody = std::function<void(int rank, int nranks, const weft_unique_id_t& id)>;
