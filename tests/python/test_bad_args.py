@@ -1,5 +1,7 @@
 """Bad arguments raise before anything is enqueued (so the ranks stay in step), naming the
 argument; weft's own checks come back as exceptions carrying weft's message."""
+import os
+
 import pytest
 import torch
 
@@ -113,3 +115,20 @@ def test_meta_tensors_give_shapes_without_running(comm):
     with pytest.raises(ValueError, match=r"gemv_allreduce: out: must have shape \[2, 4\]"):
         torch.ops.weft.gemv_allreduce(torch.empty(2, 8, **m), torch.empty(4, 8, **m), torch.empty(2, 5, **m),
                                       comm.handle)
+
+
+def test_the_extension_streams_numbers_with_the_process_libstdcxx():
+    """An extension that defines libstdc++'s locale machinery itself (a compiler that links part of
+    libstdc++ statically) looks facets up by its own ids in a locale another libstdc++ built: every
+    error message with a number in it (weft's result code, a shape) then segfaults instead of
+    raising. scripts/gpu-python.sh rebuilds such an extension with the system's compiler."""
+    import shutil
+    import subprocess
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm (binutils) to read the extension's symbols")
+    path = os.path.join(os.path.dirname(os.path.abspath(weft._lib.__file__)), weft._lib._NAME)
+    out = subprocess.run([nm, "-DC", path], capture_output=True, text=True, check=True).stdout
+    own = [line for line in out.splitlines() if line.endswith(" std::locale::id::_M_id() const")
+           and line.split()[-3] in ("T", "W")]
+    assert not own, f"{path} defines std::locale::id::_M_id itself (libstdc++ linked into it): {own}"
