@@ -90,14 +90,41 @@ cuda_root=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 # CMake first (as the tree builds it); where torch's CMake package cannot be configured, the
 # compiler with torch.utils.cpp_extension's paths (scripts/build-torch-ext.sh).
-step "build the torch extension" "$out/build.log" 240 bash -c "
+build_cmd="
   { cmake -S api/python -B $build ${gen[*]} -DWEFT_LIBRARY='$lib' -DWEFT_GPU=$backend -DWEFT_PYTHON_EXECUTABLE='$python' \
       -DCUDAToolkit_ROOT='$cuda_root' -DCMAKE_CUDA_COMPILER='$cuda_root/bin/nvcc' -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
     cmake --build $build -j $jobs; } ||
   { echo '== CMake failed; building with scripts/build-torch-ext.sh'; rm -rf $build/python;
     scripts/build-torch-ext.sh '$lib' $build/python $backend '$python'; } &&
-  PYTHONPATH=$build/python $python -c 'import weft; print(\"import weft: ok\")'" || {
+  PYTHONPATH=$build/python $python -c 'import weft; print(\"import weft: ok\")'"
+# An extension that defines libstdc++'s locale machinery itself (a compiler that links part of
+# libstdc++ statically: CXX=/opt/gcc/bin/g++ on the GPU hosts) looks facets up by ids of its own
+# in the process's locale, which the libstdc++.so that torch loaded built: streaming a number
+# (every error message with one) called the wrong facet and segfaulted. Such a build is redone
+# with the system's compiler, and refused if that one does it too.
+own_libstdcxx() { nm -DC "${1:-$build/python/weft/_weft_torch.so}" 2>/dev/null | grep -q ' [TW] std::locale::id::_M_id'; }
+# A second's probe of the compiler CMake would take, so that the usual case builds once.
+probe=$(mktemp -d)
+printf '#include <sstream>\nint f(int x) { std::ostringstream s; s << x; return int(s.str().size()); }\n' >"$probe/p.cpp"
+if [ -x /usr/bin/g++ ] && "${CXX:-c++}" -shared -fPIC -o "$probe/p.so" "$probe/p.cpp" 2>/dev/null &&
+  own_libstdcxx "$probe/p.so"; then
+  echo "   ${CXX:-c++} links libstdc++'s locale into shared objects; the extension is built with /usr/bin/g++"
+  export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+fi
+rm -rf "$probe"
+step "build the torch extension" "$out/build.log" 240 bash -c "$build_cmd" || {
   echo "gpu-python: no extension, nothing to run"; exit 1; }
+if own_libstdcxx; then
+  echo "   the extension carries its own libstdc++ locale (compiler ${CXX:-c++}); rebuilding with /usr/bin/g++"
+  rm -rf "$build"
+  step "rebuild the torch extension with /usr/bin/g++" "$out/build-system-cxx.log" 240 \
+    env CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ bash -c "$build_cmd" || { echo "gpu-python: no extension"; exit 1; }
+  if own_libstdcxx; then
+    echo "gpu-python: $build/python/weft/_weft_torch.so still defines std::locale::id (libstdc++ linked into it);"
+    echo "   numbers in its error messages would crash: build it with a compiler that links libstdc++.so"
+    exit 1
+  fi
+fi
 grep -q 'CMake failed' "$out/build.log" && echo "   (CMake failed; built by scripts/build-torch-ext.sh: see $out/build.log)"
 if why=$(PYTHONPATH=$build/python $python -c 'import weft.triton' 2>&1); then echo "   import weft.triton: ok"
 else
@@ -121,13 +148,26 @@ elif [ "$most" -gt "$gpus" ]; then
 fi
 share() { local per=$(( ($1 + gpus - 1) / gpus )); [ "$per" -gt 1 ] && echo $((100 / per)) || echo 100; }
 
+# Each test file is its own pytest job, so that a rank that dies (a segfault) takes one file's
+# results with it, not the rest; each rank writes its own log (pytest -v: every test named with
+# its outcome, and the test a crash interrupted on the line that says so).
+files=$(cd tests/gpu_python && ls test_*.py)
 for n in $ranks; do
   limit=$((n == 1 ? 150 : 120))  # the first run compiles most kernels (Triton, Inductor)
-  step "pytest tests/gpu_python on $n rank(s)" "$out/pytest-$n.log" $limit \
-    env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="$(share "$n")" \
-    "$run" -n "$n" -t $((limit - 5)) -- "$python" -m pytest -q -p no:cacheprovider -rfEs tests/gpu_python
-  grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$out/pytest-$n.log" | sort | uniq -c | sed 's/^/   ranks: /'
-  grep -E '^(FAILED|ERROR) ' "$out/pytest-$n.log" | sort -u | head -10 | sed 's/^/   /'
+  for f in $files; do
+    name="pytest-$n-${f%.py}"
+    step "pytest tests/gpu_python/$f on $n rank(s)" "$out/$name.log" $limit \
+      env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="$(share "$n")" \
+      "$run" -n "$n" -t $((limit - 5)) -- bash -c 'exec "$0" -m pytest -v -p no:cacheprovider --tb=short -rfEs "$2" \
+        >"$1.rank$RANK.log" 2>&1' "$python" "$out/$name" "tests/gpu_python/$f"
+    for r in "$out/$name".rank*.log; do
+      [ -e "$r" ] || continue
+      summary=$(grep -E '^=+ .*[0-9]+ (passed|failed|skipped|error).* in [0-9.]+s' "$r" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+      rank=${r##*.rank}
+      echo "   rank ${rank%.log}: ${summary:-no summary (the rank died or was stopped)}"
+      grep -E '^(FAILED|ERROR) |Fatal Python error|^E +' "$r" | head -6 | sed 's/^/      /'
+    done
+  done
 done
 
 for n in $bench_ranks; do
