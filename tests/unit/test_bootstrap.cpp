@@ -146,14 +146,21 @@ TEST(Bootstrap, SilentAndSlowConnectionsDelayNoRank) {
 // Each unused weft_get_unique_id used to keep its listening socket for the life of the process.
 TEST(UniqueId, UnusedIdsKeepABoundedNumberOfSockets) {
   const int before = openFds();
-  std::vector<UniqueId> ids;
-  for (int i = 0; i < 200; ++i) ids.push_back(loopbackId());
-  EXPECT_LE(openFds() - before, static_cast<int>(kMaxKeptListeners));
-  // The oldest id's listener was closed; its rank 0 listens again on the same port.
-  const std::vector<std::string> errors = joinAll(ids.front(), 2, 20);
-  EXPECT_EQ(errors[0], "");
-  EXPECT_EQ(errors[1], "");
-  for (const UniqueId& id : ids) takeListener(id);
+  // Once its listener is closed, the oldest id's port is free for any process of the machine to
+  // take (ctest runs other tests beside this one, which open ports of their own): a rank 0 that
+  // finds it taken says so, and the round is tried once more with new ids.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<UniqueId> ids;
+    for (int i = 0; i < 200; ++i) ids.push_back(loopbackId());
+    EXPECT_LE(openFds() - before, static_cast<int>(kMaxKeptListeners));
+    // The oldest id's listener was closed; its rank 0 listens again on the same port.
+    const std::vector<std::string> errors = joinAll(ids.front(), 2, 20);
+    for (const UniqueId& id : ids) takeListener(id);
+    if (attempt == 0 && errors[0].find("Address already in use") != std::string::npos) continue;
+    EXPECT_EQ(errors[0], "");
+    EXPECT_EQ(errors[1], "");
+    break;
+  }
   EXPECT_LE(openFds(), before);
 }
 
