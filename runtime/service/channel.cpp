@@ -50,6 +50,7 @@ Channel& Channel::operator=(Channel&& o) noexcept {
     close();
     fd_ = o.fd_;
     reader_ = std::move(o.reader_);
+    out_ = std::move(o.out_);
     o.fd_ = -1;
   }
   return *this;
@@ -58,6 +59,73 @@ Channel& Channel::operator=(Channel&& o) noexcept {
 void Channel::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  for (Outgoing& m : out_) dropFds(m);
+  out_.clear();
+}
+
+void Channel::dropFds(Outgoing& m) {
+  for (int fd : m.fds) ::close(fd);
+  m.fds.clear();
+}
+
+void Channel::queue(MsgType type, const void* body, size_t bodyBytes, const std::vector<int>& fds) {
+  if (fds.size() > kMaxFds)
+    throw Error(Code::kInternal, "a message with " + std::to_string(fds.size()) + " descriptors (at most " +
+                                     std::to_string(kMaxFds) + ")");
+  Outgoing m;
+  m.bytes = encode(type, body, bodyBytes, static_cast<uint32_t>(fds.size()));
+  m.queuedAt = net::Clock::now();
+  for (int fd : fds) {
+    // The registry may close its descriptor before the message leaves (a rank lost meanwhile).
+    const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) {
+      const int err = errno;
+      dropFds(m);
+      throw Error(Code::kSystem, systemErrorMessage("weftd socket: duplicating a descriptor to send", err));
+    }
+    m.fds.push_back(dup);
+  }
+  out_.push_back(std::move(m));
+}
+
+size_t Channel::queuedBytes() const {
+  size_t total = 0;
+  for (const Outgoing& m : out_) total += m.bytes.size() - m.sent;
+  return total;
+}
+
+bool Channel::flush() {
+  while (!out_.empty()) {
+    Outgoing& o = out_.front();
+    iovec iov{o.bytes.data() + o.sent, o.bytes.size() - o.sent};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+    if (o.sent == 0 && !o.fds.empty()) {
+      m.msg_control = control;
+      m.msg_controllen = CMSG_SPACE(sizeof(int) * o.fds.size());
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * o.fds.size());
+      memcpy(CMSG_DATA(c), o.fds.data(), sizeof(int) * o.fds.size());
+    }
+    const ssize_t n = ::sendmsg(fd_, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      // The descriptors went with the first byte.
+      dropFds(o);
+      o.sent += static_cast<size_t>(n);
+      if (o.sent == o.bytes.size()) out_.pop_front();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+      throw Error(Code::kTransport, "weftd socket: the other side has closed the connection");
+    throwSystemError("weftd socket: sendmsg");
+  }
+  return true;
 }
 
 Channel Channel::connect(const std::string& path, ConnectStatus* status, std::string* why) {

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ class Channel {
  public:
   Channel() = default;
   explicit Channel(int fd) : fd_(fd) {}
-  Channel(Channel&& o) noexcept : fd_(o.fd_), reader_(std::move(o.reader_)) { o.fd_ = -1; }
+  Channel(Channel&& o) noexcept : fd_(o.fd_), reader_(std::move(o.reader_)), out_(std::move(o.out_)) { o.fd_ = -1; }
   Channel& operator=(Channel&& o) noexcept;
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
@@ -46,6 +47,16 @@ class Channel {
   void send(MsgType type, const void* body, size_t bodyBytes, net::Deadline deadline, const std::vector<int>& fds = {});
   // The next whole message.
   Frame receive(net::Deadline deadline);
+
+  // The outbound queue, for a loop that must never wait on one peer (weftd's). queue() encodes a
+  // message and duplicates `fds` (the caller's may close at once); flush() never blocks: it sends
+  // what the socket takes now and returns whether nothing is left queued, throwing kTransport
+  // where the peer has gone. Messages leave whole and in order.
+  void queue(MsgType type, const void* body, size_t bodyBytes, const std::vector<int>& fds = {});
+  bool flush();
+  size_t queuedBytes() const;
+  // When the oldest message still (partly) queued was queued; meaningless when none is.
+  net::Deadline oldestQueued() const { return out_.empty() ? net::Clock::now() : out_.front().queuedAt; }
   // Never blocks: reads what has arrived (at most one message's worth) into the reader. Returns
   // false when the peer has closed; throws kTransport on a malformed message.
   bool readNow();
@@ -60,8 +71,17 @@ class Channel {
   void close();
 
  private:
+  struct Outgoing {
+    std::vector<uint8_t> bytes;
+    std::vector<int> fds;  // duplicates, closed once sent (or with the channel)
+    size_t sent = 0;
+    net::Deadline queuedAt;
+  };
+  static void dropFds(Outgoing& m);
+
   int fd_ = -1;
   FrameReader reader_;
+  std::deque<Outgoing> out_;
 };
 
 // Binds and listens on `path` (removing nothing: the caller holds the lock and cleared it), with

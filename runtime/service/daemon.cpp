@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -25,10 +26,16 @@ namespace weft::service {
 namespace {
 
 constexpr size_t kMaxConnections = 1024;
-constexpr double kReplyS = 0.5;  // a reply that does not fit the socket's buffer in this long drops the client
+// A reply still queued this long after it was made, or a connection with more than this queued,
+// has a client that does not read: it is dropped. Neither ever makes the loop wait.
+constexpr double kReplyS = 0.5;
+constexpr size_t kMaxQueuedBytes = 256 << 10;
 
 struct Conn {
   Channel ch;
+  uint64_t id = 0;             // the detach ticket: never 0, never reused
+  bool closing = false;        // a refusal is queued: nothing more is read, closed once it has left
+  bool detachPending = false;  // the rank's engine is stopping; Detached goes once it has
   PeerCred cred;
   uint64_t connectedNs = 0;
   uint64_t idleSinceNs = 0;  // when the current message began, or the connection did
@@ -40,9 +47,9 @@ struct Conn {
   int rank = -1, nranks = 0;
 };
 
-// Sends what fits in a moment; a client that does not read is not waited for.
+// Queued: the loop sends it when the socket takes it (POLLOUT) and never waits for it.
 void reply(Conn& c, MsgType type, const void* body, size_t bytes, const std::vector<int>& fds = {}) {
-  c.ch.send(type, body, bytes, net::deadlineIn(kReplyS), fds);
+  c.ch.queue(type, body, bytes, fds);
 }
 
 void refuse(Conn& c, Code code, const std::string& why) {
@@ -51,6 +58,15 @@ void refuse(Conn& c, Code code, const std::string& why) {
   putText(r.message, why);
   try {
     reply(c, MsgType::kRefused, &r, sizeof r);
+  } catch (const Error&) {
+  }
+}
+
+// A connection refused at accept: its socket's buffer is empty, so the refusal leaves whole now
+// or not at all (the client has gone).
+void flushOnce(Conn& c) {
+  try {
+    (void)c.ch.flush();
   } catch (const Error&) {
   }
 }
@@ -83,6 +99,7 @@ struct Daemon::Impl {
   CommRegistry registry;
   bool draining = false;
   uint64_t acceptPausedUntilNs = 0;  // out of descriptors: the listener rests until then
+  uint64_t nextConnId = 1;
 
   void prepareDirectory();
   void takeLock();
@@ -91,6 +108,14 @@ struct Daemon::Impl {
   void handle(Conn& c, Frame& f);
   void sendStatus(Conn& c);
   void closeConn(Conn& c, const char* why);
+  // The connection's rank, attached and not detached, went without detaching: its peers fail.
+  void loseRank(Conn& c);
+  // Fails the connection: its rank is lost, the refusal queued, and the connection closed once
+  // that has left (or kReplyS has passed); at once where it was closing already.
+  void drop(Conn& c, Code code, const std::string& why);
+  // Sends what the socket takes; drops a connection whose client does not read.
+  void serviceOutput(Conn& c);
+  void answerDetaches();
   bool anyAttached() const;
 };
 
@@ -180,6 +205,7 @@ void Daemon::Impl::acceptAll() {
     if (fd < 0) return;  // EAGAIN: none waiting; anything else is the client's connection only
     auto c = std::make_unique<Conn>();
     c->ch = Channel(fd);
+    c->id = nextConnId++;
     c->connectedNs = c->idleSinceNs = status::monotonicNs();
     try {
       c->cred = c->ch.peer();
@@ -193,10 +219,12 @@ void Daemon::Impl::acceptAll() {
       refuse(*c, Code::kInvalidUsage,
              "weftd serves uid " + std::to_string(geteuid()) + " and the users its configuration allows; uid " +
                  std::to_string(c->cred.uid) + " is not one of them");
+      flushOnce(*c);
       continue;
     }
     if (conns.size() >= kMaxConnections) {
       refuse(*c, Code::kOutOfMemory, "weftd has " + std::to_string(kMaxConnections) + " connections already");
+      flushOnce(*c);
       continue;
     }
     conns.push_back(std::move(c));
@@ -238,9 +266,11 @@ void Daemon::Impl::handle(Conn& c, Frame& f) {
     }
     case MsgType::kDetach:
       if (!c.attached || c.detached) throw Error(Code::kInvalidUsage, "detach: nothing attached");
+      // Detached is sent only once the rank's workers in weftd have exited (answerDetaches): the
+      // rank then completes what they left unfinished, which must never race them.
       c.detached = true;
-      registry.detach(c.cred.uid, c.commId, c.rank);
-      reply(c, MsgType::kDetached, nullptr, 0);
+      c.detachPending = true;
+      registry.detach(c.cred.uid, c.commId, c.rank, c.id);
       return;
     default:
       throw Error(Code::kInvalidUsage,
@@ -283,29 +313,76 @@ void Daemon::Impl::sendStatus(Conn& c) {
   reply(c, MsgType::kStatusReply, body.data(), body.size());
 }
 
+void Daemon::Impl::loseRank(Conn& c) {
+  if (!c.attached || c.detached) return;
+  registry.lost(c.cred.uid, c.commId, c.rank);
+  c.attached = false;
+}
+
 void Daemon::Impl::closeConn(Conn& c, const char* why) {
-  if (c.attached && !c.detached) registry.lost(c.cred.uid, c.commId, c.rank);
+  loseRank(c);
   WEFT_LOG(kDebug, kService, "connection of pid {} closed: {}", c.cred.pid, why);
   c.ch.close();
 }
 
+void Daemon::Impl::drop(Conn& c, Code code, const std::string& why) {
+  if (c.closing) {
+    closeConn(c, why.c_str());
+    return;
+  }
+  loseRank(c);
+  refuse(c, code, why);
+  c.closing = true;
+}
+
+void Daemon::Impl::serviceOutput(Conn& c) {
+  if (!c.ch.valid()) return;
+  if (c.ch.queuedBytes() == 0 || c.ch.flush()) {
+    if (c.closing) closeConn(c, "refused");
+    return;
+  }
+  const double waited = std::chrono::duration<double>(net::Clock::now() - c.ch.oldestQueued()).count();
+  if (c.ch.queuedBytes() > kMaxQueuedBytes || waited > kReplyS) {
+    WEFT_LOG(kWarn, kService,
+             "pid {} (uid {}): reads none of its replies ({} bytes queued, the oldest for {:.1f} s); "
+             "connection dropped",
+             c.cred.pid, c.cred.uid, c.ch.queuedBytes(), waited);
+    closeConn(c, "its replies are not read");
+  }
+}
+
+void Daemon::Impl::answerDetaches() {
+  for (uint64_t ticket : registry.takeDone())
+    for (const auto& c : conns)
+      if (c->id == ticket && c->ch.valid() && c->detachPending) {
+        c->detachPending = false;
+        if (!c->closing) reply(*c, MsgType::kDetached, nullptr, 0);
+      }
+}
+
 bool Daemon::Impl::anyAttached() const {
   for (const auto& c : conns)
-    if (c->attached && !c->detached) return true;
-  return false;
+    if ((c->attached && !c->detached) || c->detachPending) return true;
+  return registry.stopping() > 0;  // an engine still stopping: its memory is still held
 }
 
 void Daemon::serve(int stopFd) {
   Impl& d = *impl_;
   uint64_t drainEndNs = 0;
   std::vector<pollfd> fds;
+  constexpr size_t kFirstConn = 3;  // stop pipe, listener, the reaper's completions
   for (;;) {
     fds.clear();
     // Once draining, the stop pipe (never read) would wake every poll at once: leave it out.
     fds.push_back({stopFd, static_cast<short>(d.draining ? 0 : POLLIN), 0});
     const bool accepting = d.listenFd >= 0 && status::monotonicNs() >= d.acceptPausedUntilNs;
     fds.push_back({d.listenFd, static_cast<short>(accepting ? POLLIN : 0), 0});
-    for (const auto& c : d.conns) fds.push_back({c->ch.fd(), POLLIN, 0});
+    fds.push_back({d.registry.doneFd(), POLLIN, 0});
+    for (const auto& c : d.conns) {
+      const short events = static_cast<short>((c->closing ? 0 : POLLIN) | (c->ch.queuedBytes() > 0 ? POLLOUT : 0));
+      fds.push_back({c->ch.fd(), events, 0});
+    }
+    // Every wait below is this one: the loop blocks on no connection and on no engine.
     if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throwSystemError("weftd: poll");
     const uint64_t now = status::monotonicNs();
     if ((fds[0].revents & POLLIN) && !d.draining) {
@@ -317,37 +394,50 @@ void Daemon::serve(int stopFd) {
       d.listenFd = -1;
       WEFT_LOG(kInfo, kService, "SIGTERM: draining (at most {} s for attached communicators)", d.opts.drainS);
     }
+    if (fds[2].revents & POLLIN) d.answerDetaches();
     if (d.draining && (!d.anyAttached() || now >= drainEndNs)) {
       if (d.anyAttached()) WEFT_LOG(kWarn, kService, "drain time is up with communicators still attached; exiting");
+      // The last replies (Detached) leave if the sockets take them now; nobody is waited for.
+      for (const auto& c : d.conns) flushOnce(*c);
       return;
     }
     if (d.listenFd >= 0 && (fds[1].revents & POLLIN)) d.acceptAll();
-    for (size_t i = 0; i < d.conns.size() && i + 2 < fds.size(); ++i) {
+    for (size_t i = 0; i < d.conns.size() && i + kFirstConn < fds.size(); ++i) {
       Conn& c = *d.conns[i];
+      const short revents = fds[i + kFirstConn].revents;
       try {
-        if (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) {
+        if (c.closing && (revents & (POLLHUP | POLLERR))) {
+          d.closeConn(c, "closed by the client before its refusal was read");
+          continue;
+        }
+        if (!c.closing && (revents & (POLLIN | POLLHUP | POLLERR))) {
           const bool open = c.ch.readNow();
           Frame f;
-          while (c.ch.valid() && c.ch.takeFrame(&f)) {
+          while (c.ch.valid() && !c.closing && c.ch.takeFrame(&f)) {
             d.handle(c, f);
             c.idleSinceNs = now;
           }
           if (!open) d.closeConn(c, "closed by the client");
         }
-        if (c.ch.valid() && c.ch.midMessage() && now - c.idleSinceNs > static_cast<uint64_t>(d.opts.ioTimeoutS * 1e9))
+        if (c.ch.valid() && !c.closing && c.ch.midMessage() &&
+            now - c.idleSinceNs > static_cast<uint64_t>(d.opts.ioTimeoutS * 1e9))
           throw Error(Code::kTimeout, "a message was begun and not finished within " +
                                           std::to_string(static_cast<int>(d.opts.ioTimeoutS)) + " s");
-        if (c.ch.valid() && !c.greeted && now - c.connectedNs > static_cast<uint64_t>(d.opts.ioTimeoutS * 1e9))
+        if (c.ch.valid() && !c.closing && !c.greeted &&
+            now - c.connectedNs > static_cast<uint64_t>(d.opts.ioTimeoutS * 1e9))
           throw Error(Code::kTimeout, "no hello within " + std::to_string(static_cast<int>(d.opts.ioTimeoutS)) + " s");
       } catch (const Error& e) {
         WEFT_LOG(kWarn, kService, "pid {} (uid {}): {}; connection dropped", c.cred.pid, c.cred.uid, e.what());
-        refuse(c, e.code(), e.what());
-        d.closeConn(c, e.what());
+        d.drop(c, e.code(), e.what());
       } catch (const std::exception& e) {
         // Out of threads or memory while serving one client: that client fails, weftd goes on.
         WEFT_LOG(kError, kService, "pid {} (uid {}): {}; connection dropped", c.cred.pid, c.cred.uid, e.what());
-        refuse(c, Code::kSystem, e.what());
-        d.closeConn(c, e.what());
+        d.drop(c, Code::kSystem, e.what());
+      }
+      try {
+        d.serviceOutput(c);
+      } catch (const Error& e) {
+        d.closeConn(c, e.what());  // the client has gone: nothing to tell it
       }
       if (!c.ch.midMessage() && c.greeted) c.idleSinceNs = now;
     }

@@ -29,19 +29,26 @@ bool sameShape(const Attach& x, const Attach& y) {
 
 CommRegistry::~CommRegistry() {
   for (auto& [key, c] : comms_)
-    for (Rank& r : c.ranks) release(r, &dev::EngineControl::abort);
-  // Every engine has stopped: the heaps may go with the map.
+    for (Rank& r : c.ranks) release(c, r, &dev::EngineControl::abort);
+  // The reaper, destroyed after the map, joins every engine before its memory goes.
 }
 
 // The heap stays mapped while the communicator lives: the other ranks' engines here store into it.
-void CommRegistry::release(Rank& r, uint32_t dev::EngineControl::*word, bool heapFd) {
+void CommRegistry::release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word, uint64_t ticket, bool heapFd) {
+  Reaper::Job job;
+  job.ticket = ticket;
   if (r.engine) {
-    // The workers give up every wait on the word and leave; nothing else frees them.
-    auto* control = static_cast<dev::EngineControl*>(r.heap.data());
+    // The workers give up every wait on the word and leave; nothing else frees them. Until they
+    // have, they may touch every rank's heap (through the bases), this rank's queue and staging.
+    auto* control = static_cast<dev::EngineControl*>(r.heap->data());
     gpu::atomicStore<gpu::Order::kRelease>(&(control->*word), 1u);
     gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
-    r.engine->join();
-    r.engine.reset();
+    job.join = [engine = std::shared_ptr<dev::CpuEngine>(std::move(r.engine))] { engine->join(); };
+    job.keep.push_back(c.bases);
+    for (const Rank& p : c.ranks)
+      if (p.heap) job.keep.push_back(p.heap);
+    job.keep.push_back(std::shared_ptr<WorkQueue>(std::move(r.queue)));
+    job.keep.push_back(std::make_shared<transport::ShmSegment>(std::move(r.staging)));
   }
   for (int* fd : {&r.heapFd, &r.queueFd, &r.stagingFd})
     if (*fd >= 0 && (heapFd || fd != &r.heapFd)) {
@@ -50,6 +57,7 @@ void CommRegistry::release(Rank& r, uint32_t dev::EngineControl::*word, bool hea
     }
   r.queue.reset();
   r.staging.reset();
+  if (job.join || job.ticket != 0) reaper_.retire(std::move(job));
 }
 
 std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, Attached* out) {
@@ -66,13 +74,13 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
       // pointers would reach into weftd's address space (design-notes, "weftd").
       c.engineInWeftd = a.stagingBytes > 0 && uid == ::geteuid();
       c.ranks.resize(static_cast<size_t>(a.nranks));
-      c.bases.assign(static_cast<size_t>(a.nranks) + 1, nullptr);
+      c.bases = std::make_shared<std::vector<uint8_t*>>(static_cast<size_t>(a.nranks) + 1, nullptr);
       // Every rank's heap at once: a rank maps its peers' as soon as it attaches. The segments
       // are sparse until written.
       for (int r = 0; r < a.nranks; ++r) {
-        c.ranks[r].heap =
-            transport::ShmSegment::createAnonymous("heap" + std::to_string(r), a.heapBytes, &c.ranks[r].heapFd);
-        c.bases[r] = static_cast<uint8_t*>(c.ranks[r].heap.data());
+        c.ranks[r].heap = std::make_shared<transport::ShmSegment>(
+            transport::ShmSegment::createAnonymous("heap" + std::to_string(r), a.heapBytes, &c.ranks[r].heapFd));
+        (*c.bases)[r] = static_cast<uint8_t*>(c.ranks[r].heap->data());
       }
     }
     if (!sameShape(c.first, a))
@@ -98,12 +106,12 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
     if (c.engineInWeftd) startEngine(c, a.rank);
   } catch (...) {
     if (fresh) {
-      for (Rank& r : c.ranks) release(r, &dev::EngineControl::abort);
+      for (Rank& r : c.ranks) release(c, r, &dev::EngineControl::abort);
       comms_.erase(it);
     } else if (made) {
       // Undo only what this attach made: the communicator's heap (and its descriptor) stays, for the
       // ranks that attached and those still to come.
-      release(*made, &dev::EngineControl::abort, /*heapFd=*/false);
+      release(c, *made, &dev::EngineControl::abort, 0, /*heapFd=*/false);
       made->state = RankState::kNever;
     }
     throw;
@@ -114,7 +122,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
                   a.nranks,
                   c.engineInWeftd ? 1u : 0u,
                   0,
-                  reinterpret_cast<uint64_t>(me.heap.data()),
+                  reinterpret_cast<uint64_t>(me.heap->data()),
                   reinterpret_cast<uint64_t>(me.staging.data())};
   std::vector<int> fds{me.heapFd, me.queueFd};
   if (c.engineInWeftd) fds.push_back(me.stagingFd);
@@ -130,25 +138,28 @@ void CommRegistry::startEngine(Comm& c, int r) {
   dev::CommView v;
   v.rank = r;
   v.nranks = c.first.nranks;
-  v.heap = c.bases.data();
+  v.heap = c.bases->data();
   v.layout = layoutOf(c.first);
   v.queue = me.queue->header();
   v.slots = me.queue->slots();
   v.alive = me.queue->alive();
-  v.control = static_cast<dev::EngineControl*>(me.heap.data());
+  v.control = static_cast<dev::EngineControl*>(me.heap->data());
   v.timeoutNs = c.first.timeoutNs;
   v.idleNs = 0;  // threads block no device-wide synchronisation: they stay
   me.engine = std::make_unique<dev::CpuEngine>();
   me.engine->start(v, static_cast<int>(c.first.workers), 0);
 }
 
-void CommRegistry::detach(uint32_t uid, uint64_t commId, int rank) {
+void CommRegistry::detach(uint32_t uid, uint64_t commId, int rank, uint64_t ticket) {
   const Key key{uid, commId};
   auto it = comms_.find(key);
-  if (it == comms_.end()) return;
+  if (it == comms_.end()) {
+    reaper_.retire(Reaper::Job{nullptr, {}, ticket});
+    return;
+  }
   Rank& r = it->second.ranks[rank];
   r.state = RankState::kGone;
-  release(r, &dev::EngineControl::stop);
+  release(it->second, r, &dev::EngineControl::stop, ticket);
   WEFT_LOG(kInfo, kService, "rank {} of communicator {:016x} detached", rank, commId);
   dropIfIdle(key);
 }
@@ -167,7 +178,7 @@ void CommRegistry::lost(uint32_t uid, uint64_t commId, int rank) {
       if (r != rank && c.ranks[r].state == RankState::kAttached) failRank(c, r);
   }
   c.ranks[rank].state = RankState::kGone;
-  release(c.ranks[rank], &dev::EngineControl::abort);
+  release(c, c.ranks[rank], &dev::EngineControl::abort);
   dropIfIdle(key);
 }
 
@@ -177,7 +188,7 @@ void CommRegistry::failRank(Comm& c, int r) {
   v.rank = r;
   v.nranks = static_cast<int>(c.ranks.size());
   v.queue = c.ranks[r].queue->header();
-  v.control = static_cast<dev::EngineControl*>(c.ranks[r].heap.data());
+  v.control = static_cast<dev::EngineControl*>(c.ranks[r].heap->data());
   dev::recordFailure(v, dev::WaitSite{0, 0, c.lostRank, dev::WaitWhat::kPeerGone}, dev::Status::kTransport, 0,
                      static_cast<uint64_t>(c.lostPid));
 }
@@ -186,7 +197,7 @@ void CommRegistry::dropIfIdle(const Key& k) {
   auto it = comms_.find(k);
   for (const Rank& r : it->second.ranks)
     if (r.state == RankState::kAttached) return;
-  for (Rank& r : it->second.ranks) release(r, &dev::EngineControl::stop);
+  for (Rank& r : it->second.ranks) release(it->second, r, &dev::EngineControl::stop);
   for (Rank& r : it->second.ranks) r.heap.reset();
   WEFT_LOG(kInfo, kService, "communicator {:016x}: no rank attached, its memory released", k.second);
   comms_.erase(it);
@@ -195,7 +206,8 @@ void CommRegistry::dropIfIdle(const Key& k) {
 uint64_t CommRegistry::heldBytes() const {
   uint64_t total = 0;
   for (const auto& [k, c] : comms_)
-    for (const Rank& r : c.ranks) total += r.heap.size() + r.staging.size() + (r.queue ? r.queue->bytes() : 0);
+    for (const Rank& r : c.ranks)
+      total += (r.heap ? r.heap->size() : 0) + r.staging.size() + (r.queue ? r.queue->bytes() : 0);
   return total;
 }
 

@@ -4,7 +4,8 @@
 // inputs outside the heap). weftd keeps the memory mapped so that it can fail a communicator whose
 // rank died (it writes the failure where the other ranks' engines and host waits look) and lets it
 // go once no rank is attached. Not thread-safe: the daemon's one loop owns it (the engines' worker
-// threads touch only the shared memory).
+// threads touch only the shared memory). Nothing here waits on a worker: a stopped engine is
+// joined by the reaper (reaper.hpp), which keeps the memory it runs over until then.
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "device/cpu/cpu_engine.hpp"
+#include "reaper.hpp"
 #include "runtime/work_queue.hpp"
 #include "transport/p2p/shm_segment.hpp"
 #include "wire.hpp"
@@ -35,10 +37,18 @@ class CommRegistry {
   // (kInvalidUsage) where the rank is attached already, the sizes disagree with the first rank's
   // or the heap cannot hold the layout's control area.
   std::vector<int> attach(uint32_t uid, pid_t pid, const Attach& a, Attached* out);
-  // The rank's communicator ended cleanly on it; its engine (if weftd's) has stopped on return.
-  void detach(uint32_t uid, uint64_t commId, int rank);
+  // The rank's communicator ended cleanly on it. Its engine (if weftd's) is told to stop at once
+  // and joined off the caller's thread; `ticket` (non-zero) is among takeDone()'s once its
+  // workers have exited, which is when the rank may be told (it then completes what they left).
+  void detach(uint32_t uid, uint64_t commId, int rank, uint64_t ticket);
   // The rank's process went without detaching: every other rank's ops fail (named error).
   void lost(uint32_t uid, uint64_t commId, int rank);
+
+  // Readable while detach tickets are done and not taken.
+  int doneFd() const { return reaper_.fd(); }
+  std::vector<uint64_t> takeDone() { return reaper_.takeDone(); }
+  // Engines told to stop and not yet joined.
+  size_t stopping() const { return reaper_.pending(); }
 
   uint32_t comms() const { return static_cast<uint32_t>(comms_.size()); }
   uint64_t heldBytes() const;
@@ -49,14 +59,17 @@ class CommRegistry {
     RankState state = RankState::kNever;
     pid_t pid = 0;
     int heapFd = -1, queueFd = -1, stagingFd = -1;
-    transport::ShmSegment heap, staging;
+    std::shared_ptr<transport::ShmSegment> heap;  // shared with the reaper's jobs (any rank's workers store here)
+    transport::ShmSegment staging;
     std::unique_ptr<WorkQueue> queue;
     std::unique_ptr<dev::CpuEngine> engine;
   };
   struct Comm {
     Attach first{};  // the first rank's attach: every rank must agree with it
     bool engineInWeftd = false;
-    std::vector<uint8_t*> bases;  // every rank's heap in weftd's address space, then null (no proxy)
+    // Every rank's heap in weftd's address space, then null (no proxy); the engines' views point
+    // into it, so a stopping engine's job keeps it.
+    std::shared_ptr<std::vector<uint8_t*>> bases;
     std::vector<Rank> ranks;
     int lostRank = -1;  // the first rank that died (the communicator has failed)
     pid_t lostPid = 0;
@@ -66,13 +79,15 @@ class CommRegistry {
   // Writes the failure (rank `c.lostRank` gone) into rank r's queue and engine control words.
   static void failRank(Comm& c, int r);
   static void startEngine(Comm& c, int r);
-  // Stops the rank's engine (raising `word` first) and lets its queue and staging go, with the
-  // heap's descriptor unless `heapFd` is false (a failed attach undoes only what it made); the
-  // heap's mapping goes with the communicator.
-  static void release(Rank& r, uint32_t dev::EngineControl::*word, bool heapFd = true);
+  // Stops the rank's engine (raising `word`; the reaper joins it, then frees what it ran over) and
+  // lets its queue and staging go, with the heap's descriptor unless `heapFd` is false (a failed
+  // attach undoes only what it made); the heap's mapping goes with the communicator and the last
+  // of its engines. `ticket`, if non-zero, is reported done once the workers have exited.
+  void release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word, uint64_t ticket = 0, bool heapFd = true);
   // Lets the communicator go once no rank is attached.
   void dropIfIdle(const Key& k);
 
+  Reaper reaper_;  // outlives comms_: its jobs hold what their workers touch
   std::map<Key, Comm> comms_;
 };
 

@@ -2,6 +2,7 @@
 // SIGTERM, leaves a directory a new weftd takes over, refuses malformed, oversized and stalled
 // messages and users it does not serve, and goes on serving through all of it.
 #include <grp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -9,6 +10,8 @@
 #include <unistd.h>
 
 #include <fcntl.h>
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -196,6 +199,85 @@ TEST(Weftd, AStalledMessageCostsOnlyItsConnection) {
   service::Refused r{};
   ASSERT_TRUE(service::decodeRefused(f, &r, &why)) << why;
   EXPECT_NE(std::string(r.message).find("not finished within"), std::string::npos) << r.message;
+  EXPECT_TRUE(answers(d));
+}
+
+// A client that sends requests and never reads the replies fills its socket; weftd queues what
+// does not fit, drops the connection once the queue is over its bound or a reply has waited too
+// long, and meanwhile answers everyone else at once: the loop waits on no connection.
+TEST(Weftd, AClientThatNeverReadsDelaysNoOtherClient) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  ConnectStatus st;
+  std::string why;
+  auto good = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(good) << why;
+  // Each hog asks for many status replies (hundreds of KiB of them) and reads none.
+  std::vector<uint8_t> flood;
+  for (int i = 0; i < 4000; ++i) {
+    const std::vector<uint8_t> m = service::encode(service::MsgType::kStatusRequest, nullptr, 0);
+    flood.insert(flood.end(), m.begin(), m.end());
+  }
+  std::vector<Channel> hogs;
+  for (int h = 0; h < 4; ++h) {
+    Channel ch = Channel::connect(d.socket(), &st, &why);
+    ASSERT_TRUE(ch.valid()) << why;
+    service::Hello hello{};
+    hello.role = static_cast<uint32_t>(Role::kCtl);
+    hello.pid = static_cast<int32_t>(::getpid());
+    std::strncpy(hello.version, WEFT_VERSION_STRING, sizeof hello.version - 1);
+    ch.send(service::MsgType::kHello, &hello, sizeof hello, net::deadlineIn(5));
+    ch.send(service::MsgType::kStatusRequest, nullptr, 0, net::deadlineIn(5));
+    ASSERT_EQ(::send(ch.fd(), flood.data(), flood.size(), MSG_NOSIGNAL | MSG_DONTWAIT),
+              static_cast<ssize_t>(flood.size()));
+    hogs.push_back(std::move(ch));
+  }
+  // Meanwhile another client's round trips (status, and an attach and detach of a communicator
+  // whose engine weftd runs) each take a moment, not a reply timeout (0.5 s).
+  service::Attach a{};
+  a.commId = 0xfa1e;
+  a.rank = 0;
+  a.nranks = 1;
+  a.heapBytes = 16 << 20;
+  a.queueDepth = 8;
+  a.workers = 2;
+  a.inboxSlots = 8;
+  a.tileBytes = 64 << 10;
+  a.oneShotBytes = 64 << 10;
+  a.timeoutNs = 5'000'000'000;
+  a.stagingBytes = 1 << 20;
+  double worst = 0;
+  const auto timed = [&](auto&& call) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    worst = std::max(worst, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+  bool attachedOnce = false;
+  while (std::chrono::steady_clock::now() < until) {
+    timed([&] { EXPECT_EQ(good->status().head.pid, d.pid()); });
+    if (!attachedOnce && worst > 0) {
+      attachedOnce = true;
+      Client::Attachment got;
+      timed([&] { got = good->attach(a); });
+      EXPECT_TRUE(got.engineInWeftd);
+    }
+  }
+  timed([&] { good->detach(); });
+  EXPECT_LT(worst, 0.25) << "a round trip of the reading client waited on the others";
+  // Every hog is dropped within the reply bound: what was queued for it, then the end.
+  for (Channel& ch : hogs) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool closed = false;
+    std::vector<uint8_t> sink(1 << 16);
+    while (!closed && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{ch.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::recv(ch.fd(), sink.data(), sink.size(), MSG_DONTWAIT);
+      closed = n == 0 || (n < 0 && errno == ECONNRESET);
+    }
+    EXPECT_TRUE(closed) << "weftd kept a connection that reads nothing";
+  }
   EXPECT_TRUE(answers(d));
 }
 
