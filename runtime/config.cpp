@@ -95,6 +95,12 @@ const std::vector<SettingSpec>& settingSpecs() {
        "peer's proxy copies into place, so that the signal after it needs no round trip; larger ones are RMA "
        "writes; 0: always writes",
        0, 65536},
+      {"proxy_lanes", SettingType::kInt, "0",
+       "Lanes of the host proxy, each a thread with connections of its own (the same on every rank: the fewest "
+       "any rank asks for); with more than one, every byte goes in messages spread over them; 0: auto (where "
+       "the back-end's writes are CPU copies, as over tcp, half the process's CPUs per rank of the host, 1 to 4; "
+       "else 1)",
+       0, 16},
       {"proxy_cpu", SettingType::kInt, "-1", "PU (OS index) the host proxy's thread is bound to; -1: not bound", -1,
        1 << 20},
       {"status_pages", SettingType::kInt, "1",

@@ -1,13 +1,18 @@
 // The host proxy's messages (transport/net/backend.hpp): rows cut into whole-row messages and
-// copied into place at the receiver, every sender's messages applied in its order whatever order
-// they arrive in, and malformed ones refused without touching the heap.
+// copied into place at the receiver, data applied as it comes and every signal only after what its
+// sender sent before it, whatever order they arrive in (lanes overtake each other), and malformed
+// ones refused without touching the heap.
+#include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "transport/net/backend.hpp"
+#include "transport/proxy/proxy.hpp"
 
 namespace weft::transport {
 namespace {
@@ -17,30 +22,38 @@ struct Sent {
   std::vector<uint8_t> payload;
 };
 
-// What a sender's back-end puts on the wire for the messages held to `peer`: numbered, payloads
-// packed from `mirror`.
-std::vector<Sent> wire(OrderedMessages& held, int peer, const uint8_t* mirror, uint32_t from) {
-  std::vector<Sent> out;
-  held.release(peer, 0, [&](const OrderedMessages::Held& h) {
-    const uint64_t bytes = payloadBytes(h.kind, h.value);
-    Sent s{WireMessage{h.kind, static_cast<uint32_t>(bytes), from, static_cast<uint32_t>(out.size()), h.offset,
-                       h.kind == kMsgDeliver ? 0 : h.value},
-           std::vector<uint8_t>(bytes)};
-    packPayload(mirror, h.kind, h.offset, h.value, s.payload.data());
-    out.push_back(std::move(s));
-    return true;
-  });
-  return out;
-}
+// What a sender puts on the wire for messages to one peer: cut to payloadMax as the proxy cuts
+// them, numbered in order, payloads packed from `mirror`.
+class Wire {
+ public:
+  Wire(const uint8_t* mirror, uint32_t from, uint64_t payloadMax = kMsgPayloadMax)
+      : mirror_(mirror), from_(from), payloadMax_(payloadMax) {}
+  void message(uint32_t kind, uint64_t offset, uint64_t value) {
+    cutMessage(kind, offset, value, payloadMax_, [&](uint32_t k, uint64_t at, uint64_t v) {
+      const uint64_t bytes = payloadBytes(k, v);
+      Sent s{WireMessage{k, static_cast<uint32_t>(bytes), from_, static_cast<uint32_t>(sent.size()), at,
+                         k == kMsgDeliver ? 0 : v},
+             std::vector<uint8_t>(bytes)};
+      packPayload(mirror_, k, at, v, s.payload.data());
+      sent.push_back(std::move(s));
+    });
+  }
+  std::vector<Sent> sent;
+
+ private:
+  const uint8_t* mirror_;
+  uint32_t from_;
+  uint64_t payloadMax_;
+};
 
 TEST(ProxyWire, RowsTravelAsWholeRowsAndLandAtTheirStride) {
   // 40 rows of 3000 bytes at a stride of 5000: 21 rows fill a message, so two messages.
   const uint64_t rows = 40, rowBytes = 3000, stride = 5000, offset = 128;
   std::vector<uint8_t> mirror(offset + rows * stride), heap(mirror.size(), 0xee);
   std::iota(mirror.begin(), mirror.end(), uint8_t{1});
-  OrderedMessages held(2, kMsgPayloadMax);
-  held.hold(1, kMsgRows, offset, rowsValue(Rows{rows, rowBytes, stride}));
-  const auto sent = wire(held, 1, mirror.data(), 0);
+  Wire w(mirror.data(), 0);
+  w.message(kMsgRows, offset, rowsValue(Rows{rows, rowBytes, stride}));
+  const auto& sent = w.sent;
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(rowsOf(sent[0].m.value).rows, kMsgPayloadMax / rowBytes);
   EXPECT_LE(sent[0].m.bytes, kMsgPayloadMax);
@@ -57,10 +70,10 @@ TEST(ProxyWire, RowsTravelAsWholeRowsAndLandAtTheirStride) {
 TEST(ProxyWire, ABackEndsSmallerMessagesCutRowsAndFlaggedDataSmaller) {
   const uint64_t payloadMax = 16128;  // what the libfabric back-end uses with ofi_rxm's defaults
   std::vector<uint8_t> mirror(1 << 20, 3);
-  OrderedMessages held(2, payloadMax);
-  held.hold(1, kMsgRows, 0, rowsValue(Rows{20, 2048, 4096}));  // 7 rows fit: 7 + 7 + 6
-  held.hold(1, kMsgDeliver, 0, 40000);                         // 16128 + 16128 + 7744
-  const auto sent = wire(held, 1, mirror.data(), 0);
+  Wire w(mirror.data(), 0, payloadMax);
+  w.message(kMsgRows, 0, rowsValue(Rows{20, 2048, 4096}));  // 7 rows fit: 7 + 7 + 6
+  w.message(kMsgDeliver, 0, 40000);                         // 16128 + 16128 + 7744
+  const auto& sent = w.sent;
   ASSERT_EQ(sent.size(), 6u);
   for (const Sent& s : sent) EXPECT_LE(s.m.bytes, payloadMax);
   EXPECT_EQ(rowsOf(sent[2].m.value).rows, 6u);
@@ -71,11 +84,11 @@ TEST(ProxyWire, ABackEndsSmallerMessagesCutRowsAndFlaggedDataSmaller) {
 
 TEST(ProxyWire, ASignalIsAppliedAfterTheDataSentBeforeItWhateverTheArrivalOrder) {
   std::vector<uint8_t> mirror(4096, 7), heap(4096, 0);
-  OrderedMessages held(2, kMsgPayloadMax);
-  held.hold(1, kMsgRows, 0, rowsValue(Rows{1, 1024, 1024}));
-  held.hold(1, kMsgSignalStore, 2048, 5);
-  held.hold(1, kMsgSignalAdd, 2048, 2);
-  auto sent = wire(held, 1, mirror.data(), 0);
+  Wire w(mirror.data(), 0);
+  w.message(kMsgRows, 0, rowsValue(Rows{1, 1024, 1024}));
+  w.message(kMsgSignalStore, 2048, 5);
+  w.message(kMsgSignalAdd, 2048, 2);
+  const auto& sent = w.sent;
   ASSERT_EQ(sent.size(), 3u);
   ArrivalOrder order(2);
   const Region r{heap.data(), heap.size()};
@@ -92,6 +105,92 @@ TEST(ProxyWire, ASignalIsAppliedAfterTheDataSentBeforeItWhateverTheArrivalOrder)
   EXPECT_EQ(heap[1023], 7);
   memcpy(&signal, heap.data() + 2048, 8);
   EXPECT_EQ(signal, 7u);  // stored 5, then 2 added: in the sender's order
+}
+
+TEST(ProxyWire, DataIsAppliedAsItComesAndASignalWaitsForEveryEarlierMessage) {
+  std::vector<uint8_t> mirror(8192), heap(8192, 0);
+  std::iota(mirror.begin(), mirror.end(), uint8_t{1});
+  Wire w(mirror.data(), 0, 1024);
+  w.message(kMsgRows, 0, rowsValue(Rows{1, 1024, 1024}));
+  w.message(kMsgRows, 1024, rowsValue(Rows{1, 1024, 1024}));
+  w.message(kMsgSignalStore, 4096, 9);
+  w.message(kMsgRows, 2048, rowsValue(Rows{1, 1024, 1024}));
+  const auto& sent = w.sent;
+  ArrivalOrder order(2);
+  const Region r{heap.data(), heap.size()};
+  auto arrive = [&](size_t i) { return order.arrive(r, sent[i].m, sent[i].payload.data(), sent[i].payload.size()); };
+  auto signal = [&] {
+    uint64_t v = 0;
+    memcpy(&v, heap.data() + 4096, 8);
+    return v;
+  };
+  // The data after the signal, then the second run: both land at once; the signal waits.
+  EXPECT_EQ(arrive(3), "");
+  EXPECT_EQ(heap[2048], mirror[2048]);
+  EXPECT_EQ(arrive(1), "");
+  EXPECT_EQ(arrive(2), "");
+  EXPECT_EQ(heap[1024], mirror[1024]);
+  EXPECT_EQ(signal(), 0u);
+  EXPECT_EQ(order.early(), 3u);
+  // The first run: the signal follows it.
+  EXPECT_EQ(arrive(0), "");
+  EXPECT_EQ(signal(), 9u);
+  EXPECT_EQ(order.early(), 0u);
+  EXPECT_TRUE(std::equal(heap.begin(), heap.begin() + 3072, mirror.begin()));
+}
+
+TEST(ProxyWire, LanesDeliveringSideBySideNeverLetASignalPassItsData) {
+  // Four threads hand over one sender's messages, each a lane taking every fourth, shuffled
+  // within the lane: after every signal, the runs before it are in place.
+  constexpr int kRuns = 2000, kLanes = 4;
+  std::vector<uint8_t> mirror(kRuns * 256 + 8), heap(mirror.size(), 0);
+  std::vector<uint64_t> seen;
+  Wire w(mirror.data(), 1);
+  for (int i = 0; i < kRuns; ++i) {
+    std::fill(mirror.begin() + i * 256, mirror.begin() + (i + 1) * 256, static_cast<uint8_t>(1 + i % 250));
+    w.message(kMsgRows, static_cast<uint64_t>(i) * 256, rowsValue(Rows{1, 256, 256}));
+    if (i % 10 == 9) w.message(kMsgSignalStore, kRuns * 256, static_cast<uint64_t>(i + 1));
+  }
+  ArrivalOrder order(2);
+  const Region r{heap.data(), heap.size()};
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0};
+  std::thread reader([&] {
+    // The signal says how many runs have landed; each of them must read right.
+    while (!done.load()) {
+      uint64_t n = 0;
+      __atomic_load(reinterpret_cast<uint64_t*>(heap.data() + kRuns * 256), &n, __ATOMIC_ACQUIRE);
+      for (uint64_t i = 0; i < n; ++i)
+        if (__atomic_load_n(heap.data() + i * 256 + 255, __ATOMIC_RELAXED) != 1 + i % 250) ++bad;
+    }
+  });
+  std::vector<std::thread> lanes;
+  std::atomic<int> errors{0};
+  for (int l = 0; l < kLanes; ++l)
+    lanes.emplace_back([&, l] {
+      std::vector<size_t> mine;
+      for (size_t i = l; i < w.sent.size(); i += kLanes) mine.push_back(i);
+      std::mt19937 rng(l);
+      for (size_t at = 0; at + 8 <= mine.size(); at += 8) std::shuffle(mine.begin() + at, mine.begin() + at + 8, rng);
+      for (size_t i : mine)
+        if (!order.arrive(r, w.sent[i].m, w.sent[i].payload.data(), w.sent[i].payload.size()).empty()) ++errors;
+    });
+  for (auto& t : lanes) t.join();
+  done = true;
+  reader.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(order.early(), 0u);
+  EXPECT_TRUE(std::equal(heap.begin(), heap.begin() + kRuns * 256, mirror.begin()));
+}
+
+TEST(ProxyWire, LanesWantedFollowsTheCpusPerRankOnCopyingTransports) {
+  EXPECT_EQ(lanesWanted(3, false, 2, 8), 3);   // a setting wins
+  EXPECT_EQ(lanesWanted(0, false, 64, 1), 1);  // an RDMA NIC: one lane, large tiles as writes
+  EXPECT_EQ(lanesWanted(0, true, 16, 2), 4);
+  EXPECT_EQ(lanesWanted(0, true, 16, 4), 2);
+  EXPECT_EQ(lanesWanted(0, true, 2, 2), 1);
+  EXPECT_EQ(lanesWanted(0, true, 128, 1), 4);
 }
 
 TEST(ProxyWire, SendersAreOrderedEachOnItsOwn) {

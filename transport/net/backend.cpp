@@ -1,5 +1,6 @@
 #include "backend.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -33,24 +34,6 @@ void packPayload(const uint8_t* mirror, uint32_t kind, uint64_t offset, uint64_t
   } else if (kind == kMsgRows) {
     const Rows r = rowsOf(value);
     for (uint64_t i = 0; i < r.rows; ++i) memcpy(out + i * r.rowBytes, mirror + offset + i * r.stride, r.rowBytes);
-  }
-}
-
-void OrderedMessages::hold(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
-  auto& q = peers_[peer].held;
-  const uint64_t before = peers_[peer].putsIssued;
-  if (kind == kMsgDeliver) {
-    for (uint64_t at = 0; at < value; at += payloadMax_)
-      q.push_back(Held{kind, offset + at, std::min(payloadMax_, value - at), before});
-  } else if (kind == kMsgRows) {
-    // Whole rows per message; the proxy sends no row longer than a message holds.
-    const Rows r = rowsOf(value);
-    const uint64_t per = std::max<uint64_t>(1, payloadMax_ / std::max<uint64_t>(1, r.rowBytes));
-    for (uint64_t at = 0; at < r.rows; at += per)
-      q.push_back(Held{kind, offset + at * r.stride, rowsValue(Rows{std::min(per, r.rows - at), r.rowBytes, r.stride}),
-                       before});
-  } else {
-    q.push_back(Held{kind, offset, value, before});
   }
 }
 
@@ -98,43 +81,67 @@ std::string applyMessage(Region heap, const WireMessage& m, const void* payload,
   }
 }
 
+namespace {
+bool isSignal(uint32_t kind) { return kind == kMsgSignalStore || kind == kMsgSignalAdd; }
+}  // namespace
+
 std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes) {
-  if (m.from >= next_.size()) return "a message from rank " + std::to_string(m.from) + ", which is not in the job";
-  auto& early = early_[m.from];
-  if (m.seq != next_[m.from]) {
-    // Early (a later message of this sender overtook it): kept until its turn. One from before
-    // the expected (a duplicate) is impossible on a reliable transport.
-    if (static_cast<int32_t>(m.seq - next_[m.from]) < 0)
+  if (m.from >= senders_.size()) return "a message from rank " + std::to_string(m.from) + ", which is not in the job";
+  Sender& s = senders_[m.from];
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto ahead = static_cast<int32_t>(m.seq - s.next);
+    // One from before the first missing one, or seen already, is impossible on a reliable
+    // transport; one further ahead than the window is a sender gone wrong.
+    if (ahead < 0 || (ahead > 0 && !s.ahead.empty() && s.ahead[m.seq % kEarlyMax] != kMissing))
       return "message " + std::to_string(m.seq) + " from rank " + std::to_string(m.from) + " arrived twice";
-    if (early.size() >= kEarlyMax)
+    if (static_cast<uint32_t>(ahead) >= kEarlyMax)
       return "rank " + std::to_string(m.from) + "'s messages arrived more than " + std::to_string(kEarlyMax) +
              " out of order";
-    const auto* p = static_cast<const uint8_t*>(payload);
-    early.push_back(Early{m, std::vector<uint8_t>(p, p + payloadBytes)});
-    return "";
+    if (isSignal(m.kind)) {
+      if (ahead == 0) return advance(heap, s, applyMessage(heap, m, payload, payloadBytes));
+      if (s.ahead.empty()) s.ahead.assign(kEarlyMax, kMissing);
+      s.ahead[m.seq % kEarlyMax] = kHeldSignal;
+      s.signals.push_back(m);
+      return "";
+    }
   }
-  std::string bad = applyMessage(heap, m, payload, payloadBytes);
-  ++next_[m.from];
-  // Then every kept one whose turn has come, in order.
-  for (bool found = true; found && !early.empty();) {
-    found = false;
-    for (size_t i = 0; i < early.size(); ++i) {
-      if (early[i].m.seq != next_[m.from]) continue;
-      Early e = std::move(early[i]);
-      early.erase(early.begin() + static_cast<std::ptrdiff_t>(i));
-      const std::string b = applyMessage(heap, e.m, e.payload.data(), e.payload.size());
+  // Data: copied without the lock, so that lanes apply theirs side by side.
+  const std::string bad = applyMessage(heap, m, payload, payloadBytes);
+  // The copy is done before the mark that lets a later signal go (the signal's store releases it).
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (m.seq == s.next) return advance(heap, s, bad);
+  if (s.ahead.empty()) s.ahead.assign(kEarlyMax, kMissing);
+  s.ahead[m.seq % kEarlyMax] = kApplied;
+  ++s.appliedAhead;
+  return bad;
+}
+
+std::string ArrivalOrder::advance(Region heap, Sender& s, std::string bad) {
+  ++s.next;
+  while (!s.ahead.empty()) {
+    uint8_t& state = s.ahead[s.next % kEarlyMax];
+    if (state == kApplied) {
+      --s.appliedAhead;
+    } else if (state == kHeldSignal) {
+      const auto it =
+          std::find_if(s.signals.begin(), s.signals.end(), [&](const WireMessage& w) { return w.seq == s.next; });
+      const std::string b = applyMessage(heap, *it, nullptr, 0);
       if (bad.empty()) bad = b;
-      ++next_[m.from];
-      found = true;
+      s.signals.erase(it);
+    } else {
       break;
     }
+    state = kMissing;
+    ++s.next;
   }
   return bad;
 }
 
 size_t ArrivalOrder::early() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   size_t n = 0;
-  for (const auto& e : early_) n += e.size();
+  for (const auto& s : senders_) n += s.signals.size() + s.appliedAhead;
   return n;
 }
 

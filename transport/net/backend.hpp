@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,8 @@ constexpr uint32_t kMsgRows = 8;
 // are cut into messages of their own at that size.
 constexpr uint64_t kMsgPayloadMax = 65536;
 
+class ArrivalOrder;
+
 class NetBackend {
  public:
   virtual ~NetBackend() = default;
@@ -57,17 +60,21 @@ class NetBackend {
   // One line for logs and weftctl: the library version and the transports or provider in use.
   virtual std::string describe() const = 0;
   // Local: opens the library and registers `heap` and the mirrors (mirrors[peer] for every peer
-  // with viaProxy[peer]). Throws weft::Error naming what failed.
-  virtual void open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors) = 0;
+  // with viaProxy[peer]). What arrives is applied through `arrivals` (shared by every lane of the
+  // proxy; it outlives the back-end). Throws weft::Error naming what failed.
+  virtual void open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors,
+                    ArrivalOrder* arrivals) = 0;
   // Collective over `ex`, after every rank opened: exchanges addresses and keys and connects to
   // every proxy peer. Throws weft::Error naming what failed.
   virtual void connect(Exchange& ex) = 0;
   // RMA write of this rank's mirror bytes [offset, offset + bytes) of `peer` into its heap.
   virtual void put(int peer, uint64_t offset, uint64_t bytes) = 0;
-  // A message to `peer`, sent only once every byte put to it before is visible there: a signal
-  // (store or add `value` at `offset`), mirror bytes stored word by word (kMsgDeliver), or
-  // mirror rows copied into place (kMsgRows).
-  virtual void message(int peer, uint32_t kind, uint64_t offset, uint64_t value) = 0;
+  // One wire message to `peer`, sent only once every byte put to it before through this back-end
+  // is visible there: a signal (store or add `value` at `offset`), mirror bytes stored word by
+  // word (kMsgDeliver), or mirror rows copied into place (kMsgRows); its payload at most
+  // messageBytes() (cutMessage). `seq`: its number among the heap messages to `peer` (the proxy
+  // numbers them in the order the device posted them, whichever lane carries each).
+  virtual void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) = 0;
   // Completes what it can and applies the messages that arrived. Returns whether anything moved.
   virtual bool progress() = 0;
   // How long one operation may be refused for want of resources (a peer that no longer takes
@@ -76,6 +83,9 @@ class NetBackend {
   // The most payload bytes one message carries without a handshake of the library's own (a
   // rendezvous): a multiple of 16, at most kMsgPayloadMax. Rows and small puts are cut to it.
   virtual uint64_t messageBytes() const { return kMsgPayloadMax; }
+  // Whether the library's writes are copies through the hosts' CPUs (tcp, shared memory), not a
+  // NIC's RDMA: then several lanes, each a thread with connections of its own, move more.
+  virtual bool copiesWrites() const = 0;
   // Operations issued and not yet complete (puts and messages).
   virtual uint64_t outstanding() const = 0;
   // Tells every peer that this rank is closing its connections: a peer's connection failing after
@@ -113,49 +123,76 @@ uint64_t rowsValue(const Rows& r);
 uint64_t payloadBytes(uint32_t kind, uint64_t value);
 void packPayload(const uint8_t* mirror, uint32_t kind, uint64_t offset, uint64_t value, uint8_t* out);
 
+// Cuts a message (flagged data or rows) into wire messages of at most payloadMax bytes, whole rows
+// each, and hands each to piece(kind, offset, value); a signal is one piece.
+template <class Piece>
+void cutMessage(uint32_t kind, uint64_t offset, uint64_t value, uint64_t payloadMax, Piece&& piece) {
+  if (kind == kMsgDeliver) {
+    for (uint64_t at = 0; at < value; at += payloadMax) piece(kind, offset + at, std::min(payloadMax, value - at));
+  } else if (kind == kMsgRows) {
+    // Whole rows per message; the proxy sends no row longer than a message holds.
+    const Rows r = rowsOf(value);
+    const uint64_t per = std::max<uint64_t>(1, payloadMax / std::max<uint64_t>(1, r.rowBytes));
+    for (uint64_t at = 0; at < r.rows; at += per)
+      piece(kind, offset + at * r.stride, rowsValue(Rows{std::min(per, r.rows - at), r.rowBytes, r.stride}));
+  } else {
+    piece(kind, offset, value);
+  }
+}
+
 // Applies a message that arrived to this rank's heap. Returns an error text for a malformed one
 // (which is dropped), else empty.
 std::string applyMessage(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes);
 
-// The receiving end of every peer's messages: applies them in each sender's order (`seq`),
-// whatever order the transport hands them over in, keeping those that come early. Neither UCX's
-// active messages nor libfabric's sends promise order on every transport, and a signal applied
-// before the data it follows would let a reader see stale bytes.
+// The receiving end of every peer's messages, shared by the proxy's lanes (thread-safe). Data
+// (rows, flagged words) is applied the moment it arrives, whatever its place; a signal is applied
+// only once every earlier message of its sender (`seq`) has been, so that its reader never sees
+// stale bytes. Neither UCX's active messages nor libfabric's sends promise order on every
+// transport, and a sender's lanes overtake each other. Data needs no order of its own: a sender
+// rewrites heap bytes only after a signal from their reader, which follows their earlier copy.
 class ArrivalOrder {
  public:
-  explicit ArrivalOrder(int nranks) : next_(nranks), early_(nranks) {}
+  explicit ArrivalOrder(int nranks) : senders_(nranks) {}
   // Returns an error text for a malformed or impossible message (dropped), else empty.
   std::string arrive(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes);
-  // Messages held back, waiting for an earlier one of their sender.
+  // Messages that came before an earlier one of their sender: signals held, data applied ahead.
   size_t early() const;
-  // How many may wait before the sender counts as broken.
-  static constexpr size_t kEarlyMax = 4096;
+  // How far ahead of the first missing one a sender's message may come before the sender counts
+  // as broken.
+  static constexpr uint32_t kEarlyMax = 16384;
 
  private:
-  struct Early {
-    WireMessage m;
-    std::vector<uint8_t> payload;
+  enum State : uint8_t { kMissing = 0, kApplied = 1, kHeldSignal = 2 };
+  struct Sender {
+    uint32_t next = 0;                 // every message before this one is applied
+    std::vector<uint8_t> ahead;        // State by seq % kEarlyMax; allocated when one first comes early
+    size_t appliedAhead = 0;           // kApplied entries in `ahead`
+    std::vector<WireMessage> signals;  // held signals
   };
-  std::vector<uint32_t> next_;
-  std::vector<std::vector<Early>> early_;
+  // Under mutex_: s.next is applied (`bad`: what applying it said); then every message of `s`
+  // whose turn has come. Returns the first error text.
+  std::string advance(Region heap, Sender& s, std::string bad);
+  mutable std::mutex mutex_;
+  std::vector<Sender> senders_;
 };
 
 // Messages held per peer until the puts before them are visible at that peer. `done` is the
 // number of that peer's puts known to be visible (remotely complete), counted in issue order.
 class OrderedMessages {
  public:
-  // payloadMax: the most payload bytes of one message (the back-end's messageBytes()).
-  OrderedMessages(int nranks, uint64_t payloadMax) : payloadMax_(payloadMax), peers_(nranks) {}
+  explicit OrderedMessages(int nranks) : peers_(nranks) {}
   struct Held {
     uint32_t kind;
     uint64_t offset, value;
+    uint32_t seq;
     uint64_t putsBefore;  // the peer's puts issued before this message
   };
   void notePut(int peer) { ++peers_[peer].putsIssued; }
   uint64_t putsIssued(int peer) const { return peers_[peer].putsIssued; }
-  // A message() of a back-end: flagged data (kMsgDeliver, `value` bytes) or rows (kMsgRows) in
-  // messages of at most payloadMax bytes, each a message of its own.
-  void hold(int peer, uint32_t kind, uint64_t offset, uint64_t value);
+  // One wire message of a back-end's message() (already cut to its size).
+  void hold(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) {
+    peers_[peer].held.push_back(Held{kind, offset, value, seq, peers_[peer].putsIssued});
+  }
   bool holding(int peer) const { return !peers_[peer].held.empty(); }
   size_t held() const {
     size_t n = 0;
@@ -180,7 +217,6 @@ class OrderedMessages {
     uint64_t putsIssued = 0;
     std::deque<Held> held;
   };
-  uint64_t payloadMax_;
   std::vector<Peer> peers_;
 };
 

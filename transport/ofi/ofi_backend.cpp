@@ -69,11 +69,18 @@ class OfiBackend final : public NetBackend {
   ~OfiBackend() override;
   const char* name() const override { return "ofi"; }
   std::string describe() const override { return describe_; }
-  void open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors) override;
+  void open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors,
+            ArrivalOrder* arrivals) override;
   void connect(Exchange& ex) override;
   void put(int peer, uint64_t offset, uint64_t bytes) override;
-  void message(int peer, uint32_t kind, uint64_t offset, uint64_t value) override;
+  void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) override;
   bool progress() override;
+  // The providers that move bytes with the CPUs: tcp (ofi_rxm over it), shm, sockets, udp.
+  bool copiesWrites() const override {
+    for (const char* p : {"tcp", "shm", "sockets", "udp"})
+      if (provider_.find(p) != std::string::npos) return true;
+    return false;
+  }
   uint64_t outstanding() const override { return inFlight_ + held_->held(); }
   uint64_t messageBytes() const override { return messageBytes_; }
   std::optional<PeerFault> fault() const override { return fault_; }
@@ -89,7 +96,6 @@ class OfiBackend final : public NetBackend {
     uint64_t refusedSince = 0;   // when the endpoint began refusing the first of them (0: it is not)
     bool failed = false;
     bool closed = false;  // it said goodbye
-    uint32_t sent = 0;    // heap messages sent to it
     // Every write before this one has completed: its bytes are visible at the peer.
     uint64_t visible(uint64_t issued) const { return open.empty() ? issued : *open.begin(); }
   };
@@ -129,7 +135,7 @@ class OfiBackend final : public NetBackend {
   uint64_t inFlight_ = 0;
   int me_ = -1;
   std::unique_ptr<OrderedMessages> held_;
-  std::unique_ptr<ArrivalOrder> arrivals_;
+  ArrivalOrder* arrivals_ = nullptr;
   std::optional<PeerFault> fault_;
   std::string provider_, describe_;
 };
@@ -145,13 +151,14 @@ fid_mr* OfiBackend::registerRegion(Region r, uint64_t access, uint64_t key) {
   return mr;
 }
 
-void OfiBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors) {
+void OfiBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors,
+                      ArrivalOrder* arrivals) {
   heap_ = heap;
   mirrors_ = mirrors;
   viaProxy_ = viaProxy;
   const int n = static_cast<int>(viaProxy.size());
   peers_.resize(n);
-  arrivals_ = std::make_unique<ArrivalOrder>(n);
+  arrivals_ = arrivals;
 
   fi_info* hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
@@ -174,7 +181,7 @@ void OfiBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const s
   virtAddr_ = (info_->domain_attr->mr_mode & (FI_MR_VIRT_ADDR | FI_MR_BASIC)) != 0;
   maxWrite_ = info_->ep_attr->max_msg_size ? info_->ep_attr->max_msg_size : (uint64_t{1} << 30);
   messageBytes_ = eagerMessageBytes();
-  held_ = std::make_unique<OrderedMessages>(n, messageBytes_);
+  held_ = std::make_unique<OrderedMessages>(n);
 
   if (const int r = fi_fabric(info_->fabric_attr, &fabric_, nullptr); r != 0) fail("fi_fabric", r);
   if (const int r = fi_domain(fabric_, info_, &domain_, nullptr); r != 0) fail("fi_domain", r);
@@ -341,13 +348,13 @@ void OfiBackend::failPeer(int peer) {
   p.unposted.clear();
 }
 
-void OfiBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
-  held_->hold(peer, kind, offset, value);
+void OfiBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) {
+  held_->hold(peer, kind, offset, value, seq);
 }
 
 void OfiBackend::sayGoodbye() {
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
-    if (viaProxy_[r] && !peers_[r].failed) held_->hold(r, kMsgGoodbye, 0, static_cast<uint64_t>(me_));
+    if (viaProxy_[r] && !peers_[r].failed) held_->hold(r, kMsgGoodbye, 0, static_cast<uint64_t>(me_), 0);
 }
 
 bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
@@ -358,10 +365,9 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
   WireMessage m{h.kind,
                 static_cast<uint32_t>(payloadBytes(h.kind, h.value)),
                 static_cast<uint32_t>(me_),
-                0,
+                h.seq,
                 h.offset,
                 h.kind == kMsgDeliver ? 0 : h.value};  // goodbye: value = rank
-  if (writesHeap(m.kind)) m.seq = p.sent;
   memcpy(op->buffer, &m, sizeof m);
   if (m.bytes) {
     packPayload(mirrors_[peer].base, h.kind, h.offset, h.value, op->buffer + sizeof m);
@@ -380,7 +386,6 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
     return true;
   }
   p.refusedSince = 0;
-  if (writesHeap(m.kind)) ++p.sent;
   freeSends_.pop_back();
   op->peer = peer;
   ++inFlight_;

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -21,14 +22,19 @@ namespace {
 // a rank whose back-end failed or differs fails every rank at once instead of leaving them waiting.
 struct OpenReport {
   char backend[16];
-  char error[496];
+  char error[480];
+  uint64_t host;         // a hash of the host's name: the ranks sharing its CPUs
+  int32_t lanes;         // proxy_lanes (0: auto)
+  int32_t cpus;          // CPUs this process may run on
+  int32_t copiesWrites;  // the back-end's writes are CPU copies
+  int32_t unused;
 };
 
 std::string openOne(const std::string& name, const std::vector<uint8_t>& viaProxy, Region heap,
-                    const std::vector<Region>& mirrors, std::unique_ptr<NetBackend>* out) {
+                    const std::vector<Region>& mirrors, ArrivalOrder* arrivals, std::unique_ptr<NetBackend>* out) {
   try {
     auto b = makeBackend(name);
-    b->open(viaProxy, heap, mirrors);
+    b->open(viaProxy, heap, mirrors, arrivals);
     *out = std::move(b);
     return "";
   } catch (const Error& e) {
@@ -51,7 +57,30 @@ void bindTo(int cpu) {
     throw Error(Code::kSystem, "proxy_cpu: binding the proxy thread to PU " + std::to_string(cpu) + " failed");
 }
 
+int cpusAllowed() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return static_cast<int>(std::thread::hardware_concurrency());
+  return CPU_COUNT(&set);
+}
+
+uint64_t hostHash() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return std::hash<std::string>{}(name);
+}
+
+// Messages a lane may have queued and in flight before the ring waits: bounds how far lanes get
+// ahead of each other (the receiver keeps ArrivalOrder::kEarlyMax) and the memory they hold.
+constexpr uint64_t kLaneLoadMax = 1024;
+
 }  // namespace
+
+int lanesWanted(int setting, bool copiesWrites, int cpus, int ranksOnHost) {
+  if (setting > 0) return setting;
+  if (!copiesWrites) return 1;
+  return std::clamp(cpus / (2 * std::max(1, ranksOnHost)), 1, 4);
+}
 
 Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, const ProxyOptions& options)
     : nranks_(ex.nranks()),
@@ -65,7 +94,7 @@ Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, co
   try {
     start(ex, heap, options);
   } catch (...) {
-    backend_.reset();  // its registrations go before the memory they name
+    lanes_.clear();  // its registrations go before the memory they name
     unmapAll();
     throw;
   }
@@ -91,20 +120,29 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
     mirrors_[r] = Region{static_cast<uint8_t*>(p), heap.bytes};
   }
 
+  arrivals_ = std::make_unique<ArrivalOrder>(nranks_);
+  std::unique_ptr<NetBackend> first;
   std::vector<std::string> tried;
   if (options.backend == "auto") {
     for (const auto& name : backendsBuilt()) {
-      tried.push_back(openOne(name, viaProxy_, heap, mirrors_, &backend_));
-      if (backend_) break;
+      tried.push_back(openOne(name, viaProxy_, heap, mirrors_, arrivals_.get(), &first));
+      if (first) break;
     }
     if (tried.empty()) tried.push_back("no back-end is built into this weft (UCX or libfabric development files)");
   } else if (options.backend == "ucx" || options.backend == "ofi") {
-    tried.push_back(openOne(options.backend, viaProxy_, heap, mirrors_, &backend_));
+    tried.push_back(openOne(options.backend, viaProxy_, heap, mirrors_, arrivals_.get(), &first));
   } else {
     tried.push_back("proxy_backend: '" + options.backend + "' is not one of auto, ucx, ofi");
   }
+  lanes_.push_back(std::make_unique<Lane>());
+  lanes_[0]->backend = std::move(first);
+  backend_ = lanes_[0]->backend.get();
   OpenReport mine{};
   snprintf(mine.backend, sizeof mine.backend, "%s", backend_ ? backend_->name() : "");
+  mine.host = hostHash();
+  mine.lanes = options.lanes;
+  mine.cpus = cpusAllowed();
+  mine.copiesWrites = backend_ && backend_->copiesWrites();
   std::string why;
   for (const auto& t : tried)
     if (!t.empty()) why += (why.empty() ? "" : "; ") + t;
@@ -123,10 +161,27 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
       throw Error(Code::kInvalidUsage, "proxy_backend: rank " + std::to_string(r) + " opened " + all[r].backend +
                                            ", rank " + std::to_string(ex.rank()) + " opened " + all[ex.rank()].backend +
                                            "; every rank must use the same back-end");
-  // A put goes in a message only where one message holds it (ofi: within rxm's eager buffer).
-  eagerBytes_ = std::min(options.eagerBytes, backend_->messageBytes());
-  backend_->setPatience(options.timeoutS);
-  backend_->connect(ex);
+  // Every rank opens as many lanes as the one that wants fewest: lane i connects to lane i.
+  int lanes = 16;
+  for (int r = 0; r < nranks_; ++r) {
+    int onHost = 0;
+    for (int q = 0; q < nranks_; ++q) onHost += all[q].host == all[r].host;
+    lanes = std::min(lanes, lanesWanted(all[r].lanes, all[r].copiesWrites != 0, all[r].cpus, onHost));
+  }
+  for (int i = 1; i < lanes; ++i) {
+    lanes_.push_back(std::make_unique<Lane>());
+    lanes_[i]->backend = makeBackend(backend_->name());
+    lanes_[i]->backend->open(viaProxy_, heap, mirrors_, arrivals_.get());
+  }
+  // A put goes in a message only where one message holds it (ofi: within rxm's eager buffer);
+  // with several lanes every byte does.
+  messageBytes_ = backend_->messageBytes();
+  eagerBytes_ = lanes > 1 ? messageBytes_ : std::min(options.eagerBytes, messageBytes_);
+  sent_.assign(nranks_, 0);
+  for (auto& lane : lanes_) {
+    lane->backend->setPatience(options.timeoutS);
+    lane->backend->connect(ex);
+  }
 
   // The ring, then the tail on a line of its own, then the peer flags; zero-filled.
   depth_ = options.depth;
@@ -157,17 +212,24 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
     thread_.join();
     throw Error(Code::kInvalidArgument, err);
   }
+  for (size_t i = 1; i < lanes_.size(); ++i) {
+    Lane& lane = *lanes_[i];
+    lane.thread = std::thread([this, &lane] { runLane(lane); });
+  }
 }
 
 void Proxy::stop(bool drain) {
   drain_ = drain;
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  lanesStop_ = true;  // the proxy thread sets it once the lanes may close; at once if it never ran
+  for (auto& lane : lanes_)
+    if (lane->thread.joinable()) lane->thread.join();
 }
 
 Proxy::~Proxy() {
   stop(true);
-  backend_.reset();
+  lanes_.clear();
   unmapAll();
 }
 
@@ -185,7 +247,10 @@ dev::ProxyView Proxy::deviceView(uint8_t* shared, uint64_t* head, uint64_t* tail
 
 std::string Proxy::describe() const {
   const int on = runningOn_.load();
-  return std::string("proxy through ") + (backend_ ? backend_->describe() : "no back-end") + "; proxy thread " +
+  return std::string("proxy through ") + (backend_ ? backend_->describe() : "no back-end") + "; " +
+         std::to_string(lanes_.size()) +
+         (lanes_.size() == 1 ? " lane (large tiles as RMA writes)" : " lanes (every byte in messages)") +
+         "; proxy thread " +
          (cpu_ >= 0 ? "bound to PU " + std::to_string(cpu_) : "unbound, last on PU " + std::to_string(on));
 }
 
@@ -233,7 +298,9 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
     case dev::TriggerKind::kPut:
       if (!inMirror(offset, w1)) break;
       if (w1 && w1 <= eagerBytes_)
-        backend_->message(peer, kMsgRows, offset, rowsValue(Rows{1, w1, w1}));
+        send(peer, kMsgRows, offset, rowsValue(Rows{1, w1, w1}));
+      else if (w1 && lanes_.size() > 1)
+        sendRun(peer, offset, w1);
       else if (w1)
         backend_->put(peer, offset, w1);
       return;
@@ -243,23 +310,65 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
       // A tile's rows are short runs at a stride (the embedding's samples, the GEMM's rows): one
       // message carries many, where a put per row costs an operation each (several us over tcp).
       if (r.rowBytes <= eagerBytes_)
-        backend_->message(peer, kMsgRows, offset, w1);
+        send(peer, kMsgRows, offset, w1);
       else
-        for (uint64_t i = 0; i < r.rows; ++i) backend_->put(peer, offset + i * r.stride, r.rowBytes);
+        for (uint64_t i = 0; i < r.rows; ++i) {
+          if (lanes_.size() > 1)
+            sendRun(peer, offset + i * r.stride, r.rowBytes);
+          else
+            backend_->put(peer, offset + i * r.stride, r.rowBytes);
+        }
       return;
     }
     case dev::TriggerKind::kSignalStore:
     case dev::TriggerKind::kSignalAdd:
       if (!inMirror(offset, 8) || offset % 8) break;
-      backend_->message(peer, static_cast<uint32_t>(kind), offset, w1);
+      send(peer, static_cast<uint32_t>(kind), offset, w1);
       return;
     case dev::TriggerKind::kDeliver:
       if (!inMirror(offset, w1) || offset % 8 || w1 % 8) break;
-      backend_->message(peer, kMsgDeliver, offset, w1);
+      send(peer, kMsgDeliver, offset, w1);
       return;
   }
   noteFault(PeerFault{peer, "a malformed trigger (kind " + std::to_string(static_cast<uint32_t>(kind)) + ", offset " +
                                 std::to_string(offset) + ", word " + std::to_string(w1) + ")"});
+}
+
+void Proxy::send(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
+  cutMessage(kind, offset, value, messageBytes_,
+             [&](uint32_t k, uint64_t at, uint64_t v) { dispatch(peer, k, at, v); });
+}
+
+void Proxy::sendRun(int peer, uint64_t offset, uint64_t bytes) {
+  for (uint64_t at = 0; at < bytes; at += messageBytes_) {
+    const uint64_t n = std::min(messageBytes_, bytes - at);
+    dispatch(peer, kMsgRows, offset + at, rowsValue(Rows{1, n, n}));
+  }
+}
+
+void Proxy::dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
+  const uint32_t seq = sent_[peer]++;
+  size_t best = 0;
+  uint64_t least = backend_->outstanding();
+  for (size_t i = 1; i < lanes_.size() && least != 0; ++i)
+    if (const uint64_t l = lanes_[i]->load(); l < least) {
+      least = l;
+      best = i;
+    }
+  if (best == 0) {
+    backend_->message(peer, kind, offset, value, seq);
+    return;
+  }
+  Lane& lane = *lanes_[best];
+  lane.queued.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(lane.mutex);
+  lane.incoming.push_back(Command{peer, kind, offset, value, seq});
+}
+
+uint64_t Proxy::lanesLoad() const {
+  uint64_t least = backend_->outstanding();
+  for (size_t i = 1; i < lanes_.size(); ++i) least = std::min(least, lanes_[i]->load());
+  return least;
 }
 
 // Whether the next slot holds a committed trigger. The engine has stopped when this is asked (no
@@ -274,6 +383,8 @@ uint32_t Proxy::drainRing() {
   const uint32_t depth = depth_;
   uint32_t n = 0;
   for (; n < depth; ++n) {
+    // Lanes that all have their fill: the device waits in the ring until one has room.
+    if (lanes_.size() > 1 && lanesLoad() >= kLaneLoadMax) break;
     dev::Trigger* t = &ring_[taken_ & (depth - 1)];
     const uint64_t w0 = gpu::atomicLoad<gpu::Order::kAcquire>(&t->w0);
     if ((w0 & dev::kTriggerCommit) != dev::commitFor(taken_, depth)) break;
@@ -313,15 +424,64 @@ void Proxy::run() {
   constexpr int kDrainMs = 2000;
   backend_->setPatience(0.2);
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(drain_ ? kDrainMs : 0);
+  auto carried = [&] {
+    for (const auto& lane : lanes_)
+      if ((lane.get() == lanes_[0].get() ? backend_->outstanding() : lane->load()) != 0) return false;
+    return true;
+  };
   while (std::chrono::steady_clock::now() < until) {
-    if (!committed() && backend_->outstanding() == 0) break;
+    if (!committed() && carried()) break;
     drainRing();
     backend_->progress();
   }
-  // Then tell the peers, so that they take this rank's closing connections for no fault.
+  // Then tell the peers, so that they take this rank's closing connections for no fault; the
+  // other lanes do so on theirs.
+  lanesStop_ = true;
   backend_->sayGoodbye();
   const auto bye = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   while (backend_->outstanding() != 0 && std::chrono::steady_clock::now() < bye) backend_->progress();
+}
+
+// A lane after the first: hands its commands to its back-end and progresses it (which applies
+// what the peers' same lane sends), until the proxy thread has carried every trigger.
+void Proxy::runLane(Lane& lane) {
+  NetBackend& b = *lane.backend;
+  std::vector<Command> batch;
+  uint32_t idle = 0;
+  auto step = [&] {
+    {
+      std::lock_guard<std::mutex> lock(lane.mutex);
+      batch.swap(lane.incoming);
+    }
+    for (const Command& c : batch) b.message(c.peer, c.kind, c.offset, c.value, c.seq);
+    const bool took = !batch.empty();
+    lane.queued.fetch_sub(batch.size(), std::memory_order_relaxed);
+    batch.clear();
+    const bool moved = b.progress() || took;
+    lane.inFlight.store(b.outstanding(), std::memory_order_relaxed);
+    if (const auto f = b.fault(); f) noteFault(*f);
+    return moved;
+  };
+  while (!lanesStop_.load(std::memory_order_acquire)) {
+    if (step()) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    if (idle < 256) continue;
+    if (idle < 1024 || b.outstanding() != 0)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(idle < 8192 ? 5 : 50));
+  }
+  // The proxy thread gave up its drain (abort, or its bound passed): what is left goes or not
+  // within the same short patience.
+  b.setPatience(0.2);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(drain_ ? 200 : 0);
+  while (lane.load() != 0 && std::chrono::steady_clock::now() < until) step();
+  b.sayGoodbye();
+  const auto bye = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (b.outstanding() != 0 && std::chrono::steady_clock::now() < bye) b.progress();
 }
 
 }  // namespace weft::transport

@@ -1,7 +1,10 @@
 // The host proxy of one rank: this rank's mirror of each peer it reaches through the network, the
-// trigger ring its workers post to (device/proxy_device.hpp), a network back-end (UCX or
-// libfabric), and the thread that turns triggers into the back-end's puts and messages and
-// progresses it (the back-end also applies what peers send here).
+// trigger ring its workers post to (device/proxy_device.hpp), and one or more lanes: a network
+// back-end (UCX or libfabric) with connections of its own, progressed by a thread of its own,
+// which also applies what the peers' same lane sends here. The first lane's thread drains the
+// ring and numbers every heap message to a peer in the order the device posted it; with one lane
+// large tiles go as RMA writes, with several (sockets, where every byte is a copy by a CPU) every
+// byte goes in messages spread over the lanes, and the receiver applies signals in that order.
 #pragma once
 
 #include <atomic>
@@ -24,7 +27,13 @@ struct ProxyOptions {
   uint32_t depth = 4096;         // trigger slots (a power of two)
   uint64_t eagerBytes = 16384;   // proxy_eager_bytes: puts (rows) up to this size go as messages
   double timeoutS = 30;          // timeout_s: how long a peer may refuse data before it counts as failed
+  int lanes = 0;                 // proxy_lanes: 0 = auto (lanesWanted)
 };
+
+// The lanes a rank asks for: `setting` where set (1-16); else, where the back-end's writes are CPU
+// copies, half the CPUs this process may run on per rank of its host (each lane a thread on both
+// ends of a copy), 1 to 4; one lane over an RDMA NIC.
+int lanesWanted(int setting, bool copiesWrites, int cpus, int ranksOnHost);
 
 class Proxy {
  public:
@@ -50,8 +59,9 @@ class Proxy {
   // Called once, from the proxy thread, with the first fault (at once if one came already).
   void onFault(std::function<void(const PeerFault&)> sink);
   std::optional<PeerFault> fault() const;
-  // The back-end, and where the thread runs.
+  // The back-end, the lanes, and where the thread runs.
   std::string describe() const;
+  int lanes() const { return static_cast<int>(lanes_.size()); }
   // Every rank has finished every op (finalize's barrier): peers may now close their connections,
   // which is no fault.
   void closing() { closing_ = true; }
@@ -60,19 +70,48 @@ class Proxy {
   void stop(bool drain);
 
  private:
+  // A message for a lane other than the first: one wire message, numbered.
+  struct Command {
+    int peer;
+    uint32_t kind;
+    uint64_t offset, value;
+    uint32_t seq;
+  };
+  struct Lane {
+    std::unique_ptr<NetBackend> backend;
+    std::thread thread;  // lanes after the first
+    std::mutex mutex;
+    std::vector<Command> incoming;      // under mutex
+    std::atomic<uint64_t> queued{0};    // commands given to it and not yet handed to its back-end
+    std::atomic<uint64_t> inFlight{0};  // its back-end's outstanding(), as its thread last saw it
+    uint64_t load() const { return queued.load(std::memory_order_relaxed) + inFlight.load(std::memory_order_relaxed); }
+  };
   void start(Exchange& ex, Region heap, const ProxyOptions& options);
+  void openLanes(Exchange& ex, const ProxyOptions& options);
   void unmapAll();
   void run();
+  void runLane(Lane& lane);
   bool committed() const;
+  uint64_t lanesLoad() const;
   uint32_t drainRing();
   void take(uint64_t w0, uint64_t w1);
+  // A heap message to `peer`, cut to the lanes' message size, each piece numbered and given to the
+  // least loaded lane.
+  void send(int peer, uint32_t kind, uint64_t offset, uint64_t value);
+  // `bytes` of the mirror from `offset` as messages of a contiguous run each.
+  void sendRun(int peer, uint64_t offset, uint64_t bytes);
+  void dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value);
   void noteFault(const PeerFault& f);
 
   int nranks_;
   Region heap_;
   std::vector<uint8_t> viaProxy_;
   std::vector<Region> mirrors_;
-  std::unique_ptr<NetBackend> backend_;
+  std::unique_ptr<ArrivalOrder> arrivals_;  // shared by the lanes
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  NetBackend* backend_ = nullptr;  // the first lane's, driven by the proxy thread
+  std::vector<uint32_t> sent_;     // heap messages numbered per peer
+  uint64_t messageBytes_ = kMsgPayloadMax;
   // The ring, its tail and the peer flags in one mapping (deviceShared()); the producers' head and
   // their cached tail here for the CPU backend's view_ (on a GPU in device memory).
   Region shared_;
@@ -89,6 +128,7 @@ class Proxy {
   std::atomic<bool> stop_{false};
   std::atomic<bool> drain_{true};
   std::atomic<bool> closing_{false};
+  std::atomic<bool> lanesStop_{false};
   std::atomic<int> runningOn_{-1};
   mutable std::mutex faultMutex_;
   std::optional<PeerFault> fault_;

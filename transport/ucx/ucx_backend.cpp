@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <list>
 
 #include "common/error.hpp"
@@ -37,11 +38,15 @@ struct ErrorArg {
   int peer;
 };
 
-// A request UCX still holds, and the message bytes it reads from.
+// A request UCX still holds, and the message bytes it reads from. Its completion callback files
+// it in the back-end's `done_`, so that progress costs nothing per request still in flight.
 struct Pending {
-  void* request;
+  UcxBackend* backend;
+  void* request = nullptr;
   std::unique_ptr<uint8_t[]> buffer;
   int peer;
+  ucs_status_t status = UCS_OK;
+  std::list<Pending>::iterator at;
 };
 
 class UcxBackend final : public NetBackend {
@@ -49,11 +54,13 @@ class UcxBackend final : public NetBackend {
   ~UcxBackend() override;
   const char* name() const override { return "ucx"; }
   std::string describe() const override { return describe_; }
-  void open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors) override;
+  void open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors,
+            ArrivalOrder* arrivals) override;
   void connect(Exchange& ex) override;
   void put(int peer, uint64_t offset, uint64_t bytes) override;
-  void message(int peer, uint32_t kind, uint64_t offset, uint64_t value) override;
+  void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) override;
   bool progress() override;
+  bool copiesWrites() const override;
   uint64_t outstanding() const override { return pending_.size() + (held_ ? held_->held() : 0); }
   std::optional<PeerFault> fault() const override { return fault_; }
   void sayGoodbye() override;
@@ -69,17 +76,19 @@ class UcxBackend final : public NetBackend {
     bool failed = false;
     bool closed = false;   // it said goodbye
     bool greeted = false;  // its hello arrived (connect)
-    uint32_t sent = 0;     // heap messages sent to it
   };
   void noteFault(int peer, const std::string& what) {
     if (peer >= 0 && peers_[peer].closed) return;
     if (!fault_) fault_ = PeerFault{peer, "UCX: " + what};
   }
   static void onEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static void onDone(void* request, ucs_status_t status, void* pending);
   static ucs_status_t onMessage(void* arg, const void* header, size_t headerBytes, void* data, size_t bytes,
                                 const ucp_am_recv_param_t* param);
-  // Sends a message; a heap message gets the peer's next number and its payload from the mirror.
+  // Sends a message; a heap message's payload comes from the mirror.
   bool send(int peer, WireMessage m);
+  // Files a request UCX returned (or the error it returned) for `pending`, the last of pending_.
+  void track(ucs_status_ptr_t s, const std::string& what);
   bool advanceFlushes();
   void wireUp(int nranks);
 
@@ -92,13 +101,20 @@ class UcxBackend final : public NetBackend {
   std::vector<Peer> peers_;
   std::vector<ErrorArg> errorArgs_;  // [nranks], fixed before any endpoint points into it
   std::list<Pending> pending_;
+  std::vector<Pending*> done_;  // completed since the last progress()
   std::unique_ptr<OrderedMessages> held_;
-  std::unique_ptr<ArrivalOrder> arrivals_;
+  ArrivalOrder* arrivals_ = nullptr;
   std::optional<PeerFault> fault_;
   bool peerFailureHandling_ = true;
   int me_ = -1;
   std::string describe_;
 };
+
+void UcxBackend::onDone(void*, ucs_status_t status, void* pending) {
+  auto* p = static_cast<Pending*>(pending);
+  p->status = status;
+  p->backend->done_.push_back(p);
+}
 
 void UcxBackend::onEpError(void* arg, ucp_ep_h, ucs_status_t status) {
   const auto* a = static_cast<const ErrorArg*>(arg);
@@ -140,14 +156,15 @@ void widenTcpSegments() {
       WEFT_LOG(kWarn, kProxy, "UCX: could not default {} to 256k; its tcp puts go in 8 KB segments", name);
 }
 
-void UcxBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors) {
+void UcxBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const std::vector<Region>& mirrors,
+                      ArrivalOrder* arrivals) {
   heap_ = heap;
   mirrors_ = mirrors;
   viaProxy_ = viaProxy;
   const int n = static_cast<int>(viaProxy.size());
   peers_.resize(n);
-  held_ = std::make_unique<OrderedMessages>(n, messageBytes());
-  arrivals_ = std::make_unique<ArrivalOrder>(n);
+  held_ = std::make_unique<OrderedMessages>(n);
+  arrivals_ = arrivals;
 
   widenTcpSegments();
   ucp_config_t* config = nullptr;
@@ -274,7 +291,7 @@ UcxBackend::~UcxBackend() {
     if (p.rkey) ucp_rkey_destroy(p.rkey);
     if (p.flush) ucp_request_free(p.flush);
   }
-  for (auto& q : pending_) ucp_request_free(q.request);
+  for (auto& q : pending_) ucp_request_free(q.request);  // no callback comes after this
   for (auto& p : peers_) {
     if (!p.ep) continue;
     ucp_request_param_t rp{};
@@ -296,19 +313,47 @@ void UcxBackend::put(int peer, uint64_t offset, uint64_t bytes) {
   Peer& p = peers_[peer];
   held_->notePut(peer);
   if (p.failed) return;
+  Pending& q = pending_.emplace_back(Pending{this, nullptr, nullptr, peer, UCS_OK, {}});
+  q.at = std::prev(pending_.end());
   ucp_request_param_t rp{};
-  ucs_status_ptr_t s = ucp_put_nbx(p.ep, mirrors_[peer].base + offset, bytes, p.base + offset, p.rkey, &rp);
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.send = &UcxBackend::onDone;
+  rp.user_data = &q;
+  track(ucp_put_nbx(p.ep, mirrors_[peer].base + offset, bytes, p.base + offset, p.rkey, &rp),
+        "a put of " + std::to_string(bytes) + " bytes");
+}
+
+void UcxBackend::track(ucs_status_ptr_t s, const std::string& what) {
+  Pending& q = pending_.back();
+  if (UCS_PTR_IS_PTR(s)) {
+    q.request = s;
+    return;
+  }
+  const int peer = q.peer;
+  pending_.pop_back();  // done at once, or failed
   if (UCS_PTR_IS_ERR(s)) {
-    noteFault(peer, "a put of " + std::to_string(bytes) + " bytes to rank " + std::to_string(peer) +
-                        " failed: " + ucsText(UCS_PTR_STATUS(s)));
-    p.failed = true;
-  } else if (s != nullptr) {
-    pending_.push_back(Pending{s, nullptr, peer});
+    noteFault(peer, what + " to rank " + std::to_string(peer) + " failed: " + ucsText(UCS_PTR_STATUS(s)));
+    peers_[peer].failed = true;
   }
 }
 
-void UcxBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
-  held_->hold(peer, kind, offset, value);
+void UcxBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) {
+  held_->hold(peer, kind, offset, value, seq);
+}
+
+// tcp and shared memory copy on both hosts; a site with an RDMA device (UCX_TLS unset or naming
+// one of its transports) writes by its NIC.
+bool UcxBackend::copiesWrites() const {
+  const char* tls = getenv("UCX_TLS");
+  std::string t = tls ? tls : "";
+  if (t.empty() || t == "all") {
+    std::error_code ec;
+    return !std::filesystem::exists("/sys/class/infiniband", ec) ||
+           std::filesystem::is_empty("/sys/class/infiniband", ec);
+  }
+  for (const char* rdma : {"rc", "dc", "ud", "ib", "mlx", "gga", "srd"})
+    if (t.find(rdma) != std::string::npos) return false;
+  return true;
 }
 
 void UcxBackend::sayGoodbye() {
@@ -320,26 +365,28 @@ bool UcxBackend::send(int peer, WireMessage m) {
   Peer& p = peers_[peer];
   if (p.failed) return true;  // dropped: the fault is recorded, the op will fail
   m.from = static_cast<uint32_t>(me_);
-  if (writesHeap(m.kind)) m.seq = p.sent++;
-  auto buffer = std::make_unique<uint8_t[]>(sizeof m + m.bytes);
+  // A payload that is one run of the mirror goes from there (UCX copies it or sends it in place);
+  // rows at a stride are packed behind the header.
+  const uint64_t value = m.kind == kMsgDeliver ? m.bytes : m.value;
+  const Rows rows = m.kind == kMsgRows ? rowsOf(m.value) : Rows{};
+  const bool inPlace =
+      m.kind == kMsgDeliver || (m.kind == kMsgRows && (rows.rows == 1 || rows.stride == rows.rowBytes));
+  auto buffer = std::make_unique<uint8_t[]>(sizeof m + (inPlace ? 0 : m.bytes));
   memcpy(buffer.get(), &m, sizeof m);
-  if (m.bytes) {
-    packPayload(mirrors_[peer].base, m.kind, m.offset, m.kind == kMsgDeliver ? m.bytes : m.value,
-                buffer.get() + sizeof m);
-    // The workers rewrite these bytes only after the peer has them (the ops' epochs): a causality
-    // through the peer that ThreadSanitizer cannot see, so it is told (gpu.hpp).
-    gpu::crossProcessRelease();
-  }
+  const uint8_t* payload = buffer.get() + sizeof m;
+  if (m.bytes && inPlace) payload = mirrors_[peer].base + m.offset;
+  if (m.bytes && !inPlace) packPayload(mirrors_[peer].base, m.kind, m.offset, value, buffer.get() + sizeof m);
+  // The workers rewrite these bytes only after the peer has them (the ops' epochs): a causality
+  // through the peer that ThreadSanitizer cannot see, so it is told (gpu.hpp).
+  if (m.bytes) gpu::crossProcessRelease();
+  Pending& q = pending_.emplace_back(Pending{this, nullptr, std::move(buffer), peer, UCS_OK, {}});
+  q.at = std::prev(pending_.end());
   ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.flags = UCP_AM_SEND_FLAG_EAGER;
-  ucs_status_ptr_t s = ucp_am_send_nbx(p.ep, kAmId, buffer.get(), sizeof m, buffer.get() + sizeof m, m.bytes, &rp);
-  if (UCS_PTR_IS_ERR(s)) {
-    noteFault(peer, "a message to rank " + std::to_string(peer) + " failed: " + ucsText(UCS_PTR_STATUS(s)));
-    p.failed = true;
-  } else if (s != nullptr) {
-    pending_.push_back(Pending{s, std::move(buffer), peer});
-  }
+  rp.cb.send = &UcxBackend::onDone;
+  rp.user_data = &q;
+  track(ucp_am_send_nbx(p.ep, kAmId, q.buffer.get(), sizeof m, payload, m.bytes, &rp), "a message");
   return true;
 }
 
@@ -363,7 +410,7 @@ bool UcxBackend::advanceFlushes() {
     if (!held_->holding(r)) continue;
     moved |= held_->release(r, p.visible, [&](const OrderedMessages::Held& h) {
       const auto bytes = static_cast<uint32_t>(payloadBytes(h.kind, h.value));
-      return send(r, WireMessage{h.kind, bytes, 0, 0, h.offset, h.kind == kMsgDeliver ? 0 : h.value});
+      return send(r, WireMessage{h.kind, bytes, 0, h.seq, h.offset, h.kind == kMsgDeliver ? 0 : h.value});
     });
     if (held_->holding(r) && !p.flush && !p.failed) {
       const uint64_t covers = held_->putsIssued(r);
@@ -386,20 +433,16 @@ bool UcxBackend::advanceFlushes() {
 
 bool UcxBackend::progress() {
   bool moved = ucp_worker_progress(worker_) != 0;
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    const ucs_status_t s = ucp_request_check_status(it->request);
-    if (s == UCS_INPROGRESS) {
-      ++it;
-      continue;
+  for (Pending* q : done_) {
+    if (q->status != UCS_OK) {
+      noteFault(q->peer, "an operation to rank " + std::to_string(q->peer) + " failed: " + ucsText(q->status));
+      peers_[q->peer].failed = true;
     }
-    if (s != UCS_OK) {
-      noteFault(it->peer, "an operation to rank " + std::to_string(it->peer) + " failed: " + ucsText(s));
-      peers_[it->peer].failed = true;
-    }
-    ucp_request_free(it->request);
-    it = pending_.erase(it);
+    ucp_request_free(q->request);
+    pending_.erase(q->at);
     moved = true;
   }
+  done_.clear();
   moved |= advanceFlushes();
   return moved;
 }
