@@ -61,9 +61,13 @@ def _route(send_counts_ptr, table_ptr, flags_ptr, state_ptr, route_ptr, recv_cou
     bad_recv = (offsets >= 0) & (offsets != first_offset)
     code = tl.where(bad_counts, BAD_COUNTS, tl.where(bad_capacity, BAD_CAPACITY, tl.where(bad_recv, BAD_RECV, 0)))
     code = tl.where(valid, code, 0)
-    bad = tl.max(code, axis=0)
+    # The cause before its effects: a rank's bad send_counts overfill another's recv, so the report
+    # names bad counts where any rank has them, then an overfilled capacity, then a recv block.
+    bad = tl.where(tl.max((code == BAD_COUNTS).to(tl.int32), axis=0) != 0, BAD_COUNTS,
+                   tl.where(tl.max((code == BAD_CAPACITY).to(tl.int32), axis=0) != 0, BAD_CAPACITY,
+                            tl.max(code, axis=0)))
     if bad != 0:
-        at = js == tl.min(tl.where(code != 0, js, WORLD), axis=0)
+        at = js == tl.min(tl.where(code == bad, js, WORLD), axis=0)
         limit = tl.where(bad_counts, sent, tl.where(bad_capacity, caps, first_offset))
         found = tl.where(bad_counts, rowsum, tl.where(bad_capacity, received, offsets))
         wt.report_bad_input(status, tl.sum(tl.where(at, code, 0), axis=0), tl.sum(tl.where(at, js, 0), axis=0),
