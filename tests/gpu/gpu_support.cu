@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -18,6 +19,13 @@ int gpusPresent() {
       if (strncmp(name, "nvidia", 6) == 0 && name[6] >= '0' && name[6] <= '9') ++n;
     }
     closedir(d);
+  }
+  // CUDA_VISIBLE_DEVICES narrows what the ranks see (counted here, not asked of CUDA, so that the
+  // parent initialises no CUDA context before it forks the ranks).
+  if (const char* visible = getenv("CUDA_VISIBLE_DEVICES"); visible && n > 0) {
+    int listed = *visible ? 1 : 0;
+    for (const char* c = visible; *c; ++c) listed += *c == ',';
+    n = std::min(n, listed);
   }
   return n;
 }
