@@ -100,7 +100,7 @@ std::string Snapshot::rowState(size_t i) const {
   return p.ticket == r.ticket && p.startNs != 0 ? "running" : "queued";
 }
 
-bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* why) {
+bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* why, std::vector<uint8_t>* raw) {
   const int fd = openat(dirFd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     *why = errno == ELOOP ? "a symbolic link, not a page" : systemErrorMessage("cannot be opened", errno);
@@ -168,6 +168,26 @@ bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* wh
     *why = "never consistent in " + std::to_string(kReadTries) + " reads (its writer died mid-update?)";
     return false;
   }
+  if (!parsePage(name, buf, out, why)) return false;
+  out->readNs = monotonicNs();
+  liveness(out);
+  if (raw) *raw = std::move(buf);
+  return true;
+}
+
+bool parsePage(const std::string& name, const std::vector<uint8_t>& buf, Snapshot* out, std::string* why) {
+  const uint64_t fileBytes = buf.size();
+  PageHeader h{};
+  if (fileBytes < sizeof h) {
+    *why = "truncated: " + std::to_string(fileBytes) + " bytes, less than a page's header";
+    return false;
+  }
+  memcpy(&h, buf.data(), sizeof h);
+  if (h.magic != kMagic || h.version != kVersion) {
+    *why = h.magic != kMagic ? "not a weft status page (bad magic)"
+                             : "written by another weft version (page version " + std::to_string(h.version) + ")";
+    return false;
+  }
   if (std::string bad = checkHeader(h, fileBytes); !bad.empty()) {
     *why = bad;
     return false;
@@ -175,7 +195,6 @@ bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* wh
   Snapshot s;
   s.name = name;
   s.header = h;
-  s.readNs = monotonicNs();
   const uint8_t* base = buf.data();
   std::vector<OpRow> slots(h.depth);
   std::vector<SlotProgress> progress(h.depth);
@@ -202,7 +221,6 @@ bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* wh
     s.paths.push_back(p <= static_cast<uint8_t>(transport::Path::kProxy) ? static_cast<transport::Path>(p)
                                                                          : transport::Path::kProxy);
   }
-  liveness(&s);
   *out = std::move(s);
   return true;
 }
@@ -254,6 +272,81 @@ std::vector<std::string> removeDead(const std::string& dir) {
   }
   close(dirFd);
   return removed;
+}
+
+namespace {
+constexpr const char* kStreamHead = "weft-pages 1";
+constexpr const char* kRecordHead = "weft-page";
+const char* const kLiveness[] = {"alive", "dead", "dead (pid reused)"};
+}  // namespace
+
+std::string encodePages(const std::string& dir, std::vector<Refusal>* refused) {
+  std::string out = std::string(kStreamHead) + "\n";
+  std::vector<std::string> names;
+  const int dirFd = openListed(dir, &names);
+  if (dirFd < 0) return out;
+  std::string why;
+  for (const std::string& n : names) {
+    if (!endsWith(n, ".page")) continue;
+    Snapshot s;
+    std::vector<uint8_t> raw;
+    if (!readPage(dirFd, n, &s, &why, &raw)) {
+      refused->push_back({n, why});
+      continue;
+    }
+    const int live = s.alive ? 0 : s.liveness == kLiveness[1] ? 1 : 2;
+    out += std::string(kRecordHead) + " " + n + " " + std::to_string(raw.size()) + " " + std::to_string(live) + " " +
+           std::to_string(s.readNs) + "\n";
+    out.append(reinterpret_cast<const char*>(raw.data()), raw.size());
+  }
+  close(dirFd);
+  return out;
+}
+
+Listing decodePages(const std::string& stream, const std::string& source) {
+  Listing out;
+  out.dir = source;
+  size_t at = 0;
+  auto line = [&](std::string* l) {
+    const size_t end = stream.find('\n', at);
+    if (end == std::string::npos || end - at > 512) return false;
+    *l = stream.substr(at, end - at);
+    at = end + 1;
+    return true;
+  };
+  std::string l;
+  if (!line(&l) || l != kStreamHead) {
+    out.refused.push_back({source, "not what weftctl pages writes (or of another version)"});
+    return out;
+  }
+  while (at < stream.size()) {
+    char name[256] = {};
+    unsigned long long bytes = 0, readNs = 0;
+    int live = -1, used = 0;
+    if (!line(&l) || sscanf(l.c_str(), "weft-page %255s %llu %d %llu%n", name, &bytes, &live, &readNs, &used) != 4 ||
+        static_cast<size_t>(used) != l.size() || live < 0 || live > 2 || bytes > kMaxPageBytes ||
+        bytes > stream.size() - at) {
+      out.refused.push_back({source, "a malformed or truncated record after " + std::to_string(out.pages.size()) +
+                                         " pages; the rest is ignored"});
+      break;
+    }
+    const std::vector<uint8_t> raw(stream.begin() + static_cast<std::ptrdiff_t>(at),
+                                   stream.begin() + static_cast<std::ptrdiff_t>(at + bytes));
+    at += bytes;
+    Snapshot s;
+    std::string why;
+    if (!parsePage(name, raw, &s, &why)) {
+      out.refused.push_back({source + ":" + name, why});
+      continue;
+    }
+    // Ages are differences of the page's own host's clock, as of when it was read there.
+    s.readNs = readNs;
+    s.alive = live == 0;
+    s.liveness = kLiveness[live];
+    s.source = source;
+    out.pages.push_back(std::move(s));
+  }
+  return out;
 }
 
 const char* kindName(uint32_t kind) {

@@ -22,6 +22,7 @@ struct Snapshot {
   bool alive = false;
   std::string liveness;  // "alive", "dead", "dead (pid reused)"
   uint64_t readNs = 0;   // when it was read (CLOCK_MONOTONIC)
+  std::string source;    // the host it was gathered from ("": this one)
 
   std::string host() const { return header.host; }
   // An in-flight row's state for people: queued, running (every earlier op had ended), on stream.
@@ -42,8 +43,18 @@ struct Listing {
 
 // Reads every "*.page" of `dir`. Throws weft::Error if the directory is unsafe (status.hpp's rules).
 Listing readDirectory(const std::string& dir);
-// Reads page `name` of the open directory; false and *why if it is refused.
-bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* why);
+// Reads page `name` of the open directory; false and *why if it is refused. `raw`: also its
+// consistent bytes.
+bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* why, std::vector<uint8_t>* raw = nullptr);
+// Checks and parses a page's consistent bytes (alive and readNs are left for the caller).
+bool parsePage(const std::string& name, const std::vector<uint8_t>& bytes, Snapshot* out, std::string* why);
+// Pages carried between hosts (`weftctl pages`, read by `weftctl diagnose --hosts`): each page of
+// `dir` as its consistent bytes, with what this host sees of its process. Pages refused here go to
+// *refused.
+std::string encodePages(const std::string& dir, std::vector<Refusal>* refused);
+// What encodePages wrote on host `source`; every page is checked as one read here is, and a
+// malformed stream is refused, never trusted.
+Listing decodePages(const std::string& stream, const std::string& source);
 // Removes the pages of processes that are gone (and pages they left half made); returns their
 // names. Only the caller's files: the directory is the caller's, and readPage refuses others.
 std::vector<std::string> removeDead(const std::string& dir);

@@ -236,6 +236,60 @@ TEST(Status, QueueShowsTheJobAndDiagnoseNamesTheRankThatNeverSubmitted) {
   EXPECT_TRUE(pageLines(weftctl("queue --json --dir " + scratch.pages).out).empty());
 }
 
+// A job on two nodes: ranks 0-1 keep their pages on one, ranks 2-3 on the other (each a status
+// directory of its own here, reached through a stand-in remote shell). diagnose on the first node
+// alone cannot see rank 3; given the other node, it names rank 3 as the one that never submitted.
+TEST(Status, DiagnoseGathersTheOtherNodesPages) {
+  Scratch scratch;
+  const std::string go = scratch.root + "/go", nodeA = scratch.root + "/nodeA", nodeB = scratch.root + "/nodeB";
+  // The stand-in for ssh: runs the command here, with the "host"'s status directory.
+  const std::string rsh = scratch.root + "/rsh";
+  std::ofstream(rsh) << "#!/bin/sh\nhost=\"$1\"; shift\n"
+                     << "[ \"$host\" = down ] && exit 255\n"
+                     << "WEFT_STATUS_DIR=" << scratch.root << "/$host exec sh -c \"$*\"\n";
+  ASSERT_EQ(chmod(rsh.c_str(), 0700), 0);
+  Job job(scratch, 4, [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_STATUS_DIR", (rank < 2 ? nodeA : nodeB).c_str(), 1);
+    weft_config_t config = patientConfig();
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    std::vector<float> x(kStuckCount, 1.0f);
+    WEFT_ASSERT_OK(weft_alltoall(comm, x.data(), y, 100, WEFT_FLOAT32, nullptr));
+    if (rank == 3) waitForFile(go);
+    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, kStuckCount, WEFT_FLOAT32, nullptr));
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  });
+  queueUntil(nodeA, [](const std::vector<std::string>& lines) {
+    return lines.size() == 2 && countWith(lines, "\"state\":\"running\"") == 2;
+  });
+  queueUntil(nodeB, [](const std::vector<std::string>& lines) {
+    return lines.size() == 2 && countWith(lines, "\"state\":\"running\"") == 1;
+  });
+  const CliRun alone = weftctl("diagnose --json --dir " + nodeA);
+  EXPECT_NE(alone.out.find("\"cause\":\"in_progress\",\"ranks\":[],\"waiting\":[0,1]"), std::string::npos) << alone.out;
+  EXPECT_NE(alone.out.find("ranks 2 and 3, which have no page here"), std::string::npos) << alone.out;
+
+  const std::string hostfile = scratch.root + "/hosts";
+  std::ofstream(hostfile) << "# the job's nodes\nnodeB slots=2\n\nnodeB\ndown\n";
+  const CliRun both = weftctl("diagnose --json --dir " + nodeA + " --hostfile " + hostfile + " --rsh " + rsh);
+  EXPECT_EQ(both.status, 0) << both.out;
+  EXPECT_NE(both.out.find("\"op\":1,\"cause\":\"never_submitted\",\"ranks\":[3],\"waiting\":[0,1,2]"),
+            std::string::npos)
+      << both.out;
+  EXPECT_NE(both.out.find("Rank 3 never submitted op #1"), std::string::npos) << both.out;
+  // The node that did not answer is named, and the rest is explained anyway.
+  EXPECT_NE(both.out.find("refused down: gathering failed"), std::string::npos) << both.out;
+  const CliRun listed = weftctl("diagnose --dir " + nodeA + " --hosts nodeB --rsh " + rsh);
+  EXPECT_NE(listed.out.find("pages of ranks 0, 1, 2 and 3 from 1 node ("), std::string::npos) << listed.out;
+  // A host that is no host name is refused before anything runs.
+  const CliRun odd = weftctl("diagnose --dir " + nodeA + " --hosts 'a;b' --rsh " + rsh);
+  EXPECT_NE(odd.status, 0);
+  EXPECT_NE(odd.out.find("host 'a;b' is not a plain host name"), std::string::npos) << odd.out;
+  EXPECT_TRUE(job.finish());
+}
+
 // Ranks 0-2 call an AllReduce where rank 3 calls an All-to-All; an abort ends the hang.
 TEST(Status, DiagnoseExplainsRanksThatCalledDifferentOps) {
   Scratch scratch;

@@ -179,6 +179,47 @@ TEST(StatusPage, DamagedPagesAreRefusedOrReadNeverCrash) {
   EXPECT_GT(refused, 200);
 }
 
+// What `weftctl pages` prints on one node reads back on another, page for page, with what that
+// node saw of each process; a damaged or cut stream is refused, never trusted, never a crash.
+TEST(StatusPage, PagesCarriedBetweenHostsReadBackOrAreRefused) {
+  TempDir dir;
+  auto a = Page::create(dir.pages, identity(0, 2), 4);
+  auto b = Page::create(dir.pages, identity(1, 2), 4);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  a->submitted(0, allReduce(10), 40, false);
+  std::vector<Refusal> refused;
+  const std::string stream = encodePages(dir.pages, &refused);
+  EXPECT_TRUE(refused.empty());
+  const Listing here = readDirectory(dir.pages);
+  const Listing there = decodePages(stream, "node7");
+  EXPECT_TRUE(there.refused.empty()) << there.refused[0].why;
+  ASSERT_EQ(there.pages.size(), here.pages.size());
+  for (size_t i = 0; i < here.pages.size(); ++i) {
+    EXPECT_EQ(there.pages[i].source, "node7");
+    EXPECT_EQ(there.pages[i].header.rank, here.pages[i].header.rank);
+    EXPECT_EQ(there.pages[i].inFlight.size(), here.pages[i].inFlight.size());
+    EXPECT_TRUE(there.pages[i].alive);
+    // Ages stay differences of the page's own host's clock.
+    EXPECT_GE(there.pages[i].readNs, there.pages[i].header.createdNs);
+  }
+  // Cut anywhere, or damaged anywhere: refused in part or whole, never a crash.
+  std::mt19937_64 rng(777);
+  for (int i = 0; i < 300; ++i) {
+    std::string bad = stream;
+    if (i % 2) {
+      bad.resize(rng() % bad.size());
+    } else {
+      for (int f = 0; f < 4; ++f) bad[rng() % bad.size()] = static_cast<char>(rng());
+    }
+    const Listing r = decodePages(bad, "node7");
+    EXPECT_LE(r.pages.size(), here.pages.size());
+    if (r.pages.size() < here.pages.size()) EXPECT_FALSE(r.refused.empty());
+  }
+  EXPECT_FALSE(decodePages("", "node7").refused.empty());
+  EXPECT_FALSE(decodePages("weft-pages 1\nweft-page x.page 99999999999 0 1\n", "node7").refused.empty());
+}
+
 TEST(StatusPage, UnsafeDirectoriesAreRefused) {
   TempDir dir;
   ASSERT_EQ(mkdir(dir.pages.c_str(), 0755), 0);

@@ -78,9 +78,9 @@ std::string nowDoing(const st::Snapshot& s) {
          secondsText(s.readNs - std::max(s.header.updatedNs, s.header.createdNs)) + ")";
 }
 
-const char* const kNoPage = "destroyed, on another node, or status_pages=0";
-
-Verdict judge(const std::vector<const st::Snapshot*>& pages) {
+Verdict judge(const std::vector<const st::Snapshot*>& pages, bool gathered) {
+  const char* const kNoPage =
+      gathered ? "destroyed, on a node not asked, or status_pages=0" : "destroyed, on another node, or status_pages=0";
   Verdict v;
   const int nranks = pages.front()->header.nranks;
   std::vector<int> present, dead;
@@ -91,8 +91,17 @@ Verdict judge(const std::vector<const st::Snapshot*>& pages) {
   std::vector<int> absent;
   for (int r = 0; r < nranks; ++r)
     if (std::find(present.begin(), present.end(), r) == present.end()) absent.push_back(r);
+  std::vector<std::string> hosts;
+  for (const st::Snapshot* s : pages)
+    if (std::find(hosts.begin(), hosts.end(), s->host()) == hosts.end()) hosts.push_back(s->host());
+  std::string where = "on this node";
+  if (gathered) {
+    where = "from " + std::to_string(hosts.size()) + (hosts.size() == 1 ? " node (" : " nodes (");
+    for (size_t i = 0; i < hosts.size(); ++i) where += (i ? ", " : "") + hosts[i];
+    where += ")";
+  }
   std::string head = "Communicator " + commHex(pages.front()->header.commId) + " (" + std::to_string(nranks) +
-                     " ranks; pages of " + rankList(present) + " on this node)";
+                     " ranks; pages of " + rankList(present) + " " + where + ")";
   // The op to explain: the oldest any rank still waits on, else the oldest that failed.
   int64_t op = -1;
   for (const st::Snapshot* s : pages) {
@@ -201,16 +210,32 @@ std::string intList(const std::vector<int>& v) {
 }  // namespace
 
 int runDiagnose(const DiagnoseOptions& o) {
-  const st::Listing l = st::readDirectory(o.dir);
-  for (const st::Refusal& r : l.refused)
-    std::fprintf(stderr, "weftctl: refused %s/%s: %s\n", l.dir.c_str(), r.name.c_str(), r.why.c_str());
+  std::vector<st::Listing> listings{st::readDirectory(o.dir)};
+  const bool gathered = o.gather.any();
+  if (gathered)
+    for (st::Listing& l : gatherRemote(o.gather)) listings.push_back(std::move(l));
   std::map<uint64_t, std::vector<const st::Snapshot*>> jobs;
-  for (const st::Snapshot& s : l.pages)
-    if (commMatches(s.header.commId, o.comm)) jobs[s.header.commId].push_back(&s);
-  if (o.json) std::printf("{\"dir\":%s,\"communicators\":[", jsonString(l.dir).c_str());
+  for (const st::Listing& l : listings) {
+    for (const st::Refusal& r : l.refused)
+      std::fprintf(stderr, "weftctl: refused %s%s%s: %s\n", l.dir.c_str(), r.name == l.dir ? "" : "/",
+                   r.name == l.dir ? "" : r.name.c_str(), r.why.c_str());
+    for (const st::Snapshot& s : l.pages) {
+      if (!commMatches(s.header.commId, o.comm)) continue;
+      // A node listed twice, or this node reached again: each rank's page once.
+      auto& job = jobs[s.header.commId];
+      const bool seen = std::any_of(job.begin(), job.end(), [&](const st::Snapshot* p) {
+        return p->header.rank == s.header.rank && p->header.pid == s.header.pid && p->host() == s.host();
+      });
+      if (!seen) job.push_back(&s);
+    }
+  }
+  for (auto& [id, pages] : jobs)
+    std::stable_sort(pages.begin(), pages.end(),
+                     [](const st::Snapshot* a, const st::Snapshot* b) { return a->header.rank < b->header.rank; });
+  if (o.json) std::printf("{\"dir\":%s,\"communicators\":[", jsonString(o.dir).c_str());
   bool first = true;
   for (const auto& [id, pages] : jobs) {
-    const Verdict v = judge(pages);
+    const Verdict v = judge(pages, gathered);
     if (o.json)
       std::printf("%s\n{\"comm\":%s,\"op\":%" PRId64 ",\"cause\":%s,\"ranks\":%s,\"waiting\":%s,\"explanation\":%s}",
                   first ? "" : ",", jsonString(commHex(id)).c_str(), v.op, jsonString(v.cause).c_str(),
@@ -221,8 +246,8 @@ int runDiagnose(const DiagnoseOptions& o) {
   }
   if (o.json) std::printf("\n]}\n");
   if (jobs.empty()) {
-    std::fprintf(stderr, "weftctl: no status page%s in %s\n", o.comm.empty() ? "" : (" of comm " + o.comm).c_str(),
-                 l.dir.c_str());
+    std::fprintf(stderr, "weftctl: no status page%s in %s%s\n", o.comm.empty() ? "" : (" of comm " + o.comm).c_str(),
+                 o.dir.c_str(), gathered ? " or on the nodes asked" : "");
     return 1;
   }
   return 0;

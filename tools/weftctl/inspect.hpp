@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/status_read.hpp"
 
@@ -22,12 +23,28 @@ struct QueueOptions {
 int runQueue(const QueueOptions& o);
 int runClean(const std::string& dir);
 
+// Where the pages of a job's other nodes come from: each host runs `weftctl pages` (through `rsh`
+// for hosts and a host file, through srun for a Slurm job), within timeoutS.
+struct GatherOptions {
+  std::vector<std::string> hosts;
+  std::string hostfile;
+  std::string slurmJob;
+  std::string rsh = "ssh -o BatchMode=yes";
+  double timeoutS = 30;
+  bool any() const { return !hosts.empty() || !hostfile.empty() || !slurmJob.empty(); }
+};
+// One listing per other host (this host's pages are read from the directory, not gathered).
+std::vector<weft::status::Listing> gatherRemote(const GatherOptions& o);
+
 struct DiagnoseOptions {
   std::string dir;
   std::string comm;
   bool json = false;
+  GatherOptions gather;
 };
 int runDiagnose(const DiagnoseOptions& o);
+// `weftctl pages`: this node's pages on stdout (status_read.hpp's encodePages), for diagnose.
+int runPages(const std::string& dir);
 
 struct MetricsOptions {
   std::string dir;

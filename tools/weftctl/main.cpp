@@ -146,6 +146,19 @@ int main(int argc, char** argv) {
   diagnose->add_option("--comm", diag.comm, "Only this communicator (its id, or leading hex digits of it)");
   diagnose->add_flag("--json", diag.json, "JSON for scripts: the cause, the ranks it names, the paragraph");
   diagnose->add_option("--dir", diag.dir, "Status directory (default: status_dir's)");
+  // The job's other nodes: each runs `weftctl pages` (the same installation's path).
+  diagnose->add_option("--hosts", diag.gather.hosts, "Also the pages of these hosts (comma list), through --rsh")
+      ->delimiter(',');
+  diagnose->add_option("--hostfile", diag.gather.hostfile, "Also the pages of the hosts in this file (one a line)");
+  diagnose->add_option("--slurm-job", diag.gather.slurmJob, "Also the pages of every node of this Slurm job (srun)");
+  if (const char* rsh = getenv("WEFTCTL_RSH"); rsh && *rsh) diag.gather.rsh = rsh;
+  diagnose->add_option("--rsh", diag.gather.rsh,
+                       "Remote shell for --hosts and --hostfile (default: $WEFTCTL_RSH, else ssh -o BatchMode=yes)");
+  diagnose->add_option("--timeout", diag.gather.timeoutS, "Seconds each node may take to answer")
+      ->check(CLI::Range(1.0, 3600.0));
+  std::string pagesDir;
+  auto* pages = app.add_subcommand("pages", "This node's status pages as weftctl diagnose --hosts reads them");
+  pages->add_option("--dir", pagesDir, "Status directory (default: status_dir's)");
   weftctl::MetricsOptions metricsOpts;
   auto* metrics = app.add_subcommand("metrics", "The pages' counters in the Prometheus text exposition format");
   metrics->add_option("--comm", metricsOpts.comm, "Only this communicator (its id, or leading hex digits of it)");
@@ -165,13 +178,14 @@ int main(int argc, char** argv) {
       statusOpts.trustedUids = weft::parseIdList("service_trust_uids", settings.getString("service_trust_uids"));
       return weftctl::runStatus(statusOpts);
     }
-    if (*queue || *clean || *diagnose || *metrics) {
+    if (*queue || *clean || *diagnose || *metrics || *pages) {
       const std::string dir = weft::status::directory(weft::Settings::resolve().getString("status_dir"));
       if (queueOpts.dir.empty()) queueOpts.dir = dir;
       if (metricsOpts.dir.empty()) metricsOpts.dir = dir;
       if (*queue) return weftctl::runQueue(queueOpts);
       if (*metrics) return weftctl::runMetrics(metricsOpts);
       if (*clean) return weftctl::runClean(cleanDir.empty() ? dir : cleanDir);
+      if (*pages) return weftctl::runPages(pagesDir.empty() ? dir : pagesDir);
       if (diag.dir.empty()) diag.dir = dir;
       return weftctl::runDiagnose(diag);
     }
