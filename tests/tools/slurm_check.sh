@@ -86,6 +86,11 @@ timeout 20 bash -c "until $weftctl status >/dev/null 2>&1; do sleep 0.1; done" |
 WEFT_SERVICE=on WEFT_LOG_LEVEL=info srun --overlap -n 4 $demo
 rc=\$?
 $weftctl status
+# diagnose gathers the job's nodes through srun: the job has ended its communicators, so no page,
+# and no node that failed to answer.
+why=\$($weftctl diagnose --slurm-job \$SLURM_JOB_ID 2>&1)
+echo "\$why"
+grep -q "or on the nodes asked" <<<"\$why" && ! grep -q "gathering failed\|refused" <<<"\$why" || rc=1
 kill -TERM \$daemon
 wait \$daemon
 exit \$rc

@@ -123,7 +123,9 @@ std::vector<st::Listing> gatherRemote(const GatherOptions& o) {
   std::vector<std::string> done;
   const std::string self = quoted(selfPath()) + " pages";
   for (const std::string& h : hostsOf(o)) {
-    if (isThisHost(h) || std::find(done.begin(), done.end(), h) != done.end()) continue;
+    // This node's pages are read from its directory; a Slurm job's node list is taken whole (this
+    // node is one of them only inside the job, and srun reaches it as any other).
+    if ((o.slurmJob.empty() && isThisHost(h)) || std::find(done.begin(), done.end(), h) != done.end()) continue;
     done.push_back(h);
     // Every wait is bounded: a node that does not answer in time is reported, not waited for.
     const std::string t = bounded(o.timeoutS);
