@@ -144,23 +144,27 @@ weft_config_t patientConfig() {
 
 constexpr int64_t kStuckCount = 100000;  // floats: above the one-shot size, so a reduce-scatter AllReduce
 
+// A 4-rank job's rank: two ops every rank ends, then an AllReduce (op #2) that rank 3 joins only
+// once `go` exists.
+void rankThreeLate(int rank, int n, const weft_unique_id_t& id, const std::string& go) {
+  weft_config_t config = patientConfig();
+  weft_comm_t comm = initRank(rank, n, id, &config);
+  ASSERT_NE(comm, nullptr);
+  void* y = nullptr;
+  WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+  std::vector<float> x(kStuckCount, 1.0f);
+  WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, 1000, WEFT_FLOAT32, nullptr));
+  WEFT_ASSERT_OK(weft_alltoall(comm, x.data(), y, 100, WEFT_FLOAT32, nullptr));
+  if (rank == 3) waitForFile(go);
+  WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, kStuckCount, WEFT_FLOAT32, nullptr));
+  WEFT_ASSERT_OK(weft_comm_destroy(comm));
+}
+
 // A 4-rank job: two ops every rank ends, then an AllReduce that rank 3 joins only once released.
 TEST(Status, QueueShowsTheJobAndDiagnoseNamesTheRankThatNeverSubmitted) {
   Scratch scratch;
   const std::string go = scratch.root + "/go";
-  Job job(scratch, 4, [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_config_t config = patientConfig();
-    weft_comm_t comm = initRank(rank, n, id, &config);
-    ASSERT_NE(comm, nullptr);
-    void* y = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
-    std::vector<float> x(kStuckCount, 1.0f);
-    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, 1000, WEFT_FLOAT32, nullptr));
-    WEFT_ASSERT_OK(weft_alltoall(comm, x.data(), y, 100, WEFT_FLOAT32, nullptr));
-    if (rank == 3) waitForFile(go);
-    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, kStuckCount, WEFT_FLOAT32, nullptr));
-    WEFT_ASSERT_OK(weft_comm_destroy(comm));
-  });
+  Job job(scratch, 4, [&](int rank, int n, const weft_unique_id_t& id) { rankThreeLate(rank, n, id, go); });
   const std::string json = queueUntil(scratch.pages, [](const std::vector<std::string>& lines) {
     return lines.size() == 4 && countWith(lines, "\"slots\":[{\"ticket\":2,") == 3 &&
            countWith(lines, "\"state\":\"running\"") == 3;
@@ -250,16 +254,7 @@ TEST(Status, DiagnoseGathersTheOtherNodesPages) {
   ASSERT_EQ(chmod(rsh.c_str(), 0700), 0);
   Job job(scratch, 4, [&](int rank, int n, const weft_unique_id_t& id) {
     setenv("WEFT_STATUS_DIR", (rank < 2 ? nodeA : nodeB).c_str(), 1);
-    weft_config_t config = patientConfig();
-    weft_comm_t comm = initRank(rank, n, id, &config);
-    ASSERT_NE(comm, nullptr);
-    void* y = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
-    std::vector<float> x(kStuckCount, 1.0f);
-    WEFT_ASSERT_OK(weft_alltoall(comm, x.data(), y, 100, WEFT_FLOAT32, nullptr));
-    if (rank == 3) waitForFile(go);
-    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, kStuckCount, WEFT_FLOAT32, nullptr));
-    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    rankThreeLate(rank, n, id, go);
   });
   queueUntil(nodeA, [](const std::vector<std::string>& lines) {
     return lines.size() == 2 && countWith(lines, "\"state\":\"running\"") == 2;
@@ -275,10 +270,10 @@ TEST(Status, DiagnoseGathersTheOtherNodesPages) {
   std::ofstream(hostfile) << "# the job's nodes\nnodeB slots=2\n\nnodeB\ndown\n";
   const CliRun both = weftctl("diagnose --json --dir " + nodeA + " --hostfile " + hostfile + " --rsh " + rsh);
   EXPECT_EQ(both.status, 0) << both.out;
-  EXPECT_NE(both.out.find("\"op\":1,\"cause\":\"never_submitted\",\"ranks\":[3],\"waiting\":[0,1,2]"),
+  EXPECT_NE(both.out.find("\"op\":2,\"cause\":\"never_submitted\",\"ranks\":[3],\"waiting\":[0,1,2]"),
             std::string::npos)
       << both.out;
-  EXPECT_NE(both.out.find("Rank 3 never submitted op #1"), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("Rank 3 never submitted op #2"), std::string::npos) << both.out;
   // The node that did not answer is named, and the rest is explained anyway.
   EXPECT_NE(both.out.find("refused down: gathering failed"), std::string::npos) << both.out;
   const CliRun listed = weftctl("diagnose --dir " + nodeA + " --hosts nodeB --rsh " + rsh);
