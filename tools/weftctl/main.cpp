@@ -47,6 +47,11 @@ void printInfo(bool settings) {
     std::printf("  %s\n", backends.substr(at, end - at).c_str());
     at = end + 1;
   }
+  const int64_t lanes = s.getInt("proxy_lanes");
+  std::printf("proxy lanes: %s\n",
+              lanes > 0 ? (std::to_string(lanes) + " (proxy_lanes), the fewest any rank asks for").c_str()
+                        : "auto (proxy_lanes 0): 1 to 4 where the back-end's writes are CPU copies (tcp, shm), by "
+                          "the CPUs per rank of the host; 1 over an RDMA NIC; each rank logs how many at init");
   const int64_t cpu = s.getInt("proxy_cpu");
   std::printf("proxy thread: %s\n", cpu < 0
                                         ? "not bound (proxy_cpu -1): the OS places it; each rank logs its PU at init"
