@@ -93,16 +93,16 @@ std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* 
     const auto ahead = static_cast<int32_t>(m.seq - s.next);
     // One from before the first missing one, or seen already, is impossible on a reliable
     // transport; one further ahead than the window is a sender gone wrong.
-    if (ahead < 0 || (ahead > 0 && !s.ahead.empty() && s.ahead[m.seq % kEarlyMax] != kMissing))
-      return "message " + std::to_string(m.seq) + " from rank " + std::to_string(m.from) + " arrived twice";
-    if (static_cast<uint32_t>(ahead) >= kEarlyMax)
+    if (ahead >= 0 && static_cast<uint32_t>(ahead) >= kEarlyMax)
       return "rank " + std::to_string(m.from) + "'s messages arrived more than " + std::to_string(kEarlyMax) +
              " out of order";
+    if (ahead < 0 || (ahead > 0 && !s.ahead.empty() && s.ahead[m.seq % kEarlyMax] != kMissing))
+      return "message " + std::to_string(m.seq) + " from rank " + std::to_string(m.from) + " arrived twice";
     if (isSignal(m.kind)) {
       if (ahead == 0) return advance(heap, s, applyMessage(heap, m, payload, payloadBytes));
       if (s.ahead.empty()) s.ahead.assign(kEarlyMax, kMissing);
       s.ahead[m.seq % kEarlyMax] = kHeldSignal;
-      s.signals.push_back(m);
+      s.signals.emplace(m.seq, m);
       return "";
     }
   }
@@ -124,9 +124,8 @@ std::string ArrivalOrder::advance(Region heap, Sender& s, std::string bad) {
     if (state == kApplied) {
       --s.appliedAhead;
     } else if (state == kHeldSignal) {
-      const auto it =
-          std::find_if(s.signals.begin(), s.signals.end(), [&](const WireMessage& w) { return w.seq == s.next; });
-      const std::string b = applyMessage(heap, *it, nullptr, 0);
+      const auto it = s.signals.find(s.next);
+      const std::string b = applyMessage(heap, it->second, nullptr, 0);
       if (bad.empty()) bad = b;
       s.signals.erase(it);
     } else {

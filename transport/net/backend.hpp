@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace weft::transport {
@@ -164,10 +165,10 @@ class ArrivalOrder {
  private:
   enum State : uint8_t { kMissing = 0, kApplied = 1, kHeldSignal = 2 };
   struct Sender {
-    uint32_t next = 0;                 // every message before this one is applied
-    std::vector<uint8_t> ahead;        // State by seq % kEarlyMax; allocated when one first comes early
-    size_t appliedAhead = 0;           // kApplied entries in `ahead`
-    std::vector<WireMessage> signals;  // held signals
+    uint32_t next = 0;           // every message before this one is applied
+    std::vector<uint8_t> ahead;  // State by seq % kEarlyMax; allocated when one first comes early
+    size_t appliedAhead = 0;     // kApplied entries in `ahead`
+    std::unordered_map<uint32_t, WireMessage> signals;  // held, by seq
   };
   // Under mutex_: s.next is applied (`bad`: what applying it said); then every message of `s`
   // whose turn has come. Returns the first error text.

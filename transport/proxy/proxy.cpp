@@ -70,10 +70,6 @@ uint64_t hostHash() {
   return std::hash<std::string>{}(name);
 }
 
-// Messages a lane may have queued and in flight before the ring waits: bounds how far lanes get
-// ahead of each other (the receiver keeps ArrivalOrder::kEarlyMax) and the memory they hold.
-constexpr uint64_t kLaneLoadMax = 1024;
-
 }  // namespace
 
 int lanesWanted(int setting, bool copiesWrites, int cpus, int ranksOnHost) {
@@ -94,6 +90,7 @@ Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, co
   try {
     start(ex, heap, options);
   } catch (...) {
+    stop(false);     // threads that started, if a later step failed
     lanes_.clear();  // its registrations go before the memory they name
     unmapAll();
     throw;
@@ -168,11 +165,30 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
     for (int q = 0; q < nranks_; ++q) onHost += all[q].host == all[r].host;
     lanes = std::min(lanes, lanesWanted(all[r].lanes, all[r].copiesWrites != 0, all[r].cpus, onHost));
   }
-  for (int i = 1; i < lanes; ++i) {
-    lanes_.push_back(std::make_unique<Lane>());
-    lanes_[i]->backend = makeBackend(backend_->name());
-    lanes_[i]->backend->open(viaProxy_, heap, mirrors_, arrivals_.get());
+  // A lane that fails to open on one rank fails every rank here, before anything collective that
+  // the others would wait in.
+  char laneError[256] = {};
+  try {
+    for (int i = 1; i < lanes; ++i) {
+      lanes_.push_back(std::make_unique<Lane>());
+      lanes_[i]->backend = makeBackend(backend_->name());
+      lanes_[i]->backend->open(viaProxy_, heap, mirrors_, arrivals_.get());
+    }
+  } catch (const Error& e) {
+    snprintf(laneError, sizeof laneError, "%s", e.what());
   }
+  std::vector<char> laneErrors(sizeof laneError * nranks_);
+  ex.allGather(laneError, sizeof laneError, laneErrors.data());
+  for (int r = 0; r < nranks_; ++r) {
+    char* why = laneErrors.data() + r * sizeof laneError;
+    why[sizeof laneError - 1] = '\0';
+    if (why[0])
+      throw Error(r == ex.rank() ? Code::kSystem : Code::kTransport,
+                  "the host proxy: rank " + std::to_string(r) + " could not open its " + std::to_string(lanes) +
+                      " lanes (proxy_lanes): " + why);
+  }
+  laneLoadMax_ = std::max<uint64_t>(64, ArrivalOrder::kEarlyMax / (4 * static_cast<uint64_t>(lanes)));
+  patienceNs_ = static_cast<uint64_t>(options.timeoutS * 1e9);
   // A put goes in a message only where one message holds it (ofi: within rxm's eager buffer);
   // with several lanes every byte does.
   messageBytes_ = backend_->messageBytes();
@@ -348,6 +364,7 @@ void Proxy::sendRun(int peer, uint64_t offset, uint64_t bytes) {
 
 void Proxy::dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
   const uint32_t seq = sent_[peer]++;
+  if (lanes_.size() > 1) waitForRoom();
   size_t best = 0;
   uint64_t least = backend_->outstanding();
   for (size_t i = 1; i < lanes_.size() && least != 0; ++i)
@@ -365,10 +382,28 @@ void Proxy::dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
   lane.incoming.push_back(Command{peer, kind, offset, value, seq});
 }
 
-uint64_t Proxy::lanesLoad() const {
-  uint64_t least = backend_->outstanding();
-  for (size_t i = 1; i < lanes_.size(); ++i) least = std::min(least, lanes_[i]->load());
-  return least;
+uint64_t Proxy::lanesLoad(bool most) const {
+  uint64_t load = backend_->outstanding();
+  for (size_t i = 1; i < lanes_.size(); ++i)
+    load = most ? std::max(load, lanes_[i]->load()) : std::min(load, lanes_[i]->load());
+  return load;
+}
+
+// Every lane at its fill: progress this thread's lane until one has room. A lane that takes
+// nothing for timeout_s (its peer gone, its thread stuck) is a fault, and then the message is
+// given to it anyway: the op fails by that fault, and nothing waits unbounded here.
+void Proxy::waitForRoom() {
+  if (lanesLoad(false) < laneLoadMax_) return;
+  const uint64_t since = gpu::nowNs();
+  while (lanesLoad(false) >= laneLoadMax_) {
+    backend_->progress();
+    if (const auto f = backend_->fault(); f) noteFault(*f);
+    if ((stop_.load(std::memory_order_relaxed) && !drain_.load(std::memory_order_relaxed)) || fault()) return;
+    if (gpu::nowNs() - since > patienceNs_) {
+      noteFault(PeerFault{-1, "the host proxy's lanes took no message for timeout_s"});
+      return;
+    }
+  }
 }
 
 // Whether the next slot holds a committed trigger. The engine has stopped when this is asked (no
@@ -383,8 +418,10 @@ uint32_t Proxy::drainRing() {
   const uint32_t depth = depth_;
   uint32_t n = 0;
   for (; n < depth; ++n) {
-    // Lanes that all have their fill: the device waits in the ring until one has room.
-    if (lanes_.size() > 1 && lanesLoad() >= kLaneLoadMax) break;
+    // A lane at its fill: the device waits in the ring. The fullest lane, not the emptiest, so
+    // that one slow lane holds back the others, and no sender's messages run further ahead of its
+    // oldest one in flight than the receiver keeps (ArrivalOrder::kEarlyMax).
+    if (lanes_.size() > 1 && lanesLoad(true) >= laneLoadMax_) break;
     dev::Trigger* t = &ring_[taken_ & (depth - 1)];
     const uint64_t w0 = gpu::atomicLoad<gpu::Order::kAcquire>(&t->w0);
     if ((w0 & dev::kTriggerCommit) != dev::commitFor(taken_, depth)) break;
@@ -455,6 +492,8 @@ void Proxy::runLane(Lane& lane) {
     }
     for (const Command& c : batch) b.message(c.peer, c.kind, c.offset, c.value, c.seq);
     const bool took = !batch.empty();
+    // In flight first, then no longer queued: load() never reads low while a command moves.
+    lane.inFlight.store(b.outstanding(), std::memory_order_relaxed);
     lane.queued.fetch_sub(batch.size(), std::memory_order_relaxed);
     batch.clear();
     const bool moved = b.progress() || took;

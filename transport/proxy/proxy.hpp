@@ -56,7 +56,8 @@ class Proxy {
   // `tailSeen` are words in device memory, zeroed (only producers use them: the host never reads
   // the head, it finds the committed slots by their commit bits).
   dev::ProxyView deviceView(uint8_t* shared, uint64_t* head, uint64_t* tailSeen) const;
-  // Called once, from the proxy thread, with the first fault (at once if one came already).
+  // Called once, from the proxy thread or a lane's, with the first fault (at once if one came
+  // already); calls are serialized.
   void onFault(std::function<void(const PeerFault&)> sink);
   std::optional<PeerFault> fault() const;
   // The back-end, the lanes, and where the thread runs.
@@ -92,7 +93,9 @@ class Proxy {
   void run();
   void runLane(Lane& lane);
   bool committed() const;
-  uint64_t lanesLoad() const;
+  // The emptiest lane's load, or the fullest's.
+  uint64_t lanesLoad(bool most) const;
+  void waitForRoom();
   uint32_t drainRing();
   void take(uint64_t w0, uint64_t w1);
   // A heap message to `peer`, cut to the lanes' message size, each piece numbered and given to the
@@ -112,6 +115,8 @@ class Proxy {
   NetBackend* backend_ = nullptr;  // the first lane's, driven by the proxy thread
   std::vector<uint32_t> sent_;     // heap messages numbered per peer
   uint64_t messageBytes_ = kMsgPayloadMax;
+  uint64_t laneLoadMax_ = 1024;  // messages a lane may hold queued and in flight
+  uint64_t patienceNs_ = 30'000'000'000ull;
   // The ring, its tail and the peer flags in one mapping (deviceShared()); the producers' head and
   // their cached tail here for the CPU backend's view_ (on a GPU in device memory).
   Region shared_;

@@ -341,18 +341,23 @@ void UcxBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t valu
   held_->hold(peer, kind, offset, value, seq);
 }
 
-// tcp and shared memory copy on both hosts; a site with an RDMA device (UCX_TLS unset or naming
-// one of its transports) writes by its NIC.
+// tcp and shared memory copy on both hosts; a site with an RDMA device (UCX_TLS unset, "all", an
+// exclusion list, or naming one of its transports) writes by its NIC.
 bool UcxBackend::copiesWrites() const {
   const char* tls = getenv("UCX_TLS");
-  std::string t = tls ? tls : "";
-  if (t.empty() || t == "all") {
+  const std::string list = tls ? tls : "";
+  if (list.empty() || list == "all" || list[0] == '^') {
     std::error_code ec;
     return !std::filesystem::exists("/sys/class/infiniband", ec) ||
            std::filesystem::is_empty("/sys/class/infiniband", ec);
   }
-  for (const char* rdma : {"rc", "dc", "ud", "ib", "mlx", "gga", "srd"})
-    if (t.find(rdma) != std::string::npos) return false;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string name = list.substr(at, end - at);
+    for (const char* rdma : {"rc", "dc", "ud", "ib", "mlx5", "gga"})
+      if (name == rdma || name.rfind(std::string(rdma) + "_", 0) == 0) return false;
+    at = end + 1;
+  }
   return true;
 }
 
