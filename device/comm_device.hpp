@@ -38,7 +38,7 @@ struct CommView {
 };
 // Every kernel takes the view by value, and the GEMV kernel sits at its register limit: 8 more
 // bytes here once moved ptxas to 1 KB more stack in it and made the fused GEMV 20% slower
-// (docs/perf.md, session 15). Grow the view only with a GEMV benchmark run beside it.
+// (docs/archive/perf-journal-2026-11.md). Grow the view only with a GEMV benchmark run beside it.
 static_assert(sizeof(CommView) == 88, "CommView is in every kernel's parameters: see the note above");
 
 // An op's protocol numbers, the same on every rank (from OpCounters, engine_device.hpp).

@@ -43,7 +43,7 @@
 // A kernel's bound on its block size, where one matters to the compiler: HIP's sizes a kernel's
 // registers for 1024-thread blocks unless told otherwise, which caps a lane at 128 VGPRs (on gfx90a
 // the GEMV kernel spilled 662 of them to scratch). CUDA's ptxas already allows a thread 255
-// registers, and the kernels' register use there is as measured (docs/perf.md): unchanged.
+// registers, and the kernels' register use there is as measured (docs/archive/perf-journal-2026-11.md): unchanged.
 #if defined(WEFT_BACKEND_HIP)
 #define WEFT_BLOCK_BOUNDS __launch_bounds__(weft::gpu::kBlockThreads)
 #else

@@ -85,7 +85,7 @@ struct HeapLayout {
   // given parity: each area holds an input of oneShotBytes. Apart from the 8-byte lines above: a
   // stale 128-byte line holds raw payload, which an 8-byte line's reader could take for a flag.
   // (Sized from oneShotBytes, not a field of its own: the layout travels in every kernel's
-  // parameters, and 8 more bytes of them cost the GEMV kernel 1 KB of stack, docs/perf.md.)
+  // parameters, and 8 more bytes of them cost the GEMV kernel 1 KB of stack: docs/archive/perf-journal-2026-11.md.)
   WEFT_HOST_DEVICE uint64_t lineDataOffset(int peer, uint32_t parity) const {
     return oneShotDataOffset(static_cast<int>(nranks), 0) +
            (static_cast<uint64_t>(peer) * 2 + parity) * lineScratchBytes();

@@ -80,7 +80,7 @@ void checkAgree(const std::vector<RankInfo>& all, uint64_t RankInfo::*field, con
 // Tiles are the unit of parallelism (a worker takes one at a time): a stream of `bytes` is cut into
 // about `targetTiles` of them, each at least kMinTileBytes and at most the inbox slot (tile_bytes),
 // a multiple of 256 bytes. A function of the op alone, so every rank cuts alike. The targets were
-// measured on 4 x H200 (docs/perf.md): 64 per AllReduce shard, 32 per All-to-All send buffer.
+// measured on 4 x H200 (docs/archive/perf-journal-2026-11.md): 64 per AllReduce shard, 32 per All-to-All send buffer.
 constexpr uint64_t kAllReduceTiles = 64, kAllToAllTiles = 32;
 
 uint32_t tileElemsFor(uint64_t bytes, uint64_t targetTiles, uint64_t maxTileBytes, uint32_t elemBytes) {
@@ -93,8 +93,8 @@ uint32_t tileElemsFor(uint64_t bytes, uint64_t targetTiles, uint64_t maxTileByte
 
 // oneshot_protocol: when the one-shot AllReduce sends 128-byte lines. `auto` takes them where the
 // engine says they hold (the CPU; a CUDA GPU with an active NVLink: Engine::linesSafe), once there
-// are bytes to save: below ~128 KB sent in all the 8-byte lines were 0.1 us faster on 2 and 4 H200
-// (docs/perf.md, session 15). HIP keeps the 8-byte lines: nothing here shows that its GPUs move a
+// are bytes to save: below ~128 KB sent in all the 8-byte lines were slightly faster on 2 and 4 H200
+// (docs/archive/perf-journal-2026-11.md). HIP keeps the 8-byte lines: nothing here shows that its GPUs move a
 // warp's 128-byte access as one unit.
 constexpr uint64_t kLinesFromBytesSent = 128 << 10;
 

@@ -393,14 +393,14 @@ int64_t Settings::getInt(const char* name) const {
 
 bool Settings::isAuto(const char* name) const { return spec(name).autoValue && value(name).text == "auto"; }
 
-// Measured on H200 (docs/perf.md, session 13): one-shot beats reduce-scatter + all-gather up to
-// 1 MB on 2 ranks (512 KB: 8.7 against 13.1 us) and on 4 (512 KB: 15.2 against 25.9 us; 1 MB 25.4
-// against 27.5); more ranks are unmeasured, and one-shot reads every peer's input per element.
+// Measured on H200 (docs/archive/perf-journal-2026-11.md): one-shot beats reduce-scatter + all-gather up to 1 MB on 2
+// ranks and on 4 (at 512 KB-1 MB the two-hop path's tiles each wait on an inbox handshake); more
+// ranks are unmeasured, and one-shot reads every peer's input per element.
 uint64_t autoOneShotBytes(int nranks, bool lines) {
   if (kCpuBackend) return 64 << 10;
-  // 128-byte lines on H200 (docs/perf.md, session 15): one-shot beat reduce-scatter + all-gather
-  // up to 4M on 2 ranks (20.8 against 24.3 us; even at 8M) and 2M on 4 (27.7 against 32.9; 51.9
-  // against 41.5 at 4M). The 8-byte lines, with twice the bytes, break even at 1M.
+  // 128-byte lines on H200 (docs/archive/perf-journal-2026-11.md): one-shot beat reduce-scatter + all-gather up
+  // to 4M on 2 ranks (about even at 8M) and to 2M on 4 (at 4M the two-hop path won). The 8-byte
+  // lines, with twice the bytes, break even at 1M.
   if (lines && nranks == 2) return 4 << 20;
   if (nranks <= 4) return lines ? 2 << 20 : 1 << 20;
   return 256 << 10;

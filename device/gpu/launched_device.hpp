@@ -33,7 +33,7 @@ __device__ inline void runLaunched(const CommView& view, const OpDesc& desc, flo
   // Each block counts itself in once it has read them, and the block that counts last stores
   // their next values when its items are done. The count is issued here, not after the items, so
   // that no block waits on its round trip at the end: the kernel's last block to finish used to pay
-  // a barrier and an atomic's round trip before it could leave (docs/perf.md, sessions 18-19).
+  // a barrier and an atomic's round trip before it could leave (docs/archive/perf-journal-2026-11.md).
   // Release orders this block's read of the counters before its count; acquire makes the other
   // blocks' reads, counted before this one, ordered before this block's stores at the end, should
   // it count last. Both are paid here, where the leader waits only for the counters it just read.

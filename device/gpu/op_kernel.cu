@@ -18,8 +18,8 @@ __global__ void WEFT_BLOCK_BOUNDS opKernel(CommView view, OpDesc desc) {
 
 // The one-shot AllReduce in 128-byte lines, a kernel of its own: a kernel's registers are those of
 // its hungriest path, and this loop wants more than the 8-byte lines' (opKernel). With both in
-// opKernel (127 registers) the 8-byte lines' small inputs were 0.1-0.2 us slower; in a kernel of
-// their own (70 registers) 0.3 us slower after a GEMV (docs/perf.md, session 15).
+// opKernel (127 registers) the 8-byte lines' small inputs were slower, and in a kernel of their
+// own (70 registers) slower after a GEMV (docs/archive/perf-journal-2026-11.md).
 __global__ void WEFT_BLOCK_BOUNDS oneShotLinesKernel(CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
@@ -29,7 +29,7 @@ __global__ void WEFT_BLOCK_BOUNDS oneShotLinesKernel(CommView view, OpDesc desc)
 
 // Two blocks of 256 threads per SM: with 8 rows in flight per lane the pooling loop wants 168
 // registers (one block per SM); capped at 128 (96 bytes of spills) it ran 3% faster than 6 rows in
-// flight without spills (docs/perf.md).
+// flight without spills (docs/archive/perf-journal-2026-11.md).
 __global__ void __launch_bounds__(gpu::kBlockThreads, 2) embeddingKernel(CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {

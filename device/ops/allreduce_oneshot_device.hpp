@@ -21,8 +21,8 @@ struct AllReduceOneShotOp {
   static constexpr uint64_t kPairsPerItem = 256;  // at least: one pair per thread of a 256-thread block
   static constexpr uint64_t kLinesPerItem = 16;   // at least: half a 256-thread block's lines
   // The launched grid is as many blocks, where that many are resident (two per SM on H200). 64
-  // items left half of a 128-block grid idle: 128 made 256 KB-1 MB 8-13% faster on 2 H200
-  // (docs/perf.md, session 13); 256 halves each thread's chain of loads again (session 14).
+  // items left half of a 128-block grid idle: 128 made 256 KB-1 MB 8-13% faster on 2 H200, and
+  // 256 halves each thread's chain of loads again (docs/archive/perf-journal-2026-11.md).
   static constexpr uint32_t kMaxItems = 256;
 
   WEFT_HOST_DEVICE static uint64_t pairs(uint64_t bytes) { return ceilDiv(bytes, kLlPayloadBytes); }

@@ -75,9 +75,9 @@ WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSe
 // With kPeek > 1 a pair's lines from up to kPeek ranks are read at once, without waiting, and
 // then folded in rank order, waiting only for a line not yet landed: where they all have, that is
 // one memory latency per kPeek ranks, not one per rank. The fused GEMV's reduce items, which run
-// after the compute items and mostly find their lines landed, peek 4 (with the warmed first slice,
-// 1.1 us off batch 1 on 4 H200, docs/perf.md, session 14). The one-shot AllReduce reduces right
-// after it pushes, when the peers' lines have rarely landed: peeking made it 0.25-0.6 us slower at
+// after the compute items and mostly find their lines landed, peek 4 (with the warmed first slice
+// it made batch 1 faster on 4 H200: docs/archive/perf-journal-2026-11.md). The one-shot AllReduce reduces
+// right after it pushes, when the peers' lines have rarely landed: peeking made it slower at
 // 64 KB-1 MB there, so it waits for one rank's line at a time (kPeek 1).
 struct EveryRank {
   WEFT_HOST_DEVICE Range operator()(uint64_t) const { return Range{0, UINT64_MAX}; }

@@ -117,7 +117,7 @@ struct GemmAllToAllOp {
   // kGroupRows at a time and each group column by column: a wave reads kGroupRows row tiles of
   // a and a few column tiles of w, and w is read once per group. 32 rather than 8 or 16: a wave
   // then also spans more destinations (4096 tokens: 32 row tiles, all four ranks' rows), and the
-  // fused op ran 6% faster there (docs/perf.md, session 9).
+  // fused op ran 6% faster there (docs/archive/perf-journal-2026-11.md).
   struct TilePlace {
     uint64_t row, col;
   };

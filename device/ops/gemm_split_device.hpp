@@ -67,7 +67,7 @@ WEFT_HOST_DEVICE TilePart tilePart(const GemmSplit& s, uint64_t dataTiles, uint6
   p.range = b;
   p.split = true;
   // The two parts below are worked out in full each: one helper for both made ptxas spill in the
-  // GEMM kernel (session 22).
+  // GEMM kernel, whose registers its multiply loop needs.
   if (at < s.grid) {  // the partial: the range's part in the tile where it ends, short of the end
     if (lo == hi || hi % s.slices == 0) return p;
     const uint64_t t = hi / s.slices, start = lo > t * s.slices ? lo : t * s.slices;
@@ -102,7 +102,7 @@ WEFT_HOST_DEVICE uint64_t firstPartial(const GemmSplit& s, const TilePart& p) {
 // it would not pay. In slice times: the last wave takes S whole; split, a range takes R * S / G
 // slices, plus for each partial its tile's owner adds (up to G / R + 1) the partial's round trip
 // through memory: 128 KB written, flagged, waited for and read back, about 6 slice times on H200
-// (docs/perf.md, session 22). Split where that saves a fifth of the wave: where it saved less
+// (docs/archive/perf-journal-2026-11.md). Split where that saves a fifth of the wave: where it saved less
 // (8192 x 14336 x 4096 on 132 SMs, a tenth) it measured no faster. Ranges of fewer than 4 slices
 // are not worth a part.
 WEFT_HOST_DEVICE GemmSplit planSplit(uint64_t dataTiles, uint64_t slices, uint64_t grid) {

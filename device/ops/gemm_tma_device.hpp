@@ -6,15 +6,15 @@
 // shared memory once its multiply of it is done, and the warp whose release completes the count
 // refills the stage, three slices ahead of the multiply being issued. (A single refilling thread
 // that waited for both warpgroups held its own warpgroup back whenever the other lagged: the
-// release count made the GEMM alone 1-2% faster at k 14336, docs/perf.md, session 14.)
+// release count made the GEMM alone 1-2% faster at k 14336: docs/archive/perf-journal-2026-11.md.)
 //
 // The ring lives as long as the kernel: its slices are numbered across the block's multiplies,
 // and the releases of a multiply's last four slices load the first four of the block's next
 // multiply (the caller names it), which so arrive while this one's rows leave. The rows leave
 // from the accumulators, a warp's 16 rows by 64 columns at a time through 2 KB of shared memory
 // of its own, as whole 128-byte row pieces: no barrier of the block, and the ring is never
-// reused for them. (Until session 17 the tile was staged in the ring's memory and every multiply
-// set the ring up afresh: 1-2.5% slower at k 14336, within the noise at k 2048; perf.md.)
+// reused for them. (A tile staged in the ring's memory, with the ring set up afresh for every
+// multiply, was 1-2.5% slower at k 14336 and within the noise at k 2048: docs/archive/perf-journal-2026-11.md.)
 //
 // The slices land as the tensor cores read them, with the 128-byte swizzle: a's [128 rows][64 k]
 // is K-major (row r at r * 128, 16-byte chunk c at c ^ (r % 8)); w's [64 k][256 columns] is
@@ -46,7 +46,8 @@ struct GemmMaps {
 };
 
 // 64-wide slices in 4 stages: 32-wide ones in 8 stages (more bytes in flight, finer refills) made
-// the GEMM alone 27% slower (per-slice waits, releases and wgmma groups doubled; perf.md, session 17).
+// the GEMM alone 27% slower (per-slice waits, releases and wgmma groups doubled;
+// docs/archive/perf-journal-2026-11.md).
 constexpr int kTmaK = 64, kTmaStages = 4;
 static_assert(kTmaK == kSplitSliceK, "a split tile's parts are whole slices of the ring");
 constexpr int kTmaARowBytes = kTmaK * 2;                          // a's rows are swizzled by this span

@@ -154,10 +154,10 @@ struct GemvAllReduceOp {
   // 128-byte line per prefetch, in the order the block's stream will read them, so that they are on
   // their way while the leader reads the protocol counters (one round trip) and the block sets up
   // its stream. Only where a tensor-core stream will read them (gemv::fitsShape). Measured on 4 and
-  // 2 H200 (docs/perf.md, sessions 11 and 14): with rows of 4 KB (k_local 2048) warming 2 KB of
-  // each took 0.6 us off the op, and the whole row, through the copy engine, put 0.5 us on (its L2
-  // lookups of half of w cost more than the latency they hid); with rows of 8 and 14 KB, 4 KB of
-  // each is worth 0.5-1.6 us, and 2 KB only part of that.
+  // 2 H200 (docs/archive/perf-journal-2026-11.md): with rows of 4 KB (k_local 2048) warming 2 KB of each made
+  // the op faster, and the whole row, through the copy engine, slower (its L2 lookups of half of w
+  // cost more than the latency they hid); with rows of 8 and 14 KB, 4 KB of each gains most, and
+  // 2 KB only part of that.
   static constexpr uint64_t kWarmBytes = 4096;
   __device__ static void warmFirstSlice(const OpDesc& d, uint32_t item, uint32_t thread, uint32_t threads) {
     const GemvShape s = shape(d);
@@ -178,8 +178,8 @@ struct GemvAllReduceOp {
   // (this one included: its reduce item reads its own partials there) or, with kToOwner, to the
   // slice's owner alone. Two instances rather than a runtime choice: the sink goes by value into
   // the streaming loop (a function of its own), and the owner's arithmetic in it grew the
-  // kernel's stack frame from 384 to 1320 bytes and cost the one-shot path 4 us a call at batch
-  // 1 on 4 ranks (docs/perf.md, session 9).
+  // kernel's stack frame from 384 to 1320 bytes and made the one-shot path a quarter slower at
+  // batch 1 on 4 ranks (docs/archive/perf-journal-2026-11.md).
   template <bool kToOwner, class Coop>
   WEFT_HOST_DEVICE static Status computeAndPush(const Coop& c, const CommView& v, const OpSeq& seq, DType dt,
                                                 const GemvShape& s, Range slices) {

@@ -5,7 +5,7 @@
 // Why: the k-split stream's fragment layout makes every load instruction of a warp touch 8 rows x
 // 64 bytes (half an L2 line each), and on H200 such loads stream w at 3.0-3.1 TB/s where
 // instructions reading 4 rows x 128 bytes, 2 x 256 or 1 x 512 reach 3.75-3.84 TB/s, cuBLAS's rate
-// (docs/perf.md, session 11: one probe, the same ring and bytes, only the pattern changed).
+// (docs/archive/perf-journal-2026-11.md: one probe, the same ring and bytes, only the pattern changed).
 //
 // The tensor cores still do the sums, where the chunks of x and w agree. An instruction reads P
 // rows x 512 / P bytes (P = 1 for batch <= 2, P = 4 for batch <= 8): lane (g, t)'s 16 bytes are two

@@ -77,7 +77,7 @@ TEST(GemmSplit, WithoutASplitEveryItemIsAWholeTile) {
 
 // Shapes on 132 SMs (H100 / H200), one column tile of 256 and one row tile of 128 per tile: deep
 // k with a wave half full splits; the benchmark's shapes do not (8192 x 14336 x 4096 would save a
-// tenth of its last wave, which measured no faster: docs/perf.md, session 22).
+// tenth of its last wave, which measured no faster: docs/archive/perf-journal-2026-11.md).
 TEST(GemmSplit, OnlyAWaveWorthSplittingIsSplit) {
   const GemmSplit deep = planSplit(4 * 16, 224, 132);  // 512 tokens, k 14336, h 4096
   EXPECT_EQ(deep.tiles, 64u);

@@ -175,8 +175,8 @@ struct Timed {
 };
 // Times every op of a row twice, the second pass in the reverse order, and keeps each one's lower
 // median, with the host time of the same pass: minutes of GPU work move its clock, which otherwise
-// favours whatever is timed first (the order alone moved a GEMM timing by up to 6%: docs/perf.md,
-// session 20).
+// favours whatever is timed first (the order alone moved a GEMM timing by up to 6%:
+// docs/archive/perf-journal-2026-11.md).
 inline void timeBothWays(Context& c, const Options& o, const std::vector<Timed>& timings) {
   for (const Timed& t : timings) *t.us = std::numeric_limits<double>::infinity();
   const size_t n = timings.size();
