@@ -141,6 +141,7 @@ class Comm {
   bool checkIndices_ = true;
   GemvTuning gemvTuning_;
   std::optional<GemvPath> gemvForced_;  // the gemv_path setting, unless auto
+  bool proxyPeers_ = false;             // some peer is reached through the host proxy (every rank alike)
 
   // Ticket order is op order, the same on every rank because every rank issues the same ops in the
   // same order (the engine's protocol counters rely on it).
