@@ -269,13 +269,18 @@ TEST(Status, DiagnoseGathersTheOtherNodesPages) {
   const std::string hostfile = scratch.root + "/hosts";
   std::ofstream(hostfile) << "# the job's nodes\nnodeB slots=2\n\nnodeB\ndown\n";
   const CliRun both = weftctl("diagnose --json --dir " + nodeA + " --hostfile " + hostfile + " --rsh " + rsh);
-  EXPECT_EQ(both.status, 0) << both.out;
+  EXPECT_EQ(both.status, 2) << both.out;  // explained, from fewer nodes than asked
   EXPECT_NE(both.out.find("\"op\":2,\"cause\":\"never_submitted\",\"ranks\":[3],\"waiting\":[0,1,2]"),
             std::string::npos)
       << both.out;
   EXPECT_NE(both.out.find("Rank 3 never submitted op #2"), std::string::npos) << both.out;
   // The node that did not answer is named, and the rest is explained anyway.
-  EXPECT_NE(both.out.find("refused down: gathering failed"), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("down: not gathered: the remote shell exited with status 255"), std::string::npos)
+      << both.out;
+  EXPECT_NE(both.out.find("Not gathered: down (the remote shell exited with status 255)."), std::string::npos)
+      << both.out;
+  EXPECT_NE(both.out.find("\"unreachable\":[\"down (the remote shell exited with status 255)\"]"), std::string::npos)
+      << both.out;
   const CliRun listed = weftctl("diagnose --dir " + nodeA + " --hosts nodeB --rsh " + rsh);
   EXPECT_NE(listed.out.find("pages of ranks 0, 1, 2 and 3 from 1 node ("), std::string::npos) << listed.out;
   // A host that is no host name is refused before anything runs.

@@ -90,7 +90,7 @@ $weftctl status
 # and no node that failed to answer.
 why=\$($weftctl diagnose --slurm-job \$SLURM_JOB_ID 2>&1)
 echo "\$why"
-grep -q "or on the nodes asked" <<<"\$why" && ! grep -q "gathering failed\|refused" <<<"\$why" || rc=1
+grep -q "or on the nodes asked" <<<"\$why" && ! grep -q "not gathered\|refused" <<<"\$why" || rc=1
 kill -TERM \$daemon
 wait \$daemon
 exit \$rc

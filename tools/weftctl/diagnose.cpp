@@ -185,7 +185,9 @@ Verdict judge(const std::vector<const st::Snapshot*>& pages, bool gathered) {
           text += " Rank " + std::to_string(r) + " never submitted " + opName + ": " + nowDoing(*s) + ".";
     text += " Likely cause: " + rankList(never) + " never called " + opName +
             " (it runs other code, or waits on something outside weft); " +
-            (v.waiting.empty() ? std::string("the others") : rankList(v.waiting)) + " wait on it.";
+            (v.waiting.empty() ? std::string("the others wait")
+                               : rankList(v.waiting) + (v.waiting.size() == 1 ? " waits" : " wait")) +
+            " on it.";
   } else if (!failText.empty()) {
     v.cause = "failed";
     text += " Likely cause: the recorded wait above: the rank it names did not send what was expected in time.";
@@ -212,8 +214,11 @@ std::string intList(const std::vector<int>& v) {
 int runDiagnose(const DiagnoseOptions& o) {
   std::vector<st::Listing> listings{st::readDirectory(o.dir)};
   const bool gathered = o.gather.any();
+  std::vector<std::string> unreachable;
   if (gathered)
-    for (st::Listing& l : gatherRemote(o.gather)) listings.push_back(std::move(l));
+    for (st::Listing& l : gatherRemote(o.gather, &unreachable)) listings.push_back(std::move(l));
+  std::string notGathered;
+  for (size_t i = 0; i < unreachable.size(); ++i) notGathered += (i ? ", " : "") + unreachable[i];
   std::map<uint64_t, std::vector<const st::Snapshot*>> jobs;
   for (const st::Listing& l : listings) {
     for (const st::Refusal& r : l.refused)
@@ -235,7 +240,8 @@ int runDiagnose(const DiagnoseOptions& o) {
   if (o.json) std::printf("{\"dir\":%s,\"communicators\":[", jsonString(o.dir).c_str());
   bool first = true;
   for (const auto& [id, pages] : jobs) {
-    const Verdict v = judge(pages, gathered);
+    Verdict v = judge(pages, gathered);
+    if (!notGathered.empty()) v.text += " Not gathered: " + notGathered + ".";
     if (o.json)
       std::printf("%s\n{\"comm\":%s,\"op\":%" PRId64 ",\"cause\":%s,\"ranks\":%s,\"waiting\":%s,\"explanation\":%s}",
                   first ? "" : ",", jsonString(commHex(id)).c_str(), v.op, jsonString(v.cause).c_str(),
@@ -244,13 +250,19 @@ int runDiagnose(const DiagnoseOptions& o) {
       std::printf("%s%s\n", first ? "" : "\n", v.text.c_str());
     first = false;
   }
-  if (o.json) std::printf("\n]}\n");
+  if (o.json) {
+    std::printf("\n],\"unreachable\":[");
+    for (size_t i = 0; i < unreachable.size(); ++i)
+      std::printf("%s%s", i ? "," : "", jsonString(unreachable[i]).c_str());
+    std::printf("]}\n");
+  }
   if (jobs.empty()) {
     std::fprintf(stderr, "weftctl: no status page%s in %s%s\n", o.comm.empty() ? "" : (" of comm " + o.comm).c_str(),
                  o.dir.c_str(), gathered ? " or on the nodes asked" : "");
     return 1;
   }
-  return 0;
+  // Explained, but from fewer nodes than asked.
+  return unreachable.empty() ? 0 : 2;
 }
 
 }  // namespace weftctl

@@ -33,16 +33,18 @@ std::string quoted(const std::string& s) {
   return q + "'";
 }
 
-// Runs `command` through the shell; its stdout, and whether it exited 0.
-bool capture(const std::string& command, std::string* out) {
+// Runs `command` through the shell; its stdout, and its exit status (-1: it did not exit).
+int run(const std::string& command, std::string* out) {
   std::fflush(stdout);
   FILE* p = popen(command.c_str(), "r");
-  if (!p) return false;
+  if (!p) return -1;
   char buf[65536];
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);
   const int status = pclose(p);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+bool capture(const std::string& command, std::string* out) { return run(command, out) == 0; }
 
 // "timeout -k 2 S ": coreutils' timeout, so that a node that never answers ends the wait.
 std::string bounded(double seconds) {
@@ -111,6 +113,12 @@ std::vector<std::string> hostsOf(const GatherOptions& o) {
 }  // namespace
 
 int runPages(const std::string& dir) {
+  if (isatty(STDOUT_FILENO)) {
+    std::fprintf(stderr,
+                 "weftctl pages: writes the pages' bytes for weftctl diagnose --hosts to read (a pipe), not for a "
+                 "terminal; weftctl queue shows them\n");
+    return 2;
+  }
   std::vector<st::Refusal> refused;
   const std::string stream = st::encodePages(dir, &refused);
   for (const st::Refusal& r : refused)
@@ -118,7 +126,7 @@ int runPages(const std::string& dir) {
   return std::fwrite(stream.data(), 1, stream.size(), stdout) == stream.size() && std::fflush(stdout) == 0 ? 0 : 1;
 }
 
-std::vector<st::Listing> gatherRemote(const GatherOptions& o) {
+std::vector<st::Listing> gatherRemote(const GatherOptions& o, std::vector<std::string>* unreachable) {
   std::vector<st::Listing> out;
   std::vector<std::string> done;
   const std::string self = quoted(selfPath()) + " pages";
@@ -133,11 +141,20 @@ std::vector<st::Listing> gatherRemote(const GatherOptions& o) {
         o.slurmJob.empty() ? t + o.rsh + " " + h + " " + quoted(self)
                            : t + "srun --jobid=" + o.slurmJob + " --overlap -N1 -n1 -w " + h + " --quiet " + self;
     std::string stream;
-    const bool ok = capture(command + " </dev/null", &stream);
+    const int status = run(command + " </dev/null", &stream);
+    if (status != 0 && stream.empty()) {
+      // timeout's 124 (137 after its kill): the node did not answer in time.
+      char why[160];
+      if (status == 124 || status == 137)
+        snprintf(why, sizeof why, "no answer within %g s", o.timeoutS);
+      else
+        snprintf(why, sizeof why, "%s exited with status %d", o.slurmJob.empty() ? "the remote shell" : "srun", status);
+      std::fprintf(stderr, "weftctl: %s: not gathered: %s (%s)\n", h.c_str(), why, command.c_str());
+      unreachable->push_back(h + " (" + why + ")");
+      continue;
+    }
     st::Listing l = st::decodePages(stream, h);
-    if (!ok)
-      l.refused.push_back({h, "gathering failed (" + command + " did not end well" +
-                                  (stream.empty() ? ", and printed nothing" : "") + ")"});
+    if (status != 0) l.refused.push_back({h, "its weftctl pages exited with status " + std::to_string(status)});
     out.push_back(std::move(l));
   }
   return out;

@@ -33,8 +33,9 @@ struct GatherOptions {
   double timeoutS = 30;
   bool any() const { return !hosts.empty() || !hostfile.empty() || !slurmJob.empty(); }
 };
-// One listing per other host (this host's pages are read from the directory, not gathered).
-std::vector<weft::status::Listing> gatherRemote(const GatherOptions& o);
+// One listing per other host that answered (this host's pages are read from the directory, not
+// gathered); the hosts that did not, with why, in *unreachable.
+std::vector<weft::status::Listing> gatherRemote(const GatherOptions& o, std::vector<std::string>* unreachable);
 
 struct DiagnoseOptions {
   std::string dir;

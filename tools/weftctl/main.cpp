@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
   weftctl::DiagnoseOptions diag;
   auto* diagnose = app.add_subcommand("diagnose", "Explain why a job on this node is stuck, from its ranks' pages");
   diagnose->add_option("--comm", diag.comm, "Only this communicator (its id, or leading hex digits of it)");
-  diagnose->add_flag("--json", diag.json, "JSON for scripts: the cause, the ranks it names, the paragraph");
+  diagnose->add_flag("--json", diag.json,
+                     "JSON for scripts: the cause, the ranks it names, the explanation, the nodes not gathered");
   diagnose->add_option("--dir", diag.dir, "Status directory (default: status_dir's)");
   // The job's other nodes: each runs `weftctl pages` (the same installation's path).
   diagnose->add_option("--hosts", diag.gather.hosts, "Also the pages of these hosts (comma list), through --rsh")
@@ -162,7 +163,8 @@ int main(int argc, char** argv) {
   diagnose->add_option("--timeout", diag.gather.timeoutS, "Seconds each node may take to answer")
       ->check(CLI::Range(1.0, 3600.0));
   std::string pagesDir;
-  auto* pages = app.add_subcommand("pages", "This node's status pages as weftctl diagnose --hosts reads them");
+  auto* pages = app.add_subcommand(
+      "pages", "This node's status pages, in the byte format weftctl diagnose --hosts reads (for a pipe)");
   pages->add_option("--dir", pagesDir, "Status directory (default: status_dir's)");
   weftctl::MetricsOptions metricsOpts;
   auto* metrics = app.add_subcommand("metrics", "The pages' counters in the Prometheus text exposition format");
