@@ -72,7 +72,12 @@ std::string selfPath() {
 }
 
 std::vector<std::string> hostsOf(const GatherOptions& o) {
-  std::vector<std::string> hosts = o.hosts;
+  std::vector<std::string> hosts;
+  for (size_t at = 0; at <= o.hostList.size();) {
+    const size_t end = std::min(o.hostList.find(',', at), o.hostList.size());
+    if (end > at) hosts.push_back(o.hostList.substr(at, end - at));  // "a,,b" and "," name no empty host
+    at = end + 1;
+  }
   if (!o.hostfile.empty()) {
     std::ifstream f(o.hostfile);
     if (!f) throw weft::Error(weft::Code::kInvalidArgument, "--hostfile: cannot read " + o.hostfile);

@@ -26,12 +26,12 @@ int runClean(const std::string& dir);
 // Where the pages of a job's other nodes come from: each host runs `weftctl pages` (through `rsh`
 // for hosts and a host file, through srun for a Slurm job), within timeoutS.
 struct GatherOptions {
-  std::vector<std::string> hosts;
+  std::string hostList;  // comma-separated
   std::string hostfile;
   std::string slurmJob;
   std::string rsh = "ssh -o BatchMode=yes";
   double timeoutS = 30;
-  bool any() const { return !hosts.empty() || !hostfile.empty() || !slurmJob.empty(); }
+  bool any() const { return !hostList.empty() || !hostfile.empty() || !slurmJob.empty(); }
 };
 // One listing per other host that answered (this host's pages are read from the directory, not
 // gathered); the hosts that did not, with why, in *unreachable.

@@ -153,8 +153,7 @@ int main(int argc, char** argv) {
                      "JSON for scripts: the cause, the ranks it names, the explanation, the nodes not gathered");
   diagnose->add_option("--dir", diag.dir, "Status directory (default: status_dir's)");
   // The job's other nodes: each runs `weftctl pages` (the same installation's path).
-  diagnose->add_option("--hosts", diag.gather.hosts, "Also the pages of these hosts (comma list), through --rsh")
-      ->delimiter(',');
+  diagnose->add_option("--hosts", diag.gather.hostList, "Also the pages of these hosts (comma list), through --rsh");
   diagnose->add_option("--hostfile", diag.gather.hostfile, "Also the pages of the hosts in this file (one a line)");
   diagnose->add_option("--slurm-job", diag.gather.slurmJob, "Also the pages of every node of this Slurm job (srun)");
   if (const char* rsh = getenv("WEFTCTL_RSH"); rsh && *rsh) diag.gather.rsh = rsh;
