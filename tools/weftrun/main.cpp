@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
   app.add_option("-t,--timeout", timeout, "Seconds before every rank is stopped")->check(CLI::PositiveNumber);
   app.add_option("--addr", addr, "Address rank 0 listens on");
   app.prefix_command();
-  app.footer("Usage: weftrun -n 4 -- program [args...]");
+  app.footer("The program and its arguments follow the options: weftrun -n 4 [--] program [args...]");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> cmd = app.remaining();
   if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
