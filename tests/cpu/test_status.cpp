@@ -248,7 +248,7 @@ TEST(Status, DiagnoseGathersTheOtherNodesPages) {
   const std::string go = scratch.root + "/go", nodeA = scratch.root + "/nodeA", nodeB = scratch.root + "/nodeB";
   // The stand-in for ssh: runs the command here, with the "host"'s status directory.
   const std::string rsh = scratch.root + "/rsh";
-  std::ofstream(rsh) << "#!/bin/sh\nhost=\"$1\"; shift\n"
+  std::ofstream(rsh) << "#!/bin/sh\nhost=\"${1#*@}\"; shift\n"
                      << "[ \"$host\" = down ] && exit 255\n"
                      << "WEFT_STATUS_DIR=" << scratch.root << "/$host exec sh -c \"$*\"\n";
   ASSERT_EQ(chmod(rsh.c_str(), 0700), 0);
@@ -281,7 +281,7 @@ TEST(Status, DiagnoseGathersTheOtherNodesPages) {
       << both.out;
   EXPECT_NE(both.out.find("\"unreachable\":[\"down (the remote shell exited with status 255)\"]"), std::string::npos)
       << both.out;
-  const CliRun listed = weftctl("diagnose --dir " + nodeA + " --hosts nodeB --rsh " + rsh);
+  const CliRun listed = weftctl("diagnose --dir " + nodeA + " --hosts me@nodeB --rsh " + rsh);
   EXPECT_NE(listed.out.find("pages of ranks 0, 1, 2 and 3 from 1 node ("), std::string::npos) << listed.out;
   // A host that is no host name is refused before anything runs.
   const CliRun odd = weftctl("diagnose --dir " + nodeA + " --hosts 'a;b' --rsh " + rsh);

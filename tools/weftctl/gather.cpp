@@ -19,12 +19,18 @@ namespace st = weft::status;
 
 namespace {
 
-// A host name (or address) safe to put on a command line: letters, digits and . - _ :
+// A host name (or address) safe to put on a command line: letters, digits and . - _ : after an
+// optional user name and @, as ssh takes it.
 bool plainHost(const std::string& h) {
-  if (h.empty() || h.size() > 255 || h[0] == '-') return false;
-  for (char c : h)
-    if (!isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_' && c != ':') return false;
-  return true;
+  const size_t at = h.find('@');
+  const std::string user = at == std::string::npos ? "" : h.substr(0, at), host = h.substr(at + 1);
+  auto plain = [](const std::string& s) {
+    if (s.empty() || s.size() > 255 || s[0] == '-') return false;
+    for (char c : s)
+      if (!isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_' && c != ':') return false;
+    return true;
+  };
+  return plain(host) && (at == std::string::npos || plain(user));
 }
 
 std::string quoted(const std::string& s) {
@@ -59,8 +65,8 @@ std::string thisHost() {
   return name;
 }
 
-bool isThisHost(const std::string& h) {
-  const std::string me = thisHost();
+bool isThisHost(const std::string& userAndHost) {
+  const std::string h = userAndHost.substr(userAndHost.find('@') + 1), me = thisHost();
   return h == me || h == me.substr(0, me.find('.')) || h == "localhost" || h == "127.0.0.1";
 }
 

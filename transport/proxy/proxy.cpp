@@ -188,6 +188,13 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
                       " lanes (proxy_lanes): " + why);
   }
   laneLoadMax_ = std::max<uint64_t>(64, ArrivalOrder::kEarlyMax / (4 * static_cast<uint64_t>(lanes)));
+  lanesAsked_ = lanesWanted(options.lanes, backend_->copiesWrites(), mine.cpus, [&] {
+    int onHost = 0;
+    for (int q = 0; q < nranks_; ++q) onHost += all[q].host == mine.host;
+    return onHost;
+  }());
+  if (lanes > 1 && options.eagerBytes == 0)
+    WEFT_LOG(kWarn, kProxy, "proxy_eager_bytes 0 has no effect with {} lanes: every byte goes in messages", lanes);
   patienceNs_ = static_cast<uint64_t>(options.timeoutS * 1e9);
   // A put goes in a message only where one message holds it (ofi: within rxm's eager buffer);
   // with several lanes every byte does.
@@ -265,7 +272,10 @@ std::string Proxy::describe() const {
   const int on = runningOn_.load();
   return std::string("proxy through ") + (backend_ ? backend_->describe() : "no back-end") + "; " +
          std::to_string(lanes_.size()) +
-         (lanes_.size() == 1 ? " lane (large tiles as RMA writes)" : " lanes (every byte in messages)") +
+         (lanes_.size() == 1 ? " lane (large tiles as RMA writes" : " lanes (every byte in messages") +
+         (lanesAsked_ == static_cast<int>(lanes_.size())
+              ? std::string(")")
+              : "; this rank asked for " + std::to_string(lanesAsked_) + ", every rank takes the fewest asked)") +
          "; proxy thread " +
          (cpu_ >= 0 ? "bound to PU " + std::to_string(cpu_) : "unbound, last on PU " + std::to_string(on));
 }

@@ -116,6 +116,7 @@ class Proxy {
   std::vector<uint32_t> sent_;     // heap messages numbered per peer
   uint64_t messageBytes_ = kMsgPayloadMax;
   uint64_t laneLoadMax_ = 1024;  // messages a lane may hold queued and in flight
+  int lanesAsked_ = 1;           // what this rank's proxy_lanes (or auto) asked for
   uint64_t patienceNs_ = 30'000'000'000ull;
   // The ring, its tail and the peer flags in one mapping (deviceShared()); the producers' head and
   // their cached tail here for the CPU backend's view_ (on a GPU in device memory).
