@@ -146,14 +146,22 @@ constexpr int64_t kStuckCount = 100000;  // floats: above the one-shot size, so 
 
 // A 4-rank job's rank: two ops every rank ends, then an AllReduce (op #2) that rank 3 joins only
 // once `go` exists.
-void rankThreeLate(int rank, int n, const weft_unique_id_t& id, const std::string& go) {
+// A rank of a 4-rank job, started: its communicator, a 1 MiB heap block, and op #0 (an AllReduce
+// of 1000 floats) ended.
+void startRank(int rank, int n, const weft_unique_id_t& id, weft_comm_t* comm, void** y) {
   weft_config_t config = patientConfig();
-  weft_comm_t comm = initRank(rank, n, id, &config);
-  ASSERT_NE(comm, nullptr);
+  *comm = initRank(rank, n, id, &config);
+  ASSERT_NE(*comm, nullptr);
+  WEFT_ASSERT_OK(weft_mem_alloc(*comm, 1 << 20, y));
+  const std::vector<float> x(1000, 1.0f);
+  WEFT_ASSERT_OK(weft_allreduce(*comm, x.data(), *y, 1000, WEFT_FLOAT32, nullptr));
+}
+
+void rankThreeLate(int rank, int n, const weft_unique_id_t& id, const std::string& go) {
+  weft_comm_t comm = nullptr;
   void* y = nullptr;
-  WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+  ASSERT_NO_FATAL_FAILURE(startRank(rank, n, id, &comm, &y));
   std::vector<float> x(kStuckCount, 1.0f);
-  WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, 1000, WEFT_FLOAT32, nullptr));
   WEFT_ASSERT_OK(weft_alltoall(comm, x.data(), y, 100, WEFT_FLOAT32, nullptr));
   if (rank == 3) waitForFile(go);
   WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, kStuckCount, WEFT_FLOAT32, nullptr));
@@ -295,13 +303,10 @@ TEST(Status, DiagnoseExplainsRanksThatCalledDifferentOps) {
   Scratch scratch;
   const std::string go = scratch.root + "/go";
   Job job(scratch, 4, [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_config_t config = patientConfig();
-    weft_comm_t comm = initRank(rank, n, id, &config);
-    ASSERT_NE(comm, nullptr);
+    weft_comm_t comm = nullptr;
     void* y = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    ASSERT_NO_FATAL_FAILURE(startRank(rank, n, id, &comm, &y));
     std::vector<float> x(kStuckCount, 1.0f);
-    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, 1000, WEFT_FLOAT32, nullptr));
     std::thread aborter([&] {
       waitForFile(go);
       EXPECT_EQ(weft_comm_abort(comm), WEFT_SUCCESS);
