@@ -91,6 +91,24 @@ std::vector<uint8_t> rawHeader(uint32_t magic, uint16_t version, uint16_t type, 
   return out;
 }
 
+// Rank 0's attach of a communicator: 8 queue slots and inbox slots, 64 KiB tiles and one-shot
+// area, a 5 s timeout; the rest as given.
+service::Attach attachOf(uint64_t commId, int32_t nranks, uint64_t heapBytes, uint32_t workers, uint64_t stagingBytes) {
+  service::Attach a{};
+  a.commId = commId;
+  a.rank = 0;
+  a.nranks = nranks;
+  a.heapBytes = heapBytes;
+  a.queueDepth = 8;
+  a.workers = workers;
+  a.inboxSlots = 8;
+  a.tileBytes = 64 << 10;
+  a.oneShotBytes = 64 << 10;
+  a.timeoutNs = 5'000'000'000;
+  a.stagingBytes = stagingBytes;
+  return a;
+}
+
 TEST(Weftd, StatusNamesPidVersionAndUptime) {
   WeftdProcess d;
   ASSERT_TRUE(d.started()) << d.output();
@@ -234,18 +252,7 @@ TEST(Weftd, AClientThatNeverReadsDelaysNoOtherClient) {
   }
   // Meanwhile another client's round trips (status, and an attach and detach of a communicator
   // whose engine weftd runs) each take a moment, not a reply timeout (0.5 s).
-  service::Attach a{};
-  a.commId = 0xfa1e;
-  a.rank = 0;
-  a.nranks = 1;
-  a.heapBytes = 16 << 20;
-  a.queueDepth = 8;
-  a.workers = 2;
-  a.inboxSlots = 8;
-  a.tileBytes = 64 << 10;
-  a.oneShotBytes = 64 << 10;
-  a.timeoutNs = 5'000'000'000;
-  a.stagingBytes = 1 << 20;
+  service::Attach a = attachOf(0xfa1e, 1, 16 << 20, 2, 1 << 20);
   double worst = 0;
   const auto timed = [&](auto&& call) {
     const auto start = std::chrono::steady_clock::now();
@@ -288,18 +295,8 @@ constexpr uid_t kNobody = 65534;
 TEST(Weftd, ADisagreeingAttachIsRefusedAndTheCommunicatorStaysWhole) {
   WeftdProcess d;
   ASSERT_TRUE(d.started()) << d.output();
-  service::Attach a{};
-  a.commId = 0x5eed;
-  a.rank = 0;
-  a.nranks = 2;
-  a.heapBytes = 64 << 20;
-  a.queueDepth = 8;
-  a.workers = 1;
-  a.inboxSlots = 8;
-  a.tileBytes = 64 << 10;
-  a.oneShotBytes = 64 << 10;
-  a.timeoutNs = 5'000'000'000;
-  a.stagingBytes = 0;  // the engines stay in the ranks: this test has none
+  // No staging: the engines stay in the ranks (this test has none).
+  service::Attach a = attachOf(0x5eed, 2, 64 << 20, 1, 0);
   ConnectStatus st;
   std::string why;
   auto first = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
