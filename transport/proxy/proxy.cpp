@@ -163,7 +163,9 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   for (int r = 0; r < nranks_; ++r) {
     int onHost = 0;
     for (int q = 0; q < nranks_; ++q) onHost += all[q].host == all[r].host;
-    lanes = std::min(lanes, lanesWanted(all[r].lanes, all[r].copiesWrites != 0, all[r].cpus, onHost));
+    const int wanted = lanesWanted(all[r].lanes, all[r].copiesWrites != 0, all[r].cpus, onHost);
+    if (r == ex.rank()) lanesAsked_ = wanted;
+    lanes = std::min(lanes, wanted);
   }
   // A lane that fails to open on one rank fails every rank here, before anything collective that
   // the others would wait in.
@@ -188,11 +190,6 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
                       " lanes (proxy_lanes): " + why);
   }
   laneLoadMax_ = std::max<uint64_t>(64, ArrivalOrder::kEarlyMax / (4 * static_cast<uint64_t>(lanes)));
-  lanesAsked_ = lanesWanted(options.lanes, backend_->copiesWrites(), mine.cpus, [&] {
-    int onHost = 0;
-    for (int q = 0; q < nranks_; ++q) onHost += all[q].host == mine.host;
-    return onHost;
-  }());
   if (lanes > 1 && options.eagerBytes == 0)
     WEFT_LOG(kWarn, kProxy, "proxy_eager_bytes 0 has no effect with {} lanes: every byte goes in messages", lanes);
   patienceNs_ = static_cast<uint64_t>(options.timeoutS * 1e9);
@@ -323,12 +320,7 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
   switch (kind) {
     case dev::TriggerKind::kPut:
       if (!inMirror(offset, w1)) break;
-      if (w1 && w1 <= eagerBytes_)
-        send(peer, kMsgRows, offset, rowsValue(Rows{1, w1, w1}));
-      else if (w1 && lanes_.size() > 1)
-        sendRun(peer, offset, w1);
-      else if (w1)
-        backend_->put(peer, offset, w1);
+      if (w1) carry(peer, offset, w1);
       return;
     case dev::TriggerKind::kPutRows: {
       const Rows r = rowsOf(w1);
@@ -338,12 +330,7 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
       if (r.rowBytes <= eagerBytes_)
         send(peer, kMsgRows, offset, w1);
       else
-        for (uint64_t i = 0; i < r.rows; ++i) {
-          if (lanes_.size() > 1)
-            sendRun(peer, offset + i * r.stride, r.rowBytes);
-          else
-            backend_->put(peer, offset + i * r.stride, r.rowBytes);
-        }
+        for (uint64_t i = 0; i < r.rows; ++i) carry(peer, offset + i * r.stride, r.rowBytes);
       return;
     }
     case dev::TriggerKind::kSignalStore:
@@ -365,7 +352,11 @@ void Proxy::send(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
              [&](uint32_t k, uint64_t at, uint64_t v) { dispatch(peer, k, at, v); });
 }
 
-void Proxy::sendRun(int peer, uint64_t offset, uint64_t bytes) {
+void Proxy::carry(int peer, uint64_t offset, uint64_t bytes) {
+  if (bytes > eagerBytes_ && lanes_.size() == 1) {
+    backend_->put(peer, offset, bytes);
+    return;
+  }
   for (uint64_t at = 0; at < bytes; at += messageBytes_) {
     const uint64_t n = std::min(messageBytes_, bytes - at);
     dispatch(peer, kMsgRows, offset + at, rowsValue(Rows{1, n, n}));

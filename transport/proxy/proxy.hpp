@@ -101,8 +101,9 @@ class Proxy {
   // A heap message to `peer`, cut to the lanes' message size, each piece numbered and given to the
   // least loaded lane.
   void send(int peer, uint32_t kind, uint64_t offset, uint64_t value);
-  // `bytes` of the mirror from `offset` as messages of a contiguous run each.
-  void sendRun(int peer, uint64_t offset, uint64_t bytes);
+  // A contiguous run of the mirror: in messages of a run each where it is at most
+  // proxy_eager_bytes or there are several lanes, else one RMA write.
+  void carry(int peer, uint64_t offset, uint64_t bytes);
   void dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value);
   void noteFault(const PeerFault& f);
 
