@@ -39,6 +39,7 @@ enum class Status : uint32_t {
   kPeerFailed = 3,  // another wait of this communicator failed first; see QueueHeader::error
   kBadInput = 4,    // the op found invalid input on the device (an embedding index, send counts)
   kTransport = 5,   // the host proxy's network back-end failed (a dead or unreachable peer)
+  kMismatch = 6,    // a peer runs this op with another signature (signature_device.hpp)
 };
 
 // What a wait was waiting for, for the failure record.
@@ -59,7 +60,8 @@ enum class WaitWhat : uint32_t {
   kRecvOffset = 13,     // not a wait: rank `peer`'s recv is at heap offset `observed`, rank 0's at `expected`
   kPartial = 14,        // a block of this rank to leave its part of a split GEMM tile (`peer`: the part's range)
   kProxyRoom = 15,      // the host proxy to take triggers from a full ring (`peer`: the trigger's)
-  kPeerGone = 16,  // not a wait: rank `peer`'s process (-1: weftd's) of pid `observed` ended (weftd/the rank saw it)
+  kPeerGone = 16,   // not a wait: rank `peer`'s process (-1: weftd's) of pid `observed` ended (weftd/the rank saw it)
+  kSignature = 17,  // a peer's signature word of the op (expected: this rank's word, observed: the peer's)
 };
 
 // Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed
@@ -73,7 +75,9 @@ struct OpDesc {
   uint64_t recv;       // output offset in the symmetric heap
   uint32_t tileElems;  // elements per tile
   uint32_t nitems;     // work items, claimed in order by the workers
-  uint64_t arg[11];    // op-specific (ops/*_device.hpp say which)
+  uint64_t arg[10];    // op-specific (ops/*_device.hpp say which)
+  uint32_t sig;        // what the ranks must agree on (signature_device.hpp); 0: not checked
+  uint32_t reserved;
 };
 static_assert(sizeof(OpDesc) == 128, "OpDesc is a wire struct");
 
