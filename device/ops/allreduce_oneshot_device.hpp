@@ -46,6 +46,14 @@ struct AllReduceOneShotOp {
   template <bool kLines, class Coop>
   WEFT_HOST_DEVICE static Status runIn(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                        uint32_t item) {
+    // Item 0 publishes this rank's signature word (no signal of the exchange could carry it): the
+    // peers' consumers compare it before they store a result. An empty op sends nothing else, so
+    // it meets its peers through the words alone, checked or not.
+    if (item == 0 && (d.sig != 0 || d.count == 0)) {
+      const Status st = c.leader() ? publishSigEverywhere(v, sigWord(seq.meet, d.sig), seq.op, item) : Status::kOk;
+      if (uniform(c, v, st) != Status::kOk) return Status::kPeerFailed;
+    }
+    if (d.count == 0) return checkEveryPeerSig(c, v, sigWord(seq.meet, d.sig), seq.op, item);
     return withDType(static_cast<DType>(d.dtype), [&](auto tag) {
       constexpr DType T = decltype(tag)::value;
       if constexpr (kLines)
@@ -79,7 +87,8 @@ struct AllReduceOneShotOp {
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
     return exchangeFlagged<Acc>(
-        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), [&](uint64_t k) { return loadPair(send, bytes, k); },
+        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), d.sig ? sigWord(seq.meet, d.sig) : 0,
+        [&](uint64_t k) { return loadPair(send, bytes, k); },
         [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
         [&](uint64_t k, const Acc& acc) { storePair(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
   }
@@ -129,6 +138,9 @@ struct AllReduceOneShotOp {
           lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);
     }
     Status st = Status::kOk;
+    // Every lane compares the peers' words before its first store (all lanes alike, so that the
+    // warp leaves the loop together).
+    bool checked = d.sig == 0;
     for (uint64_t base = first; base < r.hi && st == Status::kOk; base += step) {
       const uint64_t k = lineOf(base);
       float acc[kLanesPerThread][8] = {};
@@ -142,6 +154,10 @@ struct AllReduceOneShotOp {
         }
         WEFT_UNROLL
         for (int i = 0; i < kLanesPerThread; ++i) accumulate<T>(acc[i], wordsVec(s.w[2 * i], s.w[2 * i + 1]));
+      }
+      if (st == Status::kOk && !checked) {
+        st = checkSigs(v, sigWord(seq.meet, d.sig), seq.op, item);
+        checked = true;
       }
       if (st != Status::kOk || k >= r.hi) continue;
       WEFT_UNROLL

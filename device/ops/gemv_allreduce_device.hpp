@@ -82,6 +82,14 @@ struct GemvAllReduceOp {
       const Range mine = itemSlices(s.n, items, item);
       return owners ? computeAndPush<true>(c, v, seq, dt, s, mine) : computeAndPush<false>(c, v, seq, dt, s, mine);
     }
+    // Signatures (signature_device.hpp) live in the reduce items only (the compute items have no
+    // register to spare on a GPU): the first one publishes this rank's word, and every thread
+    // compares the peers' words before its first store.
+    const uint64_t mine = d.sig ? sigWord(seq.meet, d.sig) : 0;
+    if (item == items && mine != 0) {
+      const Status st = c.leader() ? publishSigEverywhere(v, mine, seq.op, item) : Status::kOk;
+      if (uniform(c, v, st) != Status::kOk) return Status::kPeerFailed;
+    }
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
     const uint64_t n = s.n, pairsPerSlice = sliceFloats / 2;
@@ -118,7 +126,7 @@ struct GemvAllReduceOp {
       if (owners && proxyOf(v) != nullptr) {
         for (uint64_t slice = slices.lo; slice < slices.hi; ++slice) {
           Status st = reduceFlagged<Acc, 4>(c, v, seq, item, Range{slice * pairsPerSlice, (slice + 1) * pairsPerSlice},
-                                            /*selfInScratch=*/true, own, add, finish, from);
+                                            /*selfInScratch=*/true, mine, own, add, finish, from);
           if (st == Status::kOk && ownerOf(slice) == me) st = deliverSums(c, v, seq, item, slice, pairsPerSlice);
           if (st != Status::kOk) return st;
         }
@@ -126,7 +134,7 @@ struct GemvAllReduceOp {
       }
     }
     return reduceFlagged<Acc, 4>(c, v, seq, item, Range{slices.lo * pairsPerSlice, slices.hi * pairsPerSlice},
-                                 /*selfInScratch=*/true, own, add, finish, from);
+                                 /*selfInScratch=*/true, mine, own, add, finish, from);
   }
 
   // The owner's sums of `slice`, stored into its mirrors of the peers reached through the proxy,
