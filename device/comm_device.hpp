@@ -146,19 +146,13 @@ WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
   return failed ? Status::kPeerFailed : Status::kOk;
 }
 
-// Out of line on a GPU: it runs only on a wait's slow path, and must cost the hot path no registers.
-#if defined(WEFT_DEVICE_PASS)
-#define WEFT_SLOW_PATH __noinline__
-#else
-#define WEFT_SLOW_PATH
-#endif
-
 // The slow path of a wait on a peer (signature_device.hpp): whether the peer has published its
 // signature word of this op and it differs from this rank's own (*mine, *theirs: the two words). A
 // peer that runs another op, or the same op with other arguments, may never send what the wait is
-// for; this finds it within the wait's clock checks instead of at the timeout.
-WEFT_SLOW_PATH WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const WaitSite& site, uint64_t* mine,
-                                                   uint64_t* theirs) {
+// for; this finds it within the wait's clock checks instead of at the timeout. Inline, as the rest
+// of the slow path: an out-of-line call there made the GEMV kernel pass its view by address and
+// outlined its items, with spills (checked with ptxas -v against the base).
+WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const WaitSite& site, uint64_t* mine, uint64_t* theirs) {
   switch (site.what) {
     case WaitWhat::kInboxData:
     case WaitWhat::kInboxCredit:
@@ -184,8 +178,7 @@ WEFT_SLOW_PATH WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const Wait
 }
 
 // The failure of a wait whose peer disagrees: recorded as the signatures' mismatch.
-WEFT_SLOW_PATH WEFT_HOST_DEVICE Status recordMismatch(const CommView& v, WaitSite site, uint64_t mine,
-                                                      uint64_t theirs) {
+WEFT_HOST_DEVICE Status recordMismatch(const CommView& v, WaitSite site, uint64_t mine, uint64_t theirs) {
   site.what = WaitWhat::kSignature;
   recordFailure(v, site, Status::kMismatch, mine, theirs);
   return Status::kMismatch;

@@ -146,6 +146,22 @@ WEFT_HOST_DEVICE Status signalWithSig(const Coop& c, const CommView& v, int peer
   return viaProxy(v, peer) ? c.broadcast(st) : st;
 }
 
+// The whole group, for a consumer of a flagged exchange (no signal to ride): the leader compares
+// every peer's word before the item stores anything (and, at item `publisher`, publishes this
+// rank's first). Once per item and by the leader, not per thread inside the item's loop: there it
+// raised the register count of every kernel that carries the exchange (ptxas -v), and made the
+// GEMV kernel outline its items with kilobytes of spills.
+template <class Coop>
+WEFT_HOST_DEVICE Status checkItemSigs(const Coop& c, const CommView& v, uint64_t mine, const OpSeq& seq, uint32_t item,
+                                      bool publisher) {
+  Status st = Status::kOk;
+  if (c.leader()) {
+    if (publisher) st = publishSigEverywhere(v, mine, seq.op, item);
+    if (st == Status::kOk) st = checkSigs(v, mine, seq.op, item);
+  }
+  return c.broadcast(st) != Status::kOk ? Status::kPeerFailed : Status::kOk;
+}
+
 // wait() on a peer's signal, then (the leader, where the op is checked: mine != 0) the peer's word.
 template <class Coop>
 WEFT_HOST_DEVICE Status waitChecked(const Coop& c, const CommView& v, const uint64_t* flag, uint64_t atLeast,

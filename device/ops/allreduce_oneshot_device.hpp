@@ -46,14 +46,15 @@ struct AllReduceOneShotOp {
   template <bool kLines, class Coop>
   WEFT_HOST_DEVICE static Status runIn(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                        uint32_t item) {
-    // Item 0 publishes this rank's signature word (no signal of the exchange could carry it): the
-    // peers' consumers compare it before they store a result. An empty op sends nothing else, so
-    // it meets its peers through the words alone, checked or not.
+    // Item 0 publishes this rank's signature word first (no signal of the exchange could carry
+    // it); every item's leader compares the peers' words between its push and its reduction, so
+    // the wait for them overlaps the lines' flight. An empty op sends nothing else, so it meets
+    // its peers through the words alone, checked or not.
     if (item == 0 && (d.sig != 0 || d.count == 0)) {
       const Status st = c.leader() ? publishSigEverywhere(v, sigWord(seq.meet, d.sig), seq.op, item) : Status::kOk;
       if (uniform(c, v, st) != Status::kOk) return Status::kPeerFailed;
     }
-    if (d.count == 0) return checkEveryPeerSig(c, v, sigWord(seq.meet, d.sig), seq.op, item);
+    if (d.count == 0) return checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, false);
     return withDType(static_cast<DType>(d.dtype), [&](auto tag) {
       constexpr DType T = decltype(tag)::value;
       if constexpr (kLines)
@@ -137,10 +138,10 @@ struct AllReduceOneShotOp {
         for (int p = 1; p < v.nranks; ++p)
           lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);
     }
+    if (d.sig != 0)
+      if (const Status st = checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, false); st != Status::kOk)
+        return st;
     Status st = Status::kOk;
-    // Every lane compares the peers' words before its first store (all lanes alike, so that the
-    // warp leaves the loop together).
-    bool checked = d.sig == 0;
     for (uint64_t base = first; base < r.hi && st == Status::kOk; base += step) {
       const uint64_t k = lineOf(base);
       float acc[kLanesPerThread][8] = {};
@@ -154,10 +155,6 @@ struct AllReduceOneShotOp {
         }
         WEFT_UNROLL
         for (int i = 0; i < kLanesPerThread; ++i) accumulate<T>(acc[i], wordsVec(s.w[2 * i], s.w[2 * i + 1]));
-      }
-      if (st == Status::kOk && !checked) {
-        st = checkSigs(v, sigWord(seq.meet, d.sig), seq.op, item);
-        checked = true;
       }
       if (st != Status::kOk || k >= r.hi) continue;
       WEFT_UNROLL

@@ -71,9 +71,8 @@ WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSe
 // Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks;
 // every rank by default) in rank order, folded by add(acc, payload) into an Acc (value-initialised
 // per pair), then finish(k, acc). This rank's own payload comes from own(k), or, with
-// `selfInScratch`, from its own area where pushFlagged(toSelf) left it. Where the op is checked
-// (mine: this rank's signature word, else 0), each thread compares every peer's word with it
-// before its first finish, so nothing is stored from a peer that runs another op.
+// `selfInScratch`, from its own area where pushFlagged(toSelf) left it. The callers compare the
+// peers' signature words first (checkItemSigs), so nothing is stored from a peer that disagrees.
 //
 // With kPeek > 1 a pair's lines from up to kPeek ranks are read at once, without waiting, and
 // then folded in rank order, waiting only for a line not yet landed: where they all have, that is
@@ -87,10 +86,9 @@ struct EveryRank {
 };
 template <class Acc, int kPeek, class Coop, class Own, class Add, class Finish, class From = EveryRank>
 WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
-                                      bool selfInScratch, uint64_t mine, Own&& own, Add&& add, Finish&& finish,
+                                      bool selfInScratch, Own&& own, Add&& add, Finish&& finish,
                                       From&& from = EveryRank{}) {
   const auto flag = static_cast<uint32_t>(seq.epoch);
-  bool checked = mine == 0;
   auto fromScratch = [&](int src) { return src != v.rank || selfInScratch; };
   auto waitFor = [&](int src, uint64_t k, uint64_t* x) {
     return llWait(v, flaggedPair(v, seq, v.rank, src, k), flag, x, WaitSite{seq.op, item, src, WaitWhat::kInboxData});
@@ -131,10 +129,6 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
         }
       }
     }
-    if (st == Status::kOk && !checked) {
-      st = checkSigs(v, mine, seq.op, item);
-      checked = true;
-    }
     if (st == Status::kOk) finish(k, acc);
   }
   // The peers' lines are in: what this rank's own sends of the exchange read before they left is
@@ -144,12 +138,14 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
 }
 
-// Both steps in one item.
+// Both steps in one item (mine: this rank's signature word where the op is checked, else 0).
 template <class Acc, class Coop, class Own, class Add, class Finish>
 WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
                                         uint64_t mine, Own&& own, Add&& add, Finish&& finish) {
   if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
-  return reduceFlagged<Acc, 1>(c, v, seq, item, r, false, mine, own, add, finish);
+  if (mine != 0)  // the peers' signature words, once the lines are on their way
+    if (const Status st = checkItemSigs(c, v, mine, seq, item, false); st != Status::kOk) return st;
+  return reduceFlagged<Acc, 1>(c, v, seq, item, r, false, own, add, finish);
 }
 
 }  // namespace weft::dev

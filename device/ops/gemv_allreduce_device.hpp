@@ -83,13 +83,11 @@ struct GemvAllReduceOp {
       return owners ? computeAndPush<true>(c, v, seq, dt, s, mine) : computeAndPush<false>(c, v, seq, dt, s, mine);
     }
     // Signatures (signature_device.hpp) live in the reduce items only (the compute items have no
-    // register to spare on a GPU): the first one publishes this rank's word, and every thread
-    // compares the peers' words before its first store.
-    const uint64_t mine = d.sig ? sigWord(seq.meet, d.sig) : 0;
-    if (item == items && mine != 0) {
-      const Status st = c.leader() ? publishSigEverywhere(v, mine, seq.op, item) : Status::kOk;
-      if (uniform(c, v, st) != Status::kOk) return Status::kPeerFailed;
-    }
+    // register to spare on a GPU): the first one publishes this rank's word, and each one's leader
+    // compares the peers' words before anything is stored.
+    if (d.sig != 0)
+      if (const Status st = checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, item == items); st != Status::kOk)
+        return st;
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
     const uint64_t n = s.n, pairsPerSlice = sliceFloats / 2;
@@ -126,7 +124,7 @@ struct GemvAllReduceOp {
       if (owners && proxyOf(v) != nullptr) {
         for (uint64_t slice = slices.lo; slice < slices.hi; ++slice) {
           Status st = reduceFlagged<Acc, 4>(c, v, seq, item, Range{slice * pairsPerSlice, (slice + 1) * pairsPerSlice},
-                                            /*selfInScratch=*/true, mine, own, add, finish, from);
+                                            /*selfInScratch=*/true, own, add, finish, from);
           if (st == Status::kOk && ownerOf(slice) == me) st = deliverSums(c, v, seq, item, slice, pairsPerSlice);
           if (st != Status::kOk) return st;
         }
@@ -134,7 +132,7 @@ struct GemvAllReduceOp {
       }
     }
     return reduceFlagged<Acc, 4>(c, v, seq, item, Range{slices.lo * pairsPerSlice, slices.hi * pairsPerSlice},
-                                 /*selfInScratch=*/true, mine, own, add, finish, from);
+                                 /*selfInScratch=*/true, own, add, finish, from);
   }
 
   // The owner's sums of `slice`, stored into its mirrors of the peers reached through the proxy,
