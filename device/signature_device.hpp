@@ -149,8 +149,7 @@ WEFT_HOST_DEVICE Status signalWithSig(const Coop& c, const CommView& v, int peer
 // The whole group, for a consumer of a flagged exchange (no signal to ride): the leader compares
 // every peer's word before the item stores anything (and, at item `publisher`, publishes this
 // rank's first). Once per item and by the leader, not per thread inside the item's loop: there it
-// raised the register count of every kernel that carries the exchange (ptxas -v), and made the
-// GEMV kernel outline its items with kilobytes of spills.
+// raised the register count of every kernel that carries the exchange (ptxas -v).
 template <class Coop>
 WEFT_HOST_DEVICE Status checkItemSigs(const Coop& c, const CommView& v, uint64_t mine, const OpSeq& seq, uint32_t item,
                                       bool publisher) {
