@@ -46,6 +46,7 @@ struct OpSeq {
   uint64_t op;       // the op's number on the communicator, from 0
   uint64_t seqBase;  // its kind's signal counter before it
   uint64_t epoch;    // ops of its kind so far, this one included
+  uint64_t meet;     // ops that meet the peers before it (OpCounters::collectives): signature words
 };
 
 // Identifies a wait for the failure record.
@@ -111,12 +112,14 @@ WEFT_HOST_DEVICE void signalAdd(const Coop& c, uint64_t* flag, uint64_t value) {
 // Records the first failure of the communicator; later failures only return their status. The
 // engine decides "first" on its own control word, then publishes to the host-visible header, where
 // host-side waits (which have no control word) decide among themselves.
-WEFT_HOST_DEVICE void recordFailure(const CommView& v, const WaitSite& site, Status st, uint64_t expected,
+// Returns whether this call was the first.
+WEFT_HOST_DEVICE bool recordFailure(const CommView& v, const WaitSite& site, Status st, uint64_t expected,
                                     uint64_t observed) {
   uint32_t none = 0;
-  if (v.control && !gpu::atomicCas<gpu::Order::kAcqRel>(&v.control->error, none, static_cast<uint32_t>(st))) return;
+  if (v.control && !gpu::atomicCas<gpu::Order::kAcqRel>(&v.control->error, none, static_cast<uint32_t>(st)))
+    return false;
   none = 0;
-  if (!gpu::atomicCas<gpu::Order::kAcqRel>(&v.queue->error, none, static_cast<uint32_t>(st))) return;
+  if (!gpu::atomicCas<gpu::Order::kAcqRel>(&v.queue->error, none, static_cast<uint32_t>(st))) return false;
   WaitRecord& r = v.queue->record;
   r.ticket = site.ticket;
   r.item = site.item;
@@ -126,6 +129,7 @@ WEFT_HOST_DEVICE void recordFailure(const CommView& v, const WaitSite& site, Sta
   r.expected = expected;
   r.observed = observed;
   gpu::atomicStore<gpu::Order::kRelease>(&v.queue->recordValid, 1u);
+  return true;
 }
 
 // Why waits give up early: abort/destroy, or an earlier failure of the communicator. The engine
@@ -142,10 +146,48 @@ WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
   return failed ? Status::kPeerFailed : Status::kOk;
 }
 
+// The slow path of a wait on a peer (signature_device.hpp): whether the peer has published its
+// signature word of this op and it differs from this rank's own (*mine, *theirs: the two words). A
+// peer that runs another op, or the same op with other arguments, may never send what the wait is
+// for; this finds it within the wait's clock checks instead of at the timeout. Inline, as the rest
+// of the slow path: an out-of-line call there made the GEMV kernel pass its view by address and
+// outlined its items, with spills (checked with ptxas -v against the base).
+WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const WaitSite& site, uint64_t* mine, uint64_t* theirs) {
+  switch (site.what) {
+    case WaitWhat::kInboxData:
+    case WaitWhat::kInboxCredit:
+    case WaitWhat::kGather:
+    case WaitWhat::kReady:
+    case WaitWhat::kArrival:
+    case WaitWhat::kCounts:
+    case WaitWhat::kSignature:
+      break;
+    default:
+      return false;
+  }
+  if (v.control == nullptr || site.peer < 0 || site.peer >= v.nranks || site.peer == v.rank) return false;
+  // This rank's newest word is the running op's once published (or else the previous op's, which
+  // both ranks passed): compare with the peer's word of the same op, if it has one.
+  const uint64_t even = gpu::atomicLoad<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, 0)));
+  const uint64_t odd = gpu::atomicLoad<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, 1)));
+  *mine = (even >> 32) > (odd >> 32) ? even : odd;
+  if (*mine == 0) return false;
+  const uint64_t meet = (*mine >> 32) - 1;  // as sigWord numbers it
+  *theirs = gpu::atomicLoad<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(site.peer, meet)));
+  return (*theirs >> 32) == (*mine >> 32) && *mine != *theirs;
+}
+
+// The failure of a wait whose peer disagrees: recorded as the signatures' mismatch.
+WEFT_HOST_DEVICE Status recordMismatch(const CommView& v, WaitSite site, uint64_t mine, uint64_t theirs) {
+  site.what = WaitWhat::kSignature;
+  recordFailure(v, site, Status::kMismatch, mine, theirs);
+  return Status::kMismatch;
+}
+
 // Polls `ready(&seen)` until it returns true, the timeout expires, or the communicator stops;
-// abort and the clock are checked every 64 polls. A failure is recorded with `expected` and the
-// last `seen`.
-template <typename Ready>
+// abort, the clock and (kPeerCheck) the peer's signature word are checked every 64 polls. A
+// failure is recorded with `expected` and the last `seen`.
+template <bool kPeerCheck = true, typename Ready>
 WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint64_t expected, Ready&& ready) {
   uint64_t seen = 0;
   if (ready(&seen)) return Status::kOk;
@@ -155,6 +197,10 @@ WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint6
     if (ready(&seen)) return Status::kOk;
     if ((spins & 63) != 0) continue;
     Status st = stopReason(v);
+    if constexpr (kPeerCheck) {
+      uint64_t mine = 0, theirs = 0;
+      if (st == Status::kOk && peerDisagrees(v, site, &mine, &theirs)) return recordMismatch(v, site, mine, theirs);
+    }
     if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     if (st != Status::kOk) {
       if (st != Status::kPeerFailed) recordFailure(v, site, st, expected, seen);
@@ -176,9 +222,14 @@ WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uin
 }
 
 // Any thread: waits for the flagged line pair at `line` to carry `flag`; *payload gets its bytes.
+// kPeerCheck: whether the wait's slow path compares signature words (pollUntil). A flagged
+// exchange's consumer compared every peer's word before its first wait (checkItemSigs), so its
+// waits need not: in the GEMV kernel, whose streams are at their register limit, the inlined
+// comparison in every wait moved ptxas to a 2 KB stack with spills.
+template <bool kPeerCheck = true>
 WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t flag, uint64_t* payload,
                                const WaitSite& site) {
-  return pollUntil(v, site, flag, [&](uint64_t* seen) {
+  return pollUntil<kPeerCheck>(v, site, flag, [&](uint64_t* seen) {
     uint32_t seenFlag = 0;
     const bool ok = llLoad(line, flag, payload, &seenFlag);
     *seen = seenFlag;
@@ -190,7 +241,8 @@ WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t
 // share of it. On a GPU the whole warp calls it together (a thread with no line passes null and
 // only keeps step), polls its lines with one load each, and gets one status: the line's lanes read
 // in one instruction, so the flag lane seeing `flag` vouches for the others' words. The stop and
-// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone.
+// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone. No
+// signature check: the lines' consumer compares the peers' words first (llWait says why).
 WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64_t flag, LineShare* s,
                                  const WaitSite& site) {
 #if defined(WEFT_DEVICE_PASS)
@@ -215,7 +267,7 @@ WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64
     return st;
   }
 #else
-  return pollUntil(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
+  return pollUntil<false>(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
 #endif
 }
 

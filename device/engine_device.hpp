@@ -70,6 +70,7 @@ WEFT_HOST_DEVICE OpCounters loadCounters(const EngineControl* c) {
   out.oneShotEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.oneShotEpoch);
   out.embedEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedEpoch);
   out.embedItems = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedItems);
+  out.collectives = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.collectives);
   return out;
 }
 
@@ -85,29 +86,31 @@ WEFT_HOST_DEVICE void storeCounters(EngineControl* c, const OpCounters& v) {
   gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.oneShotEpoch, v.oneShotEpoch);
   gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedEpoch, v.embedEpoch);
   gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedItems, v.embedItems);
+  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.collectives, v.collectives);
 }
 
 // An op's protocol numbers, from the counters the ops before it left.
 WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
   switch (static_cast<OpKind>(d.kind)) {
     case OpKind::kAllReduce:
-      return OpSeq{k.ops, k.allReduceSeq, 0};
+      return OpSeq{k.ops, k.allReduceSeq, 0, k.collectives};
     case OpKind::kAllToAll:
-      return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1};
+      return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1, k.collectives};
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
     case OpKind::kGemmAllToAll:  // its route goes through the one-shot exchange
-      return OpSeq{k.ops, 0, k.oneShotEpoch + 1};
+      return OpSeq{k.ops, 0, k.oneShotEpoch + 1, k.collectives};
     case OpKind::kEmbeddingAllToAll:
-      return OpSeq{k.ops, k.embedItems, k.embedEpoch + 1};
+      return OpSeq{k.ops, k.embedItems, k.embedEpoch + 1, k.collectives};
     default:
-      return OpSeq{k.ops, 0, 0};
+      return OpSeq{k.ops, 0, 0, k.collectives};
   }
 }
 
 // The counters after op `d`; the same on every rank, whatever the op's outcome.
 WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nranks) {
   ++k.ops;
+  if (d.kind != static_cast<uint32_t>(OpKind::kNop) && d.kind != static_cast<uint32_t>(OpKind::kGemv)) ++k.collectives;
   switch (static_cast<OpKind>(d.kind)) {
     case OpKind::kAllReduce:
       k.allReduceSeq += AllReduceOp::seqAdvance(d.count, nranks, dtypeSize(static_cast<DType>(d.dtype)), d.tileElems);

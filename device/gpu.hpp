@@ -55,6 +55,14 @@
 #define WEFT_DEVICE_PASS 1
 #endif
 
+// A function the GPU compiler must call rather than inline (after WEFT_HOST_DEVICE): code
+// that runs once per item, which inlined into a kernel at its register limit costs it spills.
+#if defined(WEFT_DEVICE_PASS)
+#define WEFT_OUT_OF_LINE __noinline__
+#else
+#define WEFT_OUT_OF_LINE
+#endif
+
 namespace weft::gpu {
 
 // Threads in a block of every weft kernel (runtime/backend_gpu.cpp launches them so).

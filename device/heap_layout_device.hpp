@@ -23,6 +23,8 @@ enum class PeerSignal : int {
   kGemmSent = 5,        // GEMM + All-to-All, this rank's own: rows x column tiles it has stored
                         // into the peer in the running op (by destination; zero between ops)
   kGemmDone = 6,        // GEMM + All-to-All: e once the peer stored all its rows of epoch e here
+  kSigEven = 7,         // the peer's signature word of its last even-numbered collective op
+  kSigOdd = 8,          // ... and of its last odd-numbered one (signature_device.hpp)
 };
 
 // Protocol counters that every rank's engine advances alike, op after op, so that the ranks agree
@@ -36,6 +38,7 @@ struct OpCounters {
   uint64_t oneShotEpoch;   // ops of the one-shot exchange (AllReduce, GEMV + AllReduce)
   uint64_t embedEpoch;     // embedding All-to-All ops
   uint64_t embedItems;     // embedding All-to-All: data items this rank ran, all ops together (local)
+  uint64_t collectives;    // ops that meet the peers (all but the local GEMV and markers): signatures
 };
 
 // The first bytes of every heap: the words this rank's engine checks on its fast path, kept in the
@@ -53,7 +56,7 @@ struct EngineControl {
   int64_t badIndex;
   int64_t badRows;
   uint64_t embedItemsDone;  // embedding data items this rank finished, all ops together
-  uint64_t reserved[3];
+  uint64_t reserved[2];
 };
 static_assert(sizeof(EngineControl) == 128, "EngineControl is a wire struct");
 
@@ -70,6 +73,11 @@ struct HeapLayout {
   WEFT_HOST_DEVICE uint64_t readyFromOffset(int peer) const { return peerSignalOffset(PeerSignal::kReadyFrom, peer); }
   WEFT_HOST_DEVICE uint64_t arrivedOffset(int peer) const { return peerSignalOffset(PeerSignal::kArrived, peer); }
   WEFT_HOST_DEVICE uint64_t gatheredOffset(int peer) const { return peerSignalOffset(PeerSignal::kGathered, peer); }
+  // Where `peer` publishes its signature word of collective `meet` (OpSeq::meet; a rank's own
+  // word is in its own array).
+  WEFT_HOST_DEVICE uint64_t sigOffset(int peer, uint64_t meet) const {
+    return peerSignalOffset((meet & 1) != 0 ? PeerSignal::kSigOdd : PeerSignal::kSigEven, peer);
+  }
   WEFT_HOST_DEVICE uint64_t inboxFlagOffset(int peer, uint32_t slot) const { return slotSignalOffset(0, peer, slot); }
   WEFT_HOST_DEVICE uint64_t inboxCreditOffset(int peer, uint32_t slot) const { return slotSignalOffset(1, peer, slot); }
   WEFT_HOST_DEVICE uint64_t inboxDataOffset(int peer, uint32_t slot) const {
@@ -101,7 +109,7 @@ struct HeapLayout {
 
  private:
   static constexpr uint64_t kHeaderBytes = sizeof(EngineControl);
-  static constexpr int kPeerArrays = 7;
+  static constexpr int kPeerArrays = 9;
   static constexpr int kSlotArrays = 2;
 
   WEFT_HOST_DEVICE uint64_t signalOffset(int array, int peer) const {

@@ -39,6 +39,7 @@ enum class Status : uint32_t {
   kPeerFailed = 3,  // another wait of this communicator failed first; see QueueHeader::error
   kBadInput = 4,    // the op found invalid input on the device (an embedding index, send counts)
   kTransport = 5,   // the host proxy's network back-end failed (a dead or unreachable peer)
+  kMismatch = 6,    // a peer runs this op with another signature (signature_device.hpp)
 };
 
 // What a wait was waiting for, for the failure record.
@@ -61,6 +62,7 @@ enum class WaitWhat : uint32_t {
   kProxyRoom = 15,      // the host proxy to take triggers from a full ring (`peer`: the trigger's)
   kPeerGone = 16,  // not a wait: rank `peer`'s process (-1: weftd's) of pid `observed` ended (weftd/the rank saw it)
   kExternal = 17,  // a kernel outside weft's engine (weft.h: weft_device_status_t); ticket kExternalTicket
+  kSignature = 18,  // a peer's signature word of the op (expected: this rank's word, observed: the peer's)
 };
 
 // WaitRecord::ticket of a failure recorded by a kernel outside weft's engine (weft.h).
@@ -77,7 +79,9 @@ struct OpDesc {
   uint64_t recv;       // output offset in the symmetric heap
   uint32_t tileElems;  // elements per tile
   uint32_t nitems;     // work items, claimed in order by the workers
-  uint64_t arg[11];    // op-specific (ops/*_device.hpp say which)
+  uint64_t arg[10];    // op-specific (ops/*_device.hpp say which)
+  uint32_t sig;        // what the ranks must agree on (signature_device.hpp); 0: not checked
+  uint32_t reserved;
 };
 static_assert(sizeof(OpDesc) == 128, "OpDesc is a wire struct");
 

@@ -12,8 +12,10 @@
 #include "device/ops/alltoall_device.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemv_allreduce_device.hpp"
+#include "device/signature_device.hpp"
 #include "service/attach.hpp"
 #include "service/staging.hpp"
+#include "signature.hpp"
 #include "status_page.hpp"
 #include "weft/version.h"
 
@@ -37,6 +39,7 @@ struct RankInfo {
   uint64_t transport;  // 0 auto, 1 p2p, 2 proxy
   uint64_t nodeRanks;
   uint64_t serviceInstance;  // the weftd this rank found (Welcome::instance); 0: none
+  uint64_t checkSignatures;
   int32_t pid;
   char hostname[60];
   char device[32];  // Engine::deviceKey(): ranks of a host with the same one share a GPU
@@ -54,9 +57,12 @@ Code codeOf(Status st, const dev::QueueHeader* q) {
       return Code::kInvalidArgument;
     case Status::kTransport:
       return Code::kTransport;
+    case Status::kMismatch:
+      return Code::kInvalidUsage;
     default: {
       const auto first = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&q->error));
       return first == Status::kAborted     ? Code::kAborted
+             : first == Status::kMismatch  ? Code::kInvalidUsage
              : first == Status::kBadInput  ? Code::kInvalidArgument
              : first == Status::kTransport ? Code::kTransport
                                            : Code::kTimeout;
@@ -132,6 +138,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->timeoutNs_ = static_cast<uint64_t>(s.getDouble("timeout_s") * 1e9);
   c->tileBytes_ = static_cast<uint64_t>(s.getInt("tile_bytes"));
   c->checkIndices_ = s.getInt("check_indices") != 0;
+  c->checkSignatures_ = s.getInt("check_signatures") != 0;
   c->gemvTuning_ = GemvTuning::load(s.getString("gemv_tuning_file"));
   c->gemvForced_ = gemvPathSetting(s.getString("gemv_path"));
   c->oneShotLinesFrom_ = oneShotLinesSetting(s.getString("oneshot_protocol"));
@@ -157,6 +164,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.transport = transportMode == "p2p" ? 1 : transportMode == "proxy" ? 2 : 0;
   mine.nodeRanks = static_cast<uint64_t>(s.getInt("node_ranks"));
   mine.serviceInstance = c->daemon_ ? c->daemon_->welcome().instance : 0;
+  mine.checkSignatures = c->checkSignatures_ ? 1 : 0;
   mine.pid = static_cast<int32_t>(getpid());
   snprintf(mine.hostname, sizeof mine.hostname, "%s", c->host_.hostname.c_str());
   snprintf(mine.device, sizeof mine.device, "%s", Engine::deviceKey().c_str());
@@ -177,6 +185,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     return std::string(v == 1 ? "p2p" : v == 2 ? "proxy" : "auto");
   });
   checkAgree(all, &RankInfo::nodeRanks, "node_ranks", rank);
+  // A rank that checks op signatures waits for words that a rank that does not never sends.
+  checkAgree(all, &RankInfo::checkSignatures, "check_signatures", rank);
 
   const bool forceProxy = mine.transport == 2;
   const auto nodeRanks = static_cast<int>(mine.nodeRanks);
@@ -433,6 +443,7 @@ Code Comm::submitHere(const dev::OpDesc& d, uint64_t bytes, void* stream, bool c
   std::string why = failureText();
   const char* what = c == Code::kAborted           ? "op aborted"
                      : c == Code::kInvalidArgument ? "op failed"
+                     : c == Code::kInvalidUsage    ? "op failed"
                      : c == Code::kTransport       ? "op failed in the transport"
                                                    : "op timed out";
   throw Error(c, std::string(what) + (why.empty() ? "" : ": " + why));
@@ -454,6 +465,9 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
       throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf without being the same buffer (in place)");
   }
   d.send = reinterpret_cast<uint64_t>(send);
+  // Peers write into recvbuf where the op goes reduce-scatter + all-gather: its offset is part of
+  // the signature whichever way this call goes, so that ranks that pass different blocks fail alike.
+  d.sig = signature(dev::SigOp::kAllReduce, dt, sigHash({count}), sigHash({d.recv}));
   // Small inputs: one-shot (one exchange, latency-bound); the rest: reduce-scatter + all-gather.
   if (exchangeFits(bytes, oneShotMax_)) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
@@ -482,6 +496,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   if (spansOverlap(send, bytes, recv, bytes))
     throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf; All-to-All cannot run in place");
   d.send = reinterpret_cast<uint64_t>(send);
+  d.sig = signature(dev::SigOp::kAllToAll, dt, sigHash({countPerRank}), sigHash({d.recv}));
   d.tileElems = tileElemsFor(bytes, kAllToAllTiles, tileBytes_, es);
   d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.tileElems);
   return submit(d, bytes, stream, capturing);
@@ -506,6 +521,15 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   d.arg[0] = reinterpret_cast<uint64_t>(w);
   d.arg[1] = batch;
   d.arg[2] = k;
+  d.sig = signature(dev::SigOp::kGemvAllReduce, dt, sigHash({batch, n, k}), sigHash({d.recv}));
+  if (yBytes == 0 && nranks_ > 1) {
+    // Nothing to compute or reduce, but the ranks must still meet: an empty one-shot op exchanges
+    // the signature words alone (and a rank whose y is not empty finds the difference).
+    d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
+    d.count = 0;
+    d.nitems = 1;
+    return submit(d, 0, stream, capturing);
+  }
   d.tileElems = dev::GemvAllReduceOp::computeItems(n, static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kGemv)));
   d.nitems = dev::GemvAllReduceOp::numItems(d.tileElems);
   // Fused where the tuning table (or gemv_path) says so and every rank's float32 partials fit the
@@ -553,6 +577,8 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   dev::EmbeddingArgs checked = a;
   checked.check = checkIndices_;  // the communicator's setting decides
   Op::pack(checked, d);
+  d.sig =
+      signature(dev::SigOp::kEmbeddingAllToAll, dt, sigHash({a.localBatch, a.totalTables, a.dim}), sigHash({d.recv}));
   d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
                                 static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingAllToAll)));
   // Through the host proxy an item of whole samples is one message of rows (a sample's vectors
@@ -597,6 +623,7 @@ Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void*
       throw Error(Code::kInvalidArgument, std::string(in.name) + ": overlaps recv");
   }
   dev::GemmAllToAllOp::pack(g, d);
+  d.sig = signature(dev::SigOp::kGemmAllToAll, dt, sigHash({g.h}), sigHash({d.recv}));
   return submit(d, recvBytes, stream, capturing);
 }
 
@@ -637,6 +664,7 @@ Code Comm::asyncError(std::string* message) const {
   if (message) *message = failureText();
   if (message && message->empty()) *message = "the communicator was aborted";
   return st == Status::kTimeout     ? Code::kTimeout
+         : st == Status::kMismatch  ? Code::kInvalidUsage
          : st == Status::kBadInput  ? Code::kInvalidArgument
          : st == Status::kTransport ? Code::kTransport
                                     : Code::kAborted;
@@ -658,7 +686,11 @@ std::string Comm::failureText() const {
   if (st == Status::kTransport)
     if (const transport::Proxy* px = heap_->proxy())
       if (const auto f = px->fault()) return f->what;
-  return queue_->failureText();
+  return queue_->failureText(rank_);
+}
+
+uint32_t Comm::signature(dev::SigOp op, dev::DType dt, uint32_t shapeHash, uint32_t offsetHash) const {
+  return checkSignatures_ ? dev::makeSignature(op, static_cast<uint32_t>(dt), shapeHash, offsetHash) : 0;
 }
 
 }  // namespace weft

@@ -91,6 +91,9 @@ class Comm {
   void requireHealthy() const;
   // What the first failure was: the proxy's fault, or the failing wait's record.
   std::string failureText() const;
+  // The op's signature for OpDesc::sig (device/signature_device.hpp), or 0 where check_signatures
+  // is off.
+  uint32_t signature(dev::SigOp op, dev::DType dt, uint32_t shapeHash, uint32_t offsetHash) const;
   // Hands the op to the engine, or into the graph `stream` is capturing. `bytes`: what it writes
   // on this rank (for the status page).
   Code submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
@@ -139,6 +142,7 @@ class Comm {
   // (input x peers); kLinesNever: never.
   uint64_t oneShotLinesFrom_ = kLinesNever;
   bool checkIndices_ = true;
+  bool checkSignatures_ = true;  // check_signatures
   GemvTuning gemvTuning_;
   std::optional<GemvPath> gemvForced_;  // the gemv_path setting, unless auto
   bool proxyPeers_ = false;             // some peer is reached through the host proxy (every rank alike)

@@ -79,6 +79,11 @@ const std::vector<SettingSpec>& settingSpecs() {
        "conf/gemv_tuning.tsv"},
       {"check_indices", SettingType::kInt, "1",
        "Embedding ops check every index against its table (0: trust them, faster)", 0, 1},
+      {"check_signatures", SettingType::kInt, "1",
+       "Ranks compare each op's signature (kind, dtype, counts, the output block peers write into) before using a "
+       "peer's data, and fail the op with WEFT_ERR_INVALID_USAGE where they differ (0: do not compare; the same "
+       "on every rank)",
+       0, 1},
       {"inbox_slots", SettingType::kInt, kCpuBackend ? "8" : "64", "Tiles in flight per peer pair", 1, 1024},
       {"transport", SettingType::kString, "auto",
        "Path between ranks: auto (p2p inside a node, the host proxy across), p2p (every peer mapped) or proxy "

@@ -361,8 +361,8 @@ const char* dtypeName(uint32_t dtype) {
 }
 
 const char* statusName(uint32_t status) {
-  static const char* const kNames[] = {"ok", "timeout", "aborted", "peer_failed", "bad_input", "transport"};
-  return status < 6 ? kNames[status] : "unknown";
+  static const char* const kNames[] = {"ok", "timeout", "aborted", "peer_failed", "bad_input", "transport", "mismatch"};
+  return status < sizeof kNames / sizeof kNames[0] ? kNames[status] : "unknown";
 }
 
 const char* pageStateName(uint32_t state) {

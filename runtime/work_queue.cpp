@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "device/comm_device.hpp"
+#include "runtime/signature.hpp"
 
 namespace weft {
 
@@ -149,6 +150,8 @@ const char* waitWhatName(dev::WaitWhat w) {
       return "its send counts (GEMM + All-to-All route)";
     case dev::WaitWhat::kPartial:
       return "its partial sums of a split tile";
+    case dev::WaitWhat::kSignature:
+      return "its op signature word";
     case dev::WaitWhat::kProxyRoom:
       return "room in the host proxy's trigger ring (the proxy thread is not draining it)";
     default:
@@ -156,12 +159,13 @@ const char* waitWhatName(dev::WaitWhat w) {
   }
 }
 
-std::string WorkQueue::failureText() const {
+std::string WorkQueue::failureText(int self) const {
   if (!gpu::atomicLoad<gpu::Order::kAcquire>(&header_->recordValid)) return "";
-  return weft::failureText(header_->record);
+  return weft::failureText(header_->record, self);
 }
 
-std::string failureText(const dev::WaitRecord& r) {
+std::string failureText(const dev::WaitRecord& r, int self) {
+  if (r.status == static_cast<uint32_t>(Status::kMismatch)) return mismatchText(r, self);
   // Recorded by a kernel outside weft's engine (weft.h: weft_device_status_t), e.g. weft.triton's.
   if (r.ticket == dev::kExternalTicket && static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kExternal) {
     if (r.status == static_cast<uint32_t>(Status::kBadInput))

@@ -66,7 +66,7 @@ class WorkQueue {
   // Records a failure the host found while waiting on op `ticket` (first failure wins, sticky).
   void recordHostFailure(uint64_t ticket, dev::Status st, uint64_t expected, uint64_t observed);
   // Human-readable first failure of the communicator ("" if none).
-  std::string failureText() const;
+  std::string failureText(int self = -1) const;  // self: this rank, for the message
 
  private:
   // Out of the wait loop: runs only when the op's progress moved.
@@ -80,6 +80,6 @@ class WorkQueue {
 
 const char* waitWhatName(dev::WaitWhat w);
 // A failure record in words (what WorkQueue::failureText says of the communicator's first).
-std::string failureText(const dev::WaitRecord& r);
+std::string failureText(const dev::WaitRecord& r, int self = -1);
 
 }  // namespace weft

@@ -8,10 +8,14 @@
 //      into every peer's output (zero copy), adding 1 to their `gathered[r]` counter.
 // The last item waits until every peer's shard has been gathered into r's output.
 // In place is safe: a peer writes into r's output only after r's input tile reached its inbox.
+// Signatures (signature_device.hpp): every inbox flag carries the sender's word just before it,
+// and the owner compares it once the flag is in, before it reads the tile or writes any output;
+// an empty op (no tiles) exchanges the words alone.
 #pragma once
 
 #include "../comm_device.hpp"
 #include "../dtype_device.hpp"
+#include "../signature_device.hpp"
 #include "partition_device.hpp"
 
 namespace weft::dev {
@@ -37,8 +41,14 @@ struct AllReduceOp {
     const auto dt = static_cast<DType>(d.dtype);
     const uint32_t es = dtypeSize(dt);
     const uint64_t tps = tilesPerShard(d.count, v.nranks, es, d.tileElems);
-    if (item == tps)
+    const uint64_t sig = d.sig ? sigWord(seq.meet, d.sig) : 0;
+    if (item == tps) {
+      if (tps == 0) {
+        const Status st = exchangeSigs(c, v, sigWord(seq.meet, d.sig), seq.op, item);
+        if (st != Status::kOk) return st;
+      }
       return waitEveryPeer(c, v, PeerSignal::kGathered, seq.seqBase + tps, seq.op, item, WaitWhat::kGather);
+    }
 
     const HeapLayout& L = v.layout;
     const int me = v.rank;
@@ -56,15 +66,16 @@ struct AllReduceOp {
       }
       const WaitSite room{seq.op, item, j, WaitWhat::kProxyRoom};
       Status st = putTo(c, v, j, L.inboxDataOffset(me, slot), send + r.lo * es, r.size() * es, room);
-      if (st == Status::kOk) st = signalTo(c, v, j, L.inboxFlagOffset(me, slot), q, /*add=*/false, room);
+      if (st == Status::kOk) st = signalWithSig(c, v, j, L.inboxFlagOffset(me, slot), q, sig, room);
       if (st != Status::kOk) return st;
     }
+    if (c.leader()) noteOwnSig(v, sig);  // every peer has the word (signature_device.hpp)
 
     Range mine = tileRange(shardRange(d.count, v.nranks, vectorElems(es), me), d.tileElems, item);
     for (int p = 1; p < v.nranks; ++p) {
       const int src = (me + p) % v.nranks;
       WaitSite site{seq.op, item, src, WaitWhat::kInboxData};
-      Status st = wait(c, v, v.signal(me, L.inboxFlagOffset(src, slot)), q, site);
+      Status st = waitChecked(c, v, v.signal(me, L.inboxFlagOffset(src, slot)), q, site, sig);
       if (st != Status::kOk) return st;
     }
     uint8_t* out = v.at(me, d.recv);

@@ -46,6 +46,15 @@ struct AllReduceOneShotOp {
   template <bool kLines, class Coop>
   WEFT_HOST_DEVICE static Status runIn(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                        uint32_t item) {
+    // Item 0 publishes this rank's signature word first (no signal of the exchange could carry
+    // it); every item's leader compares the peers' words between its push and its reduction, so
+    // the wait for them overlaps the lines' flight. An empty op sends nothing else, so it meets
+    // its peers through the words alone, checked or not.
+    if (item == 0 && (d.sig != 0 || d.count == 0)) {
+      const Status st = c.leader() ? publishSigEverywhere(v, sigWord(seq.meet, d.sig), seq.op, item) : Status::kOk;
+      if (uniform(c, v, st) != Status::kOk) return Status::kPeerFailed;
+    }
+    if (d.count == 0) return checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, false);
     return withDType(static_cast<DType>(d.dtype), [&](auto tag) {
       constexpr DType T = decltype(tag)::value;
       if constexpr (kLines)
@@ -79,7 +88,8 @@ struct AllReduceOneShotOp {
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
     return exchangeFlagged<Acc>(
-        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), [&](uint64_t k) { return loadPair(send, bytes, k); },
+        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), d.sig ? sigWord(seq.meet, d.sig) : 0,
+        [&](uint64_t k) { return loadPair(send, bytes, k); },
         [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
         [&](uint64_t k, const Acc& acc) { storePair(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
   }
@@ -128,6 +138,9 @@ struct AllReduceOneShotOp {
         for (int p = 1; p < v.nranks; ++p)
           lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);
     }
+    if (d.sig != 0)
+      if (const Status st = checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, false); st != Status::kOk)
+        return st;
     Status st = Status::kOk;
     for (uint64_t base = first; base < r.hi && st == Status::kOk; base += step) {
       const uint64_t k = lineOf(base);

@@ -5,10 +5,15 @@
 // previous op. Items 1..nranks*tiles move one tile of one block each, remote blocks first in
 // rotating order so the ranks do not all hit the same receiver, this rank's own block last; each
 // remote tile adds 1 to the receiver's arrived[me]. The last item waits for every peer's tiles.
+// Signatures (signature_device.hpp): item 0 stores this rank's word just before each ready signal;
+// a sender compares the receiver's word after acquiring its ready signal, and this rank's own
+// block waits for every peer's word, so nothing is stored where a peer disagrees. An empty op
+// compares every peer's word in its last item.
 #pragma once
 
 #include "../comm_device.hpp"
 #include "../dtype_device.hpp"
+#include "../signature_device.hpp"
 #include "partition_device.hpp"
 
 namespace weft::dev {
@@ -30,18 +35,29 @@ struct AllToAllOp {
     const HeapLayout& L = v.layout;
     const int me = v.rank;
     const uint64_t tpb = tilesPerBlock(d.count, d.tileElems);
+    // Empty ops exchange words whether checked or not: they are their only meeting.
+    const uint64_t mine = d.sig != 0 || tpb == 0 ? sigWord(seq.meet, d.sig) : 0;
     if (item == 0) {
       c.sync();
       Status st = Status::kOk;
-      if (c.leader())
-        for (int j = 0; j < v.nranks && st == Status::kOk; ++j)
-          if (j != me)
-            st = signalLeaderTo(v, j, L.readyFromOffset(me), seq.epoch, false,
-                                WaitSite{seq.op, item, j, WaitWhat::kProxyRoom});
+      if (c.leader()) {
+        for (int j = 0; j < v.nranks && st == Status::kOk; ++j) {
+          if (j == me) continue;
+          const WaitSite site{seq.op, item, j, WaitWhat::kProxyRoom};
+          if (mine != 0) st = publishSig(v, j, mine, site);
+          if (st == Status::kOk) st = signalLeaderTo(v, j, L.readyFromOffset(me), seq.epoch, false, site);
+        }
+        if (st == Status::kOk) noteOwnSig(v, mine);
+      }
       return uniform(c, v, st);
     }
-    if (item == 1 + v.nranks * tpb)
+    if (item == 1 + v.nranks * tpb) {
+      if (tpb == 0) {
+        const Status st = checkEveryPeerSig(c, v, mine, seq.op, item);
+        if (st != Status::kOk) return st;
+      }
       return waitEveryPeer(c, v, PeerSignal::kArrived, seq.seqBase + tpb, seq.op, item, WaitWhat::kArrival);
+    }
 
     const uint64_t k = item - 1;
     const int j = static_cast<int>((me + 1 + k / tpb) % v.nranks);
@@ -50,11 +66,13 @@ struct AllToAllOp {
     const auto* src = reinterpret_cast<const uint8_t*>(d.send) + (j * d.count + r.lo) * es;
     const uint64_t dst = d.recv + (me * d.count + r.lo) * es;
     if (j == me) {
+      if (mine != 0)
+        if (const Status st = checkEveryPeerSig(c, v, mine, seq.op, item); st != Status::kOk) return st;
       put(c, v.at(j, dst), src, r.size() * es);
       return Status::kOk;
     }
     WaitSite site{seq.op, item, j, WaitWhat::kReady};
-    Status st = wait(c, v, v.signal(me, L.readyFromOffset(j)), seq.epoch, site);
+    Status st = waitChecked(c, v, v.signal(me, L.readyFromOffset(j)), seq.epoch, site, mine);
     if (st != Status::kOk) return st;
     site.what = WaitWhat::kProxyRoom;
     st = putTo(c, v, j, dst, src, r.size() * es, site);

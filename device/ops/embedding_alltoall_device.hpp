@@ -21,6 +21,7 @@
 #pragma once
 
 #include "../comm_device.hpp"
+#include "../signature_device.hpp"
 #include "embedding_pool_device.hpp"
 #include "partition_device.hpp"
 
@@ -85,26 +86,40 @@ struct EmbeddingAllToAllOp {
     const int me = v.rank;
     const EmbeddingArgs a = args(d);
     const uint64_t ipd = itemsPerDest(a.numTables, a.localBatch, d.tileElems);
+    // Signatures (signature_device.hpp): the word goes just before each ready signal; a sender
+    // compares the receiver's after acquiring it. A rank that sends nothing compares every peer's
+    // word in its last item (empty ops exchange words, checked or not).
+    const uint64_t mine = d.sig != 0 || dataItems(d) == 0 ? sigWord(seq.meet, d.sig) : 0;
     if (item == 0) {
       c.sync();
       Status st = Status::kOk;
       if (c.leader()) {
-        for (int j = 0; j < v.nranks && st == Status::kOk; ++j)
-          if (j != me)
-            st = signalLeaderTo(v, j, L.peerSignalOffset(PeerSignal::kEmbedReadyFrom, me), seq.epoch, false,
-                                WaitSite{seq.op, item, j, WaitWhat::kProxyRoom});
+        for (int j = 0; j < v.nranks && st == Status::kOk; ++j) {
+          if (j == me) continue;
+          const WaitSite site{seq.op, item, j, WaitWhat::kProxyRoom};
+          if (mine != 0) st = publishSig(v, j, mine, site);
+          if (st == Status::kOk)
+            st = signalLeaderTo(v, j, L.peerSignalOffset(PeerSignal::kEmbedReadyFrom, me), seq.epoch, false, site);
+        }
+        if (st == Status::kOk) noteOwnSig(v, mine);
         if (st == Status::kOk && dataItems(d) == 0) st = announceDone(v, seq, item);  // nothing to send: done at once
       }
       return uniform(c, v, st);
     }
-    if (item == 1 + v.nranks * ipd) return finish(c, v, seq, item);
+    if (item == 1 + v.nranks * ipd) {
+      if (dataItems(d) == 0)
+        if (const Status st = checkEveryPeerSig(c, v, mine, seq.op, item); st != Status::kOk) return st;
+      return finish(c, v, seq, item);
+    }
 
     const uint64_t i = item - 1;
     const int dest = static_cast<int>((me + 1 + i / ipd) % v.nranks);
     if (dest != me) {
-      const Status st = wait(c, v, v.signal(me, L.peerSignalOffset(PeerSignal::kEmbedReadyFrom, dest)), seq.epoch,
-                             WaitSite{seq.op, item, dest, WaitWhat::kReady});
+      const Status st = waitChecked(c, v, v.signal(me, L.peerSignalOffset(PeerSignal::kEmbedReadyFrom, dest)),
+                                    seq.epoch, WaitSite{seq.op, item, dest, WaitWhat::kReady}, mine);
       if (st != Status::kOk) return st;
+    } else if (mine != 0) {  // this rank's own output: only once every peer agrees
+      if (const Status st = checkEveryPeerSig(c, v, mine, seq.op, item); st != Status::kOk) return st;
     }
     const uint64_t perDest = a.numTables * a.localBatch;
     const uint64_t lo = (i % ipd) * d.tileElems;

@@ -18,6 +18,7 @@
 
 #include "../comm_device.hpp"
 #include "../ll_device.hpp"
+#include "../signature_device.hpp"
 #include "partition_device.hpp"
 
 namespace weft::dev {
@@ -70,7 +71,8 @@ WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSe
 // Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks;
 // every rank by default) in rank order, folded by add(acc, payload) into an Acc (value-initialised
 // per pair), then finish(k, acc). This rank's own payload comes from own(k), or, with
-// `selfInScratch`, from its own area where pushFlagged(toSelf) left it.
+// `selfInScratch`, from its own area where pushFlagged(toSelf) left it. The callers compare the
+// peers' signature words first (checkItemSigs), so nothing is stored from a peer that disagrees.
 //
 // With kPeek > 1 a pair's lines from up to kPeek ranks are read at once, without waiting, and
 // then folded in rank order, waiting only for a line not yet landed: where they all have, that is
@@ -89,7 +91,8 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
   const auto flag = static_cast<uint32_t>(seq.epoch);
   auto fromScratch = [&](int src) { return src != v.rank || selfInScratch; };
   auto waitFor = [&](int src, uint64_t k, uint64_t* x) {
-    return llWait(v, flaggedPair(v, seq, v.rank, src, k), flag, x, WaitSite{seq.op, item, src, WaitWhat::kInboxData});
+    return llWait<false>(v, flaggedPair(v, seq, v.rank, src, k), flag, x,
+                         WaitSite{seq.op, item, src, WaitWhat::kInboxData});
   };
   Status st = Status::kOk;
   for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += static_cast<uint64_t>(c.size())) {
@@ -136,11 +139,13 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
 }
 
-// Both steps in one item.
+// Both steps in one item (mine: this rank's signature word where the op is checked, else 0).
 template <class Acc, class Coop, class Own, class Add, class Finish>
 WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
-                                        Own&& own, Add&& add, Finish&& finish) {
+                                        uint64_t mine, Own&& own, Add&& add, Finish&& finish) {
   if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
+  if (mine != 0)  // the peers' signature words, once the lines are on their way
+    if (const Status st = checkItemSigs(c, v, mine, seq, item, false); st != Status::kOk) return st;
   return reduceFlagged<Acc, 1>(c, v, seq, item, r, false, own, add, finish);
 }
 

@@ -19,6 +19,7 @@
 
 #include "../comm_device.hpp"
 #include "../dtype_device.hpp"
+#include "../signature_device.hpp"
 #include "gemm_route_device.hpp"
 #include "gemm_split_device.hpp"
 #include "gemm_tile_device.hpp"
@@ -193,6 +194,7 @@ struct GemmAllToAllOp {
       row[n + kRouteCapacity] = static_cast<int64_t>(g.capacity);
       row[n + kRouteFlags] = (bad ? kRouteBadCounts : 0) | (badExperts ? kRouteBadExperts : 0);
       row[n + kRouteRecv] = static_cast<int64_t>(d.recv);
+      row[n + kRouteSig] = static_cast<int64_t>(d.sig);
     }
     c.sync();
     return pushFlagged(c, v, seq, Range{0, static_cast<uint64_t>(n) + kRouteExtra}, /*toSelf=*/true,
@@ -553,10 +555,14 @@ struct GemmAllToAllOp {
     Status st = readRoute(c, v, seq, item, r, &verdict);
     if (st != Status::kOk) return st;
     if (!verdict.ok()) {
+      // Ranks that disagree are a misuse, recorded as every other op records it (both words).
+      const bool mismatch = verdict.what == WaitWhat::kSignature;
+      const Status why = mismatch ? Status::kMismatch : Status::kBadInput;
       if (c.leader())
-        recordFailure(v, WaitSite{seq.op, item, verdict.rank, verdict.what}, Status::kBadInput, verdict.expected,
-                      verdict.observed);
-      return Status::kBadInput;
+        recordFailure(v, WaitSite{seq.op, item, verdict.rank, verdict.what}, why,
+                      mismatch ? sigWord(seq.meet, static_cast<uint32_t>(verdict.expected)) : verdict.expected,
+                      mismatch ? sigWord(seq.meet, static_cast<uint32_t>(verdict.observed)) : verdict.observed);
+      return why;
     }
     for (int j = c.rank(); j < v.nranks; j += c.size()) {
       if (g.recvCounts) g.recvCounts[j] = r.from()[j];

@@ -25,7 +25,8 @@ constexpr uint64_t kRouteBadExperts = 2;  // expert_offsets is not non-decreasin
 constexpr int kRouteMaxRanks = 256;
 
 // Words of a published row: nranks counts, then these.
-constexpr int kRouteCapacity = 0, kRouteFlags = 1, kRouteRecv = 2, kRouteExtra = 3;
+// kRouteSig: the rank's op signature (signature_device.hpp; 0 where the check is off).
+constexpr int kRouteCapacity = 0, kRouteFlags = 1, kRouteRecv = 2, kRouteSig = 3, kRouteExtra = 4;
 
 // This rank's route in group-shared memory: kRouteWords(nranks) int64 words.
 struct RouteView {
@@ -49,10 +50,10 @@ WEFT_HOST_DEVICE constexpr int routeWords(int nranks) { return 7 * nranks + 1; }
 
 // Why the op cannot move data (the same on every rank), for the failure record.
 struct RouteVerdict {
-  WaitWhat what = WaitWhat::kNone;  // kSendCounts, kExpertOffsets, kCapacity or kRecvOffset
+  WaitWhat what = WaitWhat::kNone;  // kSignature, kSendCounts, kExpertOffsets, kCapacity or kRecvOffset
   int32_t rank = -1;                // the rank whose input is at fault (the lowest, if several)
-  uint64_t expected = 0;            // kCapacity: the capacity; kRecvOffset: rank 0's offset
-  uint64_t observed = 0;            // kCapacity: the rows it would receive; kRecvOffset: its offset
+  uint64_t expected = 0;            // kCapacity: the capacity; kRecvOffset: rank 0's offset; kSignature: this rank's
+  uint64_t observed = 0;            // kCapacity: the rows it would receive; kRecvOffset: its offset; kSignature: its
   WEFT_HOST_DEVICE bool ok() const { return what == WaitWhat::kNone; }
 };
 
@@ -74,6 +75,7 @@ WEFT_HOST_DEVICE Status readRoute(const Coop& c, const CommView& v, const OpSeq&
       st = llWait(v, routePair(v, seq, sender, k), flag, &x, WaitSite{seq.op, item, sender, WaitWhat::kCounts});
     return static_cast<int64_t>(x);
   };
+  const int64_t sigMine = get(v.rank, n + kRouteSig);
   for (int d = c.rank(); d < n; d += c.size()) {
     int64_t total = 0, base = 0;
     for (int i = 0; i < n; ++i) {
@@ -88,12 +90,17 @@ WEFT_HOST_DEVICE Status readRoute(const Coop& c, const CommView& v, const OpSeq&
     const int64_t flags = get(d, n + kRouteFlags);
     const int64_t recv = get(d, n + kRouteRecv), recv0 = get(0, n + kRouteRecv);
     r.from()[d] = get(d, v.rank);
-    r.fault()[d] = static_cast<int64_t>(flags & static_cast<int64_t>(kRouteBadCounts)    ? WaitWhat::kSendCounts
+    const int64_t sig = get(d, n + kRouteSig);
+    r.fault()[d] = static_cast<int64_t>(sig != sigMine                                   ? WaitWhat::kSignature
+                                        : flags & static_cast<int64_t>(kRouteBadCounts)  ? WaitWhat::kSendCounts
                                         : flags & static_cast<int64_t>(kRouteBadExperts) ? WaitWhat::kExpertOffsets
                                         : recv != recv0                                  ? WaitWhat::kRecvOffset
                                         : total > r.cap()[d]                             ? WaitWhat::kCapacity
                                                                                          : WaitWhat::kNone);
-    if (recv != recv0) {  // the verdict's numbers for this fault
+    if (sig != sigMine) {  // the verdict's numbers for this fault
+      r.total()[d] = sig;
+      r.cap()[d] = sigMine;
+    } else if (recv != recv0) {
       r.total()[d] = recv;
       r.cap()[d] = recv0;
     }
@@ -109,7 +116,15 @@ WEFT_HOST_DEVICE Status readRoute(const Coop& c, const CommView& v, const OpSeq&
     r.start()[n] = s;
   }
   c.sync();
+  // Ranks that disagree on the op come first: every rank sees some rank differ from it, so all
+  // report the disagreement (each naming the lowest rank that differs from it).
   *verdict = RouteVerdict{};
+  for (int d = 0; d < n; ++d)
+    if (r.fault()[d] == static_cast<int64_t>(WaitWhat::kSignature)) {
+      *verdict =
+          RouteVerdict{WaitWhat::kSignature, d, static_cast<uint64_t>(r.cap()[d]), static_cast<uint64_t>(r.total()[d])};
+      return Status::kOk;
+    }
   for (int d = 0; d < n; ++d)
     if (r.fault()[d] != 0) {
       *verdict = RouteVerdict{static_cast<WaitWhat>(r.fault()[d]), d, static_cast<uint64_t>(r.cap()[d]),

@@ -82,6 +82,12 @@ struct GemvAllReduceOp {
       const Range mine = itemSlices(s.n, items, item);
       return owners ? computeAndPush<true>(c, v, seq, dt, s, mine) : computeAndPush<false>(c, v, seq, dt, s, mine);
     }
+    // Signatures (signature_device.hpp) live in the reduce items only (the compute items have no
+    // register to spare on a GPU): the first one publishes this rank's word, and each one's leader
+    // compares the peers' words before anything is stored.
+    if (d.sig != 0)
+      if (const Status st = checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, item == items); st != Status::kOk)
+        return st;
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
     const uint64_t n = s.n, pairsPerSlice = sliceFloats / 2;

@@ -4,6 +4,7 @@
 // and rows written past the received ones show; back-to-back ops on six workers; a capacity too
 // small and unsound send counts fail the op on every rank, naming the rank, with nothing stored;
 // every bad argument is named.
+#include <cstdlib>
 #include <vector>
 
 #include "support/gemm_data.hpp"
@@ -138,22 +139,30 @@ TEST(GemmFaults, SendCountsThatDoNotSumToTokensFailEveryRank) {
 }
 
 // Rank 1 passes a recv at another heap offset than rank 0's: its peers would store into the
-// wrong place, so the op fails on every rank before anything is stored.
+// wrong place, so the op fails on every rank before anything is stored. The ranks' signatures
+// differ (INVALID_USAGE, as any ranks that disagree); with check_signatures off, the route's own
+// comparison of the offsets still fails it (INVALID_ARGUMENT, naming rank 0's block).
 TEST(GemmFaults, ADifferentRecvOnOneRankFailsEveryRank) {
   const uint64_t seed = freshSeed();
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_comm_t comm = initRank(rank, n, id);
-    ASSERT_NE(comm, nullptr);
-    void* recv = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 18, &recv));
-    const GemmCase c{seed, n, 40, 8, 16, WEFT_BFLOAT16, 1};
-    const GemmInputs in = gemmInputs(c, rank);
-    void* mine = static_cast<uint8_t*>(recv) + (rank == 1 ? 4096 : 0);
-    const weft_result_t r = runGemm(comm, c, rank, in, mine, 1 << 12, nullptr);
-    EXPECT_TRUE(failsWith(r, WEFT_ERR_INVALID_ARGUMENT, "rank 1's recv is not the buffer rank 0 passed"));
-    WEFT_ASSERT_OK(weft_comm_destroy(comm));
-  };
-  EXPECT_TRUE(runRanks(3, body));
+  for (const bool check : {true, false}) {
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      setenv("WEFT_CHECK_SIGNATURES", check ? "1" : "0", 1);
+      weft_comm_t comm = initRank(rank, n, id);
+      ASSERT_NE(comm, nullptr);
+      void* recv = nullptr;
+      WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 18, &recv));
+      const GemmCase c{seed, n, 40, 8, 16, WEFT_BFLOAT16, 1};
+      const GemmInputs in = gemmInputs(c, rank);
+      void* mine = static_cast<uint8_t*>(recv) + (rank == 1 ? 4096 : 0);
+      const weft_result_t r = runGemm(comm, c, rank, in, mine, 1 << 12, nullptr);
+      if (check)
+        EXPECT_TRUE(failsWith(r, WEFT_ERR_INVALID_USAGE, "differ in the heap offset of recv"));
+      else
+        EXPECT_TRUE(failsWith(r, WEFT_ERR_INVALID_ARGUMENT, "rank 1's recv is not the buffer rank 0 passed"));
+      WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    };
+    EXPECT_TRUE(runRanks(3, body)) << "check_signatures " << check;
+  }
 }
 
 TEST(GemmBadInput, EveryArgumentIsNamedAndNothingIsLost) {

@@ -303,6 +303,9 @@ TEST(Status, DiagnoseExplainsRanksThatCalledDifferentOps) {
   Scratch scratch;
   const std::string go = scratch.root + "/go";
   Job job(scratch, 4, [&](int rank, int n, const weft_unique_id_t& id) {
+    // With signatures checked the ops would fail at once (tests/cpu/test_disagree.cpp); this is
+    // what diagnose says of ranks that hang on it, with the check off.
+    setenv("WEFT_CHECK_SIGNATURES", "0", 1);
     weft_comm_t comm = nullptr;
     void* y = nullptr;
     ASSERT_NO_FATAL_FAILURE(startRank(rank, n, id, &comm, &y));

@@ -56,7 +56,7 @@ TEST(HeapLayout, NoTwoWordsOrSlotsOverlap) {
       HeapLayout L{n, slots, 4096};
       std::set<uint64_t> words;
       for (uint32_t p = 0; p < n; ++p) {
-        for (int which = 0; which <= static_cast<int>(PeerSignal::kGemmDone); ++which) {
+        for (int which = 0; which <= static_cast<int>(PeerSignal::kSigOdd); ++which) {
           const uint64_t off = L.peerSignalOffset(static_cast<PeerSignal>(which), static_cast<int>(p));
           EXPECT_EQ(off % 8, 0u);
           EXPECT_TRUE(words.insert(off / kSignalStride).second) << off;

@@ -7,7 +7,12 @@
  *   hipStream_t). On the CPU backend there are no streams: pass NULL and the call returns when the
  *   op is complete.
  * - Collective calls (init, mem_alloc/free, finalize and every op) must be made by every rank of the
- *   communicator in the same order.
+ *   communicator in the same order. Ranks that call the same op with a different op, dtype, count
+ *   or shape, or a different output block, fail it on every rank with WEFT_ERR_INVALID_USAGE (the
+ *   message names both ranks and what differs; counts, shapes and blocks are compared as 12-bit
+ *   hashes) before any peer's data is used or any output written; on a GPU stream the failure is
+ *   asynchronous (weft_comm_get_async_error) and sticky. Setting `check_signatures` 0 (every
+ *   rank alike) turns the comparison off.
  * - Outputs that peers write into (AllReduce result, All-to-All receive buffer) must come from
  *   weft_mem_alloc (the symmetric heap); inputs may be anywhere in this process's memory.
  * - Thread safety: ops, weft_comm_abort, weft_comm_get_async_error and the queries may be called
@@ -132,14 +137,16 @@ WEFT_API weft_result_t weft_mem_alloc(weft_comm_t comm, size_t bytes, void** ptr
 /* Collective: frees a block from weft_mem_alloc; every rank frees the same blocks in the same order. */
 WEFT_API weft_result_t weft_mem_free(weft_comm_t comm, void* ptr);
 
-/* Sum AllReduce of `count` elements. recvbuf must be in the symmetric heap; sendbuf == recvbuf
- * (in place) is allowed, any other overlap is not. With count 0 the buffers are not touched (and
- * may be NULL), but the call is still collective. */
+/* Sum AllReduce of `count` elements. recvbuf must be in the symmetric heap, the same block on
+ * every rank; sendbuf == recvbuf (in place) is allowed, any other overlap is not. With count 0 the
+ * buffers are not touched (and may be NULL), but the call is still collective: a rank that passes
+ * 0 where another passes a count fails with WEFT_ERR_INVALID_USAGE, as any ranks that disagree. */
 WEFT_API weft_result_t weft_allreduce(weft_comm_t comm, const void* sendbuf, void* recvbuf, int64_t count,
                                       weft_dtype_t dtype, void* stream);
 
 /* All-to-All: block j (count_per_rank elements) of sendbuf goes to rank j; block i of recvbuf
- * (symmetric heap, nranks * count_per_rank elements) comes from rank i. Not in place. With
+ * (symmetric heap, the same block on every rank, nranks * count_per_rank elements) comes from
+ * rank i. Not in place. With
  * count_per_rank 0 the buffers are not touched (and may be NULL), but the call is still collective. */
 WEFT_API weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void* recvbuf, int64_t count_per_rank,
                                      weft_dtype_t dtype, void* stream);

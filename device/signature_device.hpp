@@ -1,0 +1,183 @@
+// Op signatures: what the ranks of a communicator must agree on for each op, so that a rank that
+// passes another kind, dtype, count, shape or output block fails the op on every rank instead of
+// reading or writing the wrong bytes.
+//
+// The host packs a 32-bit signature into OpDesc::sig (runtime/signature.cpp hashes the fields):
+//   bits 27..31 the op as the caller named it (SigOp), 24..26 the dtype, 12..23 a hash of the
+//   counts and shape peers depend on, 0..11 a hash of the heap offsets peers write into.
+// A rank publishes `(meet + 1) << 32 | sig` (the op's number on the communicator, then the signature) into
+// a word per (publisher, op parity) in each peer's control area, and its own. The word rides the
+// signals the protocols already send: it is stored just before the signal (on a mapped peer a
+// relaxed store that the signal's release orders; through the host proxy a signal trigger of its
+// own), and the rank that acquires the signal compares it before it uses the peer's data or writes
+// the peer's memory. Ops without a signal (the flagged exchanges) compare at the consumer, before
+// the first result is stored. Ops are numbered for this by OpSeq::meet, which counts the ops that
+// involve peers (a local GEMV does not): a peer's word of op n is overwritten only by its op
+// n + 2, which it reaches only after this rank's op n + 1 has started (every op meets every peer),
+// i.e. after this rank's checks of op n.
+#pragma once
+
+#include <cstdint>
+
+#include "comm_device.hpp"
+
+namespace weft::dev {
+
+// The op as the caller named it: the AllReduce is one op whichever protocol the host picked (the
+// protocol follows from count and dtype, so ranks that agree on those agree on it).
+enum class SigOp : uint32_t {
+  kAllReduce = 1,
+  kAllToAll = 2,
+  kGemvAllReduce = 3,
+  kEmbeddingAllToAll = 4,
+  kGemmAllToAll = 5,
+};
+
+constexpr uint32_t kSigOpShift = 27, kSigDtypeShift = 24, kSigShapeShift = 12;
+constexpr uint32_t kSigHashMask = 0xfffu;
+
+WEFT_HOST_DEVICE constexpr uint32_t makeSignature(SigOp op, uint32_t dtype, uint32_t shapeHash, uint32_t offsetHash) {
+  return static_cast<uint32_t>(op) << kSigOpShift | (dtype & 7u) << kSigDtypeShift |
+         (shapeHash & kSigHashMask) << kSigShapeShift | (offsetHash & kSigHashMask);
+}
+WEFT_HOST_DEVICE constexpr uint32_t sigOp(uint32_t sig) { return sig >> kSigOpShift; }
+WEFT_HOST_DEVICE constexpr uint32_t sigDtype(uint32_t sig) { return (sig >> kSigDtypeShift) & 7u; }
+WEFT_HOST_DEVICE constexpr uint32_t sigShape(uint32_t sig) { return (sig >> kSigShapeShift) & kSigHashMask; }
+WEFT_HOST_DEVICE constexpr uint32_t sigOffsets(uint32_t sig) { return sig & kSigHashMask; }
+
+// The word a rank publishes for the op that is its collective number `meet` (OpSeq::meet, which
+// local ops do not advance). With the check off (sig 0) empty ops still exchange words, whose
+// signature half is then 0 on every rank. The number counts from 1 in the word, so that a word
+// nobody wrote yet (zero) names no op.
+WEFT_HOST_DEVICE constexpr uint64_t sigWord(uint64_t meet, uint32_t sig) { return (meet + 1) << 32 | sig; }
+WEFT_HOST_DEVICE constexpr uint64_t sigMeet(uint64_t word) { return (word >> 32) - 1; }
+
+// Leader-only: this rank's word of the op into peer's control area (peer == v.rank: its own).
+// Ordered before the leader's next release (a signal) on a mapped peer; through the proxy a
+// signal trigger, which the peer's proxy stores whole.
+WEFT_HOST_DEVICE Status publishSig(const CommView& v, int peer, uint64_t word, const WaitSite& site) {
+  const uint64_t at = v.layout.sigOffset(v.rank, sigMeet(word));
+  if (peer != v.rank && viaProxy(v, peer))
+    return postTrigger(v, site, triggerWord0(TriggerKind::kSignalStore, peer, at), word);
+  gpu::atomicStore<gpu::Order::kRelaxed>(v.signal(peer, at), word);
+  return Status::kOk;
+}
+
+// Leader-only where the op is checked (mine != 0): this rank's word into its own slot, which the
+// waits' slow path compares with (comm_device.hpp, peerDisagrees). Written only after the word
+// went to every peer, so that a rank whose slow path finds a difference has told every peer its
+// word, and each of them finds it too.
+WEFT_HOST_DEVICE void noteOwnSig(const CommView& v, uint64_t mine) {
+  if (mine != 0)
+    gpu::atomicStore<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, sigMeet(mine))), mine);
+}
+
+// Leader-only: the word to every peer, then to this rank's own slot.
+WEFT_HOST_DEVICE Status publishSigEverywhere(const CommView& v, uint64_t word, uint64_t op, uint32_t item) {
+  Status st = Status::kOk;
+  for (int p = 1; p < v.nranks && st == Status::kOk; ++p)
+    st =
+        publishSig(v, (v.rank + p) % v.nranks, word, WaitSite{op, item, (v.rank + p) % v.nranks, WaitWhat::kProxyRoom});
+  if (st == Status::kOk) noteOwnSig(v, word);
+  return st;
+}
+
+// Any thread: compares `peer`'s word of this op with `mine`, first waiting (bounded) for it to
+// name this op where it does not yet (the proxy's messages, or a flagged exchange, may carry it
+// after the data). A difference is recorded (both words) and fails the op.
+WEFT_HOST_DEVICE Status checkSig(const CommView& v, int peer, uint64_t mine, uint64_t op, uint32_t item) {
+  const uint64_t* word = v.signal(v.rank, v.layout.sigOffset(peer, sigMeet(mine)));
+  // Relaxed: only the value is compared, nothing is read on the strength of it.
+  uint64_t seen = gpu::atomicLoad<gpu::Order::kRelaxed>(word);
+  const WaitSite site{op, item, peer, WaitWhat::kSignature};
+  if ((seen >> 32) != (mine >> 32)) {
+    const Status st = pollUntil(v, site, mine, [&](uint64_t* s) {
+      *s = seen = gpu::atomicLoad<gpu::Order::kRelaxed>(word);
+      return (seen >> 32) == (mine >> 32);
+    });
+    if (st != Status::kOk) return st;
+  }
+  if (seen == mine) return Status::kOk;
+  // The first to find it makes sure every peer has this rank's word: the item that publishes it
+  // may not run now (a failed communicator skips its items), and the peers' checks need it.
+  if (recordFailure(v, site, Status::kMismatch, mine, seen)) (void)publishSigEverywhere(v, mine, op, item);
+  return Status::kMismatch;
+}
+
+// One thread: every peer's word against `mine`, for a consumer of every peer's data (the flagged
+// exchanges check so before their first result is stored).
+WEFT_HOST_DEVICE Status checkSigs(const CommView& v, uint64_t mine, uint64_t op, uint32_t item) {
+  Status st = Status::kOk;
+  for (int p = 1; p < v.nranks && st == Status::kOk; ++p) st = checkSig(v, (v.rank + p) % v.nranks, mine, op, item);
+  return st;
+}
+
+// The whole group: every peer's word against `mine` (threads take different peers). For ops that
+// send nothing a peer could check against (an empty op): its only meeting with the peers.
+template <class Coop>
+WEFT_HOST_DEVICE Status checkEveryPeerSig(const Coop& c, const CommView& v, uint64_t mine, uint64_t op, uint32_t item) {
+  Status st = Status::kOk;
+  for (int p = 1 + c.rank(); p < v.nranks && st == Status::kOk; p += c.size())
+    st = checkSig(v, (v.rank + p) % v.nranks, mine, op, item);
+  return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
+}
+
+// The whole group: publishes this rank's word everywhere, then checks every peer's. An op with
+// nothing to exchange (count 0) runs this, so that it still meets its peers: a rank that skipped
+// it could otherwise run ahead and mix the next op's data with a peer's late one.
+template <class Coop>
+WEFT_HOST_DEVICE Status exchangeSigs(const Coop& c, const CommView& v, uint64_t mine, uint64_t op, uint32_t item) {
+  c.sync();
+  const Status st = c.leader() ? publishSigEverywhere(v, mine, op, item) : Status::kOk;
+  if (c.any(st != Status::kOk)) return Status::kPeerFailed;
+  return checkEveryPeerSig(c, v, mine, op, item);
+}
+
+// signalTo (a store) of a peer's word, with this rank's signature word just before it (mine != 0).
+template <class Coop>
+WEFT_HOST_DEVICE Status signalWithSig(const Coop& c, const CommView& v, int peer, uint64_t offset, uint64_t value,
+                                      uint64_t mine, const WaitSite& site) {
+  c.sync();
+  Status st = Status::kOk;
+  if (c.leader()) {
+    if (mine != 0) st = publishSig(v, peer, mine, site);
+    if (st == Status::kOk) st = signalLeaderTo(v, peer, offset, value, /*add=*/false, site);
+  }
+  return viaProxy(v, peer) ? c.broadcast(st) : st;
+}
+
+// The leader's part of checkItemSigs. Out of line on a GPU: it runs once per item, and inlined
+// into the fused GEMV's reduce items it took the kernel from 68 to 908 bytes of spills (ptxas -v;
+// out of line, 188).
+WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status checkItemSigsLeader(const CommView& v, uint64_t mine, uint64_t op,
+                                                             uint32_t item, bool publisher) {
+  Status st = Status::kOk;
+  if (publisher) st = publishSigEverywhere(v, mine, op, item);
+  if (st == Status::kOk) st = checkSigs(v, mine, op, item);
+  return st;
+}
+
+// The whole group, for a consumer of a flagged exchange (no signal to ride): the leader compares
+// every peer's word before the item stores anything (and, at item `publisher`, publishes this
+// rank's first). Once per item and by the leader, not per thread inside the item's loop: there it
+// raised the register count of every kernel that carries the exchange (ptxas -v).
+template <class Coop>
+WEFT_HOST_DEVICE Status checkItemSigs(const Coop& c, const CommView& v, uint64_t mine, const OpSeq& seq, uint32_t item,
+                                      bool publisher) {
+  const Status st = c.leader() ? checkItemSigsLeader(v, mine, seq.op, item, publisher) : Status::kOk;
+  return c.broadcast(st) != Status::kOk ? Status::kPeerFailed : Status::kOk;
+}
+
+// wait() on a peer's signal, then (the leader, where the op is checked: mine != 0) the peer's word.
+template <class Coop>
+WEFT_HOST_DEVICE Status waitChecked(const Coop& c, const CommView& v, const uint64_t* flag, uint64_t atLeast,
+                                    const WaitSite& site, uint64_t mine) {
+  Status st = Status::kOk;
+  if (c.leader()) {
+    st = pollAtLeast(v, flag, atLeast, site);
+    if (st == Status::kOk && mine != 0) st = checkSig(v, site.peer, mine, site.ticket, site.item);
+  }
+  return c.broadcast(st);
+}
+
+}  // namespace weft::dev

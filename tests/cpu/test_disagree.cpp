@@ -1,0 +1,351 @@
+// Ranks that call the same op with different arguments (kind, dtype, counts, shape, or the heap
+// block peers write into) fail that op on every rank with WEFT_ERR_INVALID_USAGE, naming both ranks
+// and what differs, and nothing is written into any output (issue 33). Every case runs over each
+// protocol its op can take.
+#include <cstdlib>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "support/embedding_data.hpp"
+#include "support/gemm_data.hpp"
+#include "support/multirank.hpp"
+#include "support/oracle.hpp"
+
+namespace weft::test {
+namespace {
+
+constexpr weft_result_t kUsage = WEFT_ERR_INVALID_USAGE;
+
+// How an AllReduce travels: one-shot in 8-byte or 128-byte lines, or reduce-scatter + all-gather.
+struct Protocol {
+  const char* name;
+  const char* oneShotMax;
+  const char* lines;
+};
+void PrintTo(const Protocol& p, std::ostream* os) { *os << p.name; }
+const Protocol kProtocols[] = {{"OneShotLl", "64K", "ll"}, {"OneShotLl128", "64K", "ll128"}, {"Rsag", "0", "ll"}};
+
+class Disagree : public ::testing::TestWithParam<Protocol> {
+ protected:
+  // A communicator with a short timeout (a case that hangs fails fast) and this protocol.
+  static weft_comm_t init(int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_ONESHOT_MAX_BYTES", GetParam().oneShotMax, 1);
+    setenv("WEFT_ONESHOT_PROTOCOL", GetParam().lines, 1);
+    setenv("WEFT_INBOX_SLOTS", "2", 1);
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 10;
+    return initRank(rank, n, id, &config);
+  }
+};
+
+bool allPoisoned(const void* p, size_t bytes) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < bytes; ++i)
+    if (b[i] != 0xff) return false;
+  return true;
+}
+
+// The message names both ranks and the field.
+::testing::AssertionResult failsNaming(weft_result_t r, const std::string& field) {
+  auto a = failsWith(r, kUsage, field);
+  if (!a) return a;
+  const std::string msg = weft_get_last_error(nullptr);
+  if (msg.find("rank 0") == std::string::npos || msg.find("rank 1") == std::string::npos)
+    return ::testing::AssertionFailure() << "does not name both ranks: " << msg;
+  return ::testing::AssertionSuccess();
+}
+
+// Rank 0 asks for 0 elements, rank 1 for 100: today rank 0 returned at once and its next op mixed
+// in rank 1's data.
+TEST_P(Disagree, AllReduceCountZeroAgainstHundred) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = init(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* out = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &out));
+    std::vector<float> x(100);
+    fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
+    poison(out, 4096);
+    EXPECT_TRUE(failsNaming(weft_allreduce(comm, x.data(), out, rank == 0 ? 0 : 100, WEFT_FLOAT32, nullptr), "count"));
+    EXPECT_TRUE(allPoisoned(out, 4096));
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_EQ(async, kUsage);
+    weft_comm_destroy(comm);
+  };
+  EXPECT_TRUE(runRanks(2, body, 60));
+}
+
+// float32 against bfloat16 of the same count: today SUCCESS with half the elements wrong.
+TEST_P(Disagree, AllReduceDtype) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = init(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* out = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &out));
+    const weft_dtype_t dt = rank == 0 ? WEFT_FLOAT32 : WEFT_BFLOAT16;
+    std::vector<float> x(256);
+    fillInput(x.data(), dt, seed, rank, 0, x.size());
+    poison(out, 4096);
+    const weft_result_t r = weft_allreduce(comm, x.data(), out, 256, dt, nullptr);
+    EXPECT_TRUE(failsNaming(r, "dtype"));
+    const std::string msg = weft_get_last_error(nullptr);
+    EXPECT_NE(msg.find("float32"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("bfloat16"), std::string::npos) << msg;
+    EXPECT_TRUE(allPoisoned(out, 4096));
+    weft_comm_destroy(comm);
+  };
+  EXPECT_TRUE(runRanks(2, body, 60));
+}
+
+// Counts 100 against 200: today the smaller rank succeeded and the larger timed out, one op late.
+TEST_P(Disagree, AllReduceCounts) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = init(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* out = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &out));
+    std::vector<float> x(200);
+    fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
+    poison(out, 4096);
+    EXPECT_TRUE(
+        failsNaming(weft_allreduce(comm, x.data(), out, rank == 0 ? 100 : 200, WEFT_FLOAT32, nullptr), "count"));
+    EXPECT_TRUE(allPoisoned(out, 4096));
+    weft_comm_destroy(comm);
+  };
+  EXPECT_TRUE(runRanks(2, body, 60));
+}
+
+// Each rank passes a different, locally valid output block: today SUCCESS on both, with results
+// written into the block the rank did not pass.
+TEST_P(Disagree, AllReduceRecvBlocks) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = init(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* a = nullptr;
+    void* b = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &a));
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &b));
+    std::vector<float> x(1000);
+    fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
+    poison(a, 4096);
+    poison(b, 4096);
+    EXPECT_TRUE(failsNaming(weft_allreduce(comm, x.data(), rank == 0 ? a : b, 1000, WEFT_FLOAT32, nullptr), "recv"));
+    EXPECT_TRUE(allPoisoned(a, 4096));
+    EXPECT_TRUE(allPoisoned(b, 4096));
+    weft_comm_destroy(comm);
+  };
+  EXPECT_TRUE(runRanks(2, body, 60));
+}
+
+// A matching op after many mismatching-looking but agreeing ones (every count, both dtypes) still
+// passes: the check never fires where ranks agree, including on empty ops.
+TEST_P(Disagree, AgreeingOpsOfEverySizePass) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = init(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* out = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 64 << 10, &out));
+    for (uint64_t count : {0, 1, 100, 0, 0, 5000, 3, 0}) {
+      for (weft_dtype_t dt : {WEFT_FLOAT32, WEFT_BFLOAT16}) {
+        std::vector<float> x(count + 1);
+        fillInput(x.data(), dt, seed + count, rank, 0, count);
+        poison(out, 64 << 10);
+        WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), out, static_cast<int64_t>(count), dt, nullptr));
+        EXPECT_TRUE(checkAllReduce(out, dt, seed + count, n, count));
+      }
+    }
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(2, body, 120));
+}
+
+INSTANTIATE_TEST_SUITE_P(Protocols, Disagree, ::testing::ValuesIn(kProtocols),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// All-to-All with different output blocks, and with different counts.
+TEST(DisagreeAllToAll, RecvBlocksAndCounts) {
+  const uint64_t seed = freshSeed();
+  for (int which = 0; which < 2; ++which) {
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      weft_config_t config = WEFT_CONFIG_INITIALIZER;
+      config.timeout_s = 10;
+      weft_comm_t comm = initRank(rank, n, id, &config);
+      ASSERT_NE(comm, nullptr);
+      void* a = nullptr;
+      void* b = nullptr;
+      WEFT_ASSERT_OK(weft_mem_alloc(comm, 8192, &a));
+      WEFT_ASSERT_OK(weft_mem_alloc(comm, 8192, &b));
+      std::vector<float> x(2 * 500);
+      fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
+      poison(a, 8192);
+      poison(b, 8192);
+      void* recv = which == 0 && rank == 1 ? b : a;
+      const int64_t count = which == 1 && rank == 1 ? 0 : 500;
+      EXPECT_TRUE(failsNaming(weft_alltoall(comm, x.data(), recv, count, WEFT_FLOAT32, nullptr),
+                              which == 0 ? "recv" : "count"));
+      EXPECT_TRUE(allPoisoned(a, 8192));
+      EXPECT_TRUE(allPoisoned(b, 8192));
+      weft_comm_destroy(comm);
+    };
+    EXPECT_TRUE(runRanks(2, body, 60)) << (which == 0 ? "recv blocks" : "counts");
+  }
+}
+
+// Different ops at the same point: an AllReduce against an All-to-All.
+TEST(DisagreeKinds, AllReduceAgainstAllToAll) {
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 10;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* out = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 8192, &out));
+    std::vector<float> x(1000, 1.f);
+    poison(out, 8192);
+    const weft_result_t r = rank == 0 ? weft_allreduce(comm, x.data(), out, 1000, WEFT_FLOAT32, nullptr)
+                                      : weft_alltoall(comm, x.data(), out, 500, WEFT_FLOAT32, nullptr);
+    EXPECT_TRUE(failsNaming(r, "kind"));
+    EXPECT_TRUE(allPoisoned(out, 8192));
+    weft_comm_destroy(comm);
+  };
+  EXPECT_TRUE(runRanks(2, body, 60));
+}
+
+// The fused GEMV + AllReduce with different n.
+TEST(DisagreeGemv, DifferentRows) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_GEMV_PATH", "fused", 1);
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 10;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    const int64_t k = 64, rows = rank == 0 ? 64 : 96;
+    std::vector<float> x(k), w(96 * k);
+    fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
+    fillInput(w.data(), WEFT_FLOAT32, gemvWeightSeed(seed), rank, 0, w.size());
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &y));
+    poison(y, 4096);
+    EXPECT_TRUE(
+        failsNaming(weft_gemv_allreduce(comm, x.data(), w.data(), y, 1, rows, k, WEFT_FLOAT32, nullptr), "shape"));
+    EXPECT_TRUE(allPoisoned(y, 4096));
+    weft_comm_destroy(comm);
+  };
+  EXPECT_TRUE(runRanks(2, body, 60));
+}
+
+// The embedding op with different output blocks, and with different local batches.
+TEST(DisagreeEmbedding, RecvBlocksAndBatch) {
+  const uint64_t seed = freshSeed();
+  for (int which = 0; which < 2; ++which) {
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      weft_config_t config = WEFT_CONFIG_INITIALIZER;
+      config.timeout_s = 10;
+      weft_comm_t comm = initRank(rank, n, id, &config);
+      ASSERT_NE(comm, nullptr);
+      void* a = nullptr;
+      void* b = nullptr;
+      WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &a));
+      WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &b));
+      poison(a, 4096);
+      poison(b, 4096);
+      const EmbeddingCase c{seed, n, 2, 8, WEFT_FLOAT32, 0, false};
+      const EmbeddingInputs in = embeddingInputs(c, rank);
+      void* recv = which == 0 && rank == 1 ? b : a;
+      const int64_t batch = which == 1 && rank == 1 ? 1 : 2;
+      const weft_result_t r = weft_embedding_alltoall(comm, in.weights.data(), in.tableOffsets.data(), c.tables(rank),
+                                                      in.indices.data(), in.offsets.data(), nullptr, 0, recv, batch,
+                                                      c.totalTables(), c.tableBase(rank), 8, WEFT_FLOAT32, nullptr);
+      EXPECT_TRUE(failsNaming(r, which == 0 ? "recv" : "local_batch"));
+      EXPECT_TRUE(allPoisoned(a, 4096));
+      EXPECT_TRUE(allPoisoned(b, 4096));
+      weft_comm_destroy(comm);
+    };
+    EXPECT_TRUE(runRanks(2, body, 60)) << (which == 0 ? "recv blocks" : "local batch");
+  }
+}
+
+// The GEMM + All-to-All with different output blocks: its route carries the signature, and the
+// disagreement comes before the offsets' own check (which names rank 0's block).
+TEST(DisagreeGemm, RecvBlocks) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 10;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    const int64_t capacity = 200, bytes = capacity * 16 * 2;
+    void* a = nullptr;
+    void* b = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, bytes, &a));
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, bytes, &b));
+    poison(a, bytes);
+    poison(b, bytes);
+    const GemmCase c{seed, n, 60, 8, 16, WEFT_BFLOAT16, 2};
+    const GemmInputs in = gemmInputs(c, rank);
+    const weft_result_t r =
+        weft_grouped_gemm_alltoall(comm, in.a.data(), in.w.data(), 2, in.expertOffsets.data(), in.sendCounts.data(),
+                                   rank == 0 ? a : b, capacity, nullptr, c.tokens(rank), 8, 16, WEFT_BFLOAT16, nullptr);
+    // The op may end before the route is read on this rank (a GPU's stream); the communicator's
+    // error names it either way.
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_EQ(async, kUsage);
+    if (r != WEFT_SUCCESS) {
+      EXPECT_TRUE(failsNaming(r, "recv"));
+    }
+    EXPECT_TRUE(allPoisoned(a, bytes));
+    EXPECT_TRUE(allPoisoned(b, bytes));
+    weft_comm_destroy(comm);
+  };
+  EXPECT_TRUE(runRanks(2, body, 60));
+}
+
+// With the check off, ranks that agree still run every op (the empty ones still meet), and the
+// descriptors carry no signature.
+TEST(DisagreeSetting, OffStillRunsAgreeingOps) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_CHECK_SIGNATURES", "0", 1);
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* out = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 64 << 10, &out));
+    for (uint64_t count : {0, 100, 0, 0, 3000}) {
+      std::vector<float> x(count + 1);
+      fillInput(x.data(), WEFT_FLOAT32, seed + count, rank, 0, count);
+      poison(out, 64 << 10);
+      WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), out, static_cast<int64_t>(count), WEFT_FLOAT32, nullptr));
+      EXPECT_TRUE(checkAllReduce(out, WEFT_FLOAT32, seed + count, n, count));
+      WEFT_ASSERT_OK(weft_alltoall(comm, x.data(), out, static_cast<int64_t>(count / 2), WEFT_FLOAT32, nullptr));
+      EXPECT_TRUE(checkAllToAll(out, WEFT_FLOAT32, seed + count, rank, n, count / 2));
+    }
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  };
+  EXPECT_TRUE(runRanks(2, body, 120));
+}
+
+// The setting must be the same on every rank (a rank that checks would wait for words a rank
+// that does not check never sends).
+TEST(DisagreeSetting, CheckSignaturesMustAgree) {
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_CHECK_SIGNATURES", rank == 0 ? "1" : "0", 1);
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(
+        failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE, "check_signatures"));
+    EXPECT_EQ(comm, nullptr);
+  };
+  EXPECT_TRUE(runRanks(2, body));
+}
+
+}  // namespace
+}  // namespace weft::test
