@@ -46,8 +46,22 @@ struct OpSeq {
   uint64_t op;       // the op's number on the communicator, from 0
   uint64_t seqBase;  // its kind's signal counter before it
   uint64_t epoch;    // ops of its kind so far, this one included
-  uint64_t meet;     // ops that meet the peers before it (OpCounters::collectives): signature words
 };
+
+// The running op's number among the ops that meet the peers (OpCounters::collectives before it),
+// which numbers its signature words (signature_device.hpp). The engine notes it where it reads the
+// op's counters: per thread block on a GPU (block-shared), per worker thread on the CPU. Not an
+// OpSeq field: a fourth word there, live across every kernel's item loop, took the GEMV kernel
+// from a 368-byte to a 1064-byte stack (ptxas -v, sm_90a); only the items that publish or compare
+// a word read it.
+#if defined(WEFT_DEVICE_PASS)
+static __shared__ uint64_t gRunningOpMeet;
+#else
+inline thread_local uint64_t gRunningOpMeet = 0;
+#endif
+// Written by every thread of the group (the same value) or by its leader before a barrier.
+WEFT_HOST_DEVICE void noteRunningOpMeet(uint64_t meet) { gRunningOpMeet = meet; }
+WEFT_HOST_DEVICE uint64_t runningOpMeet() { return gRunningOpMeet; }
 
 // Identifies a wait for the failure record.
 struct WaitSite {

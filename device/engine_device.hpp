@@ -93,17 +93,17 @@ WEFT_HOST_DEVICE void storeCounters(EngineControl* c, const OpCounters& v) {
 WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
   switch (static_cast<OpKind>(d.kind)) {
     case OpKind::kAllReduce:
-      return OpSeq{k.ops, k.allReduceSeq, 0, k.collectives};
+      return OpSeq{k.ops, k.allReduceSeq, 0};
     case OpKind::kAllToAll:
-      return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1, k.collectives};
+      return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1};
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
     case OpKind::kGemmAllToAll:  // its route goes through the one-shot exchange
-      return OpSeq{k.ops, 0, k.oneShotEpoch + 1, k.collectives};
+      return OpSeq{k.ops, 0, k.oneShotEpoch + 1};
     case OpKind::kEmbeddingAllToAll:
-      return OpSeq{k.ops, k.embedItems, k.embedEpoch + 1, k.collectives};
+      return OpSeq{k.ops, k.embedItems, k.embedEpoch + 1};
     default:
-      return OpSeq{k.ops, 0, 0, k.collectives};
+      return OpSeq{k.ops, 0, 0};
   }
 }
 
@@ -211,6 +211,7 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
       if (first) {
         const OpCounters now = c.template fromLeader<OpCounters>([&] { return loadCounters(v.control); });
         seq = opSeq(now, s.desc);
+        noteRunningOpMeet(now.collectives);  // every thread, the same value; read after the barriers below
         next = advance(now, s.desc, static_cast<uint32_t>(v.nranks));
       }
       // One verdict for the whole group (threads that each read the flags could differ).

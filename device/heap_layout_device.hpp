@@ -73,7 +73,7 @@ struct HeapLayout {
   WEFT_HOST_DEVICE uint64_t readyFromOffset(int peer) const { return peerSignalOffset(PeerSignal::kReadyFrom, peer); }
   WEFT_HOST_DEVICE uint64_t arrivedOffset(int peer) const { return peerSignalOffset(PeerSignal::kArrived, peer); }
   WEFT_HOST_DEVICE uint64_t gatheredOffset(int peer) const { return peerSignalOffset(PeerSignal::kGathered, peer); }
-  // Where `peer` publishes its signature word of collective `meet` (OpSeq::meet; a rank's own
+  // Where `peer` publishes its signature word of collective `meet` (runningOpMeet(); a rank's own
   // word is in its own array).
   WEFT_HOST_DEVICE uint64_t sigOffset(int peer, uint64_t meet) const {
     return peerSignalOffset((meet & 1) != 0 ? PeerSignal::kSigOdd : PeerSignal::kSigEven, peer);

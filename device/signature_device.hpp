@@ -11,7 +11,7 @@
 // relaxed store that the signal's release orders; through the host proxy a signal trigger of its
 // own), and the rank that acquires the signal compares it before it uses the peer's data or writes
 // the peer's memory. Ops without a signal (the flagged exchanges) compare at the consumer, before
-// the first result is stored. Ops are numbered for this by OpSeq::meet, which counts the ops that
+// the first result is stored. Ops are numbered for this by runningOpMeet(), which counts the ops that
 // involve peers (a local GEMV does not): a peer's word of op n is overwritten only by its op
 // n + 2, which it reaches only after this rank's op n + 1 has started (every op meets every peer),
 // i.e. after this rank's checks of op n.
@@ -45,7 +45,7 @@ WEFT_HOST_DEVICE constexpr uint32_t sigDtype(uint32_t sig) { return (sig >> kSig
 WEFT_HOST_DEVICE constexpr uint32_t sigShape(uint32_t sig) { return (sig >> kSigShapeShift) & kSigHashMask; }
 WEFT_HOST_DEVICE constexpr uint32_t sigOffsets(uint32_t sig) { return sig & kSigHashMask; }
 
-// The word a rank publishes for the op that is its collective number `meet` (OpSeq::meet, which
+// The word a rank publishes for the op that is its collective number `meet` (runningOpMeet(), which
 // local ops do not advance). With the check off (sig 0) empty ops still exchange words, whose
 // signature half is then 0 on every rank. The number counts from 1 in the word, so that a word
 // nobody wrote yet (zero) names no op.

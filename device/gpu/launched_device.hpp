@@ -28,6 +28,7 @@ __device__ inline void runLaunched(const CommView& view, const OpDesc& desc, flo
   };
   const Start start = coop.fromLeader<Start>([&] {
     counters = loadCounters(view.control);
+    noteRunningOpMeet(counters.collectives);  // the block's, published by fromLeader's barrier
     return Start{opSeq(counters, desc), stopReason(view)};
   });
   // Each block counts itself in once it has read them, and the block that counts last stores

@@ -41,10 +41,10 @@ struct AllReduceOp {
     const auto dt = static_cast<DType>(d.dtype);
     const uint32_t es = dtypeSize(dt);
     const uint64_t tps = tilesPerShard(d.count, v.nranks, es, d.tileElems);
-    const uint64_t sig = d.sig ? sigWord(seq.meet, d.sig) : 0;
+    const uint64_t sig = d.sig ? sigWord(runningOpMeet(), d.sig) : 0;
     if (item == tps) {
       if (tps == 0) {
-        const Status st = exchangeSigs(c, v, sigWord(seq.meet, d.sig), seq.op, item);
+        const Status st = exchangeSigs(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item);
         if (st != Status::kOk) return st;
       }
       return waitEveryPeer(c, v, PeerSignal::kGathered, seq.seqBase + tps, seq.op, item, WaitWhat::kGather);

@@ -51,10 +51,10 @@ struct AllReduceOneShotOp {
     // the wait for them overlaps the lines' flight. An empty op sends nothing else, so it meets
     // its peers through the words alone, checked or not.
     if (item == 0 && (d.sig != 0 || d.count == 0)) {
-      const Status st = c.leader() ? publishSigEverywhere(v, sigWord(seq.meet, d.sig), seq.op, item) : Status::kOk;
+      const Status st = c.leader() ? publishSigEverywhere(v, sigWord(runningOpMeet(), d.sig), seq.op, item) : Status::kOk;
       if (uniform(c, v, st) != Status::kOk) return Status::kPeerFailed;
     }
-    if (d.count == 0) return checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, false);
+    if (d.count == 0) return checkItemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq, item, false);
     return withDType(static_cast<DType>(d.dtype), [&](auto tag) {
       constexpr DType T = decltype(tag)::value;
       if constexpr (kLines)
@@ -88,7 +88,7 @@ struct AllReduceOneShotOp {
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
     return exchangeFlagged<Acc>(
-        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), d.sig ? sigWord(seq.meet, d.sig) : 0,
+        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), d.sig ? sigWord(runningOpMeet(), d.sig) : 0,
         [&](uint64_t k) { return loadPair(send, bytes, k); },
         [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
         [&](uint64_t k, const Acc& acc) { storePair(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
@@ -139,7 +139,7 @@ struct AllReduceOneShotOp {
           lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);
     }
     if (d.sig != 0)
-      if (const Status st = checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, false); st != Status::kOk)
+      if (const Status st = checkItemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq, item, false); st != Status::kOk)
         return st;
     Status st = Status::kOk;
     for (uint64_t base = first; base < r.hi && st == Status::kOk; base += step) {

@@ -36,7 +36,7 @@ struct AllToAllOp {
     const int me = v.rank;
     const uint64_t tpb = tilesPerBlock(d.count, d.tileElems);
     // Empty ops exchange words whether checked or not: they are their only meeting.
-    const uint64_t mine = d.sig != 0 || tpb == 0 ? sigWord(seq.meet, d.sig) : 0;
+    const uint64_t mine = d.sig != 0 || tpb == 0 ? sigWord(runningOpMeet(), d.sig) : 0;
     if (item == 0) {
       c.sync();
       Status st = Status::kOk;

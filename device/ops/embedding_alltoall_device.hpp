@@ -89,7 +89,7 @@ struct EmbeddingAllToAllOp {
     // Signatures (signature_device.hpp): the word goes just before each ready signal; a sender
     // compares the receiver's after acquiring it. A rank that sends nothing compares every peer's
     // word in its last item (empty ops exchange words, checked or not).
-    const uint64_t mine = d.sig != 0 || dataItems(d) == 0 ? sigWord(seq.meet, d.sig) : 0;
+    const uint64_t mine = d.sig != 0 || dataItems(d) == 0 ? sigWord(runningOpMeet(), d.sig) : 0;
     if (item == 0) {
       c.sync();
       Status st = Status::kOk;

@@ -560,8 +560,8 @@ struct GemmAllToAllOp {
       const Status why = mismatch ? Status::kMismatch : Status::kBadInput;
       if (c.leader())
         recordFailure(v, WaitSite{seq.op, item, verdict.rank, verdict.what}, why,
-                      mismatch ? sigWord(seq.meet, static_cast<uint32_t>(verdict.expected)) : verdict.expected,
-                      mismatch ? sigWord(seq.meet, static_cast<uint32_t>(verdict.observed)) : verdict.observed);
+                      mismatch ? sigWord(runningOpMeet(), static_cast<uint32_t>(verdict.expected)) : verdict.expected,
+                      mismatch ? sigWord(runningOpMeet(), static_cast<uint32_t>(verdict.observed)) : verdict.observed);
       return why;
     }
     for (int j = c.rank(); j < v.nranks; j += c.size()) {

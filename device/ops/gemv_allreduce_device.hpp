@@ -86,7 +86,7 @@ struct GemvAllReduceOp {
     // register to spare on a GPU): the first one publishes this rank's word, and each one's leader
     // compares the peers' words before anything is stored.
     if (d.sig != 0)
-      if (const Status st = checkItemSigs(c, v, sigWord(seq.meet, d.sig), seq, item, item == items); st != Status::kOk)
+      if (const Status st = checkItemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq, item, item == items); st != Status::kOk)
         return st;
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
