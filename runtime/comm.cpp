@@ -557,8 +557,14 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
                                 static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingAllToAll)));
   // Through the host proxy an item of whole samples is one message of rows (a sample's vectors
   // are one run in the receiver's output); a sample cut at either end adds a message of its own.
-  if (std::find(paths_.begin(), paths_.end(), transport::Path::kProxy) != paths_.end() && a.numTables > 0) {
-    const uint64_t whole = dev::ceilDiv(uint64_t{d.tileElems}, a.numTables) * a.numTables;
+  // And an item fills a message at least: each message costs the proxy's lanes a send whatever its
+  // size, and one item per block cut a 2-rank job's rows into messages of a few KiB, where the
+  // All-to-All sends whole ones.
+  const transport::Proxy* proxy = heap_->proxy();
+  if (proxy && std::find(paths_.begin(), paths_.end(), transport::Path::kProxy) != paths_.end() && a.numTables > 0) {
+    const uint64_t rowBytes = std::max<uint64_t>(1, a.dim * dev::dtypeSize(dt));
+    const uint64_t bags = std::max<uint64_t>(d.tileElems, proxy->messageBytes() / rowBytes);
+    const uint64_t whole = dev::ceilDiv(bags, a.numTables) * a.numTables;
     if (whole <= UINT32_MAX) d.tileElems = static_cast<uint32_t>(whole);
   }
   d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);

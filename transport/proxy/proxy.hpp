@@ -63,6 +63,8 @@ class Proxy {
   // The back-end, the lanes, and where the thread runs.
   std::string describe() const;
   int lanes() const { return static_cast<int>(lanes_.size()); }
+  // The payload of one message: a run of rows or a piece of a tile (the back-end's eager size).
+  uint64_t messageBytes() const { return messageBytes_; }
   // Every rank has finished every op (finalize's barrier): peers may now close their connections,
   // which is no fault.
   void closing() { closing_ = true; }
