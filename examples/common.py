@@ -94,6 +94,7 @@ def start(args=None, cpu_dtype=torch.float32, cuda_dtype=torch.bfloat16, timeout
         local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
         if local_size <= torch.cuda.device_count():
             group = dist.new_group(backend="nccl")
+            _nccl_groups.append(group)
         else:
             group, skipped = None, f"{local_size} ranks share {torch.cuda.device_count()} GPU(s)"
     job = Job(comm, dtype, group, baseline, skipped, args.graph and cuda)
@@ -104,9 +105,22 @@ def start(args=None, cpu_dtype=torch.float32, cuda_dtype=torch.bfloat16, timeout
     return job
 
 
+# What finish() frees before the communicators: the CUDA graphs captured (capture()) and the NCCL
+# groups made (start()).
+_graphs, _nccl_groups = [], []
+
+
 def finish(comm):
     if comm.device.type == "cuda":
         torch.cuda.synchronize()
+    # A captured graph holds NCCL's and weft's work: with graphs still alive at the end, the ranks
+    # printed their lines and then never exited. So the graphs go first, then the NCCL groups.
+    for graph in _graphs:
+        graph.reset()
+    _graphs.clear()
+    for group in _nccl_groups:
+        dist.destroy_process_group(group)
+    _nccl_groups.clear()
     comm.destroy()
     dist.barrier()
     if comm.rank == 0 and "MASTER_PORT" not in os.environ:
@@ -149,6 +163,7 @@ def capture(step, warmup=3):
     with torch.cuda.graph(graph):
         out = step()
     torch.cuda.synchronize()
+    _graphs.append(graph)
     return graph, out
 
 
