@@ -320,11 +320,12 @@ weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* weights, con
   });
 }
 
-weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
-                                         const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
-                                         int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k,
-                                         int64_t h, weft_dtype_t dtype, void* stream) {
-  return api::guarded(__func__, [&] {
+// Both GEMM entry points; `fn`, the one called, names the errors.
+static weft_result_t gemmAllToAll(const char* fn, weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
+                                  const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
+                                  int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k, int64_t h,
+                                  weft_dtype_t dtype, void* stream) {
+  return api::guarded(fn, [&] {
     using weft::Code;
     using weft::Error;
     auto c = api::lookupComm(comm);
@@ -367,11 +368,19 @@ weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const 
   });
 }
 
+weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
+                                         const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
+                                         int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k,
+                                         int64_t h, weft_dtype_t dtype, void* stream) {
+  return gemmAllToAll(__func__, comm, a, w, num_experts, expert_offsets, send_counts, recv, recv_capacity, recv_counts,
+                      tokens, k, h, dtype, stream);
+}
+
 weft_result_t weft_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, const int64_t* send_counts, void* recv,
                                  int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k, int64_t h,
                                  weft_dtype_t dtype, void* stream) {
-  return weft_grouped_gemm_alltoall(comm, a, w, 1, nullptr, send_counts, recv, recv_capacity, recv_counts, tokens, k, h,
-                                    dtype, stream);
+  return gemmAllToAll(__func__, comm, a, w, 1, nullptr, send_counts, recv, recv_capacity, recv_counts, tokens, k, h,
+                      dtype, stream);
 }
 
 }  // extern "C"

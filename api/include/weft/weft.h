@@ -74,8 +74,14 @@ typedef struct {
 } weft_config_t;
 
 #define WEFT_CONFIG_MAGIC 0x77656674u
-#define WEFT_CONFIG_INITIALIZER \
-  { sizeof(weft_config_t), WEFT_CONFIG_MAGIC, WEFT_VERSION_CODE, -1.0, -1, -1, 0, 0, NULL }
+/* Every field, in order: size, magic, version, then each setting unset (timeout_s, persistent_ctas,
+ * queue_depth, heap_bytes, tile_bytes, transport). */
+#define WEFT_CONFIG_INITIALIZER                                                                                       \
+  {                                                                                                                   \
+    sizeof(weft_config_t) /* size */, WEFT_CONFIG_MAGIC /* magic */, WEFT_VERSION_CODE /* version */,                 \
+        -1.0 /* timeout_s */, -1 /* persistent_ctas */, -1 /* queue_depth */, 0 /* heap_bytes */, 0 /* tile_bytes */, \
+        NULL /* transport */                                                                                          \
+  }
 
 /* Library version as WEFT_VERSION_CODE: major * 10000 + minor * 100 + patch. */
 WEFT_API weft_result_t weft_get_version(int* version);
@@ -212,8 +218,8 @@ WEFT_API weft_result_t weft_gemm_alltoall(weft_comm_t comm, const void* a, const
  * e = 0) use expert e's weights. expert_offsets (int64 [num_experts], device) is cumulative, as
  * torch._grouped_mm's `offs`: non-decreasing, ending at `tokens` (checked on the device like
  * send_counts). Expert groups and destination blocks are independent partitions of the rows.
- * A sibling call rather than an argument of weft_gemm_alltoall, so that the plain call keeps the
- * shape DESIGN.md gives it; num_experts 1 with expert_offsets NULL is that call. */
+ * A sibling call rather than an argument of weft_gemm_alltoall, so that the plain call keeps its
+ * shape; num_experts 1 with expert_offsets NULL is that call. */
 WEFT_API weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
                                                   const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
                                                   int64_t recv_capacity, int64_t* recv_counts, int64_t tokens,
@@ -255,14 +261,14 @@ typedef struct {
 
 /* What weft_comm_get_device_view fills. Addresses stay valid until weft_comm_destroy. */
 typedef struct {
-  size_t size;                  /* in: sizeof(weft_device_view_t) */
-  int rank;                     /* this rank */
-  int nranks;                   /* ranks of the communicator */
-  void* const* peer_bases;      /* host memory, [nranks]: where this process maps rank r's heap; rank r's
-                                   copy of a block p (weft_mem_alloc) is peer_bases[r] + (p - peer_bases[rank]),
-                                   a device address on GPU backends (CUDA/HIP IPC), a host one on the CPU backend */
-  uint64_t heap_bytes;          /* bytes of every rank's heap from its base; blocks lie inside */
-  uint64_t timeout_ns;          /* the bound of every wait on a peer (timeout_s) */
+  size_t size;                       /* in: sizeof(weft_device_view_t) */
+  int rank;                          /* this rank */
+  int nranks;                        /* ranks of the communicator */
+  void* const* peer_bases;           /* host memory, [nranks]: where this process maps rank r's heap; rank r's
+                                        copy of a block p (weft_mem_alloc) is peer_bases[r] + (p - peer_bases[rank]),
+                                        a device address on GPU backends (CUDA/HIP IPC), a host one on the CPU backend */
+  uint64_t heap_bytes;               /* bytes of every rank's heap from its base; blocks lie inside */
+  uint64_t timeout_ns;               /* the bound of every wait on a peer (timeout_s) */
   weft_device_status_t* status;      /* the status words (see above) where kernels address them */
   weft_device_status_t* status_host; /* the same words where the host addresses them (usually equal) */
 } weft_device_view_t;
