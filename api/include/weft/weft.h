@@ -163,6 +163,9 @@ WEFT_API weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void
 WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w, void* y, int64_t batch,
                                            int64_t n, int64_t k_local, weft_dtype_t dtype, void* stream);
 
+/* How weft_embedding_alltoall pools a bag's rows. */
+typedef enum { WEFT_POOL_SUM = 0, WEFT_POOL_MEAN = 1 } weft_pool_mode_t;
+
 /* Fused embedding-bag + All-to-All (DLRM model-parallel forward). This rank owns `num_tables`
  * tables of `dim` columns (4..1024, a multiple of 4) stacked in `weights` ([rows, dim], dtype);
  * table t is rows table_offsets[t] .. table_offsets[t + 1] (int64, num_tables + 1 entries, device).
@@ -170,7 +173,8 @@ WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, cons
  * (t, s) is indices[offsets[t * global_batch + s] .. offsets[t * global_batch + s + 1]) (int64,
  * device; offsets non-decreasing, num_tables * global_batch + 1 entries; indices may be NULL only
  * when every bag is empty); per_sample_weights
- * (float32, alongside indices, device) may be NULL. mode: 0 sum, 1 mean; an empty bag gives zeros.
+ * (float32, alongside indices, device) may be NULL. mode: WEFT_POOL_SUM or WEFT_POOL_MEAN; an empty
+ * bag gives zeros.
  * Accumulation is float32. recv (symmetric heap): [local_batch, total_tables, dim]; this rank's
  * tables land in columns [table_base, table_base + num_tables), sample s on rank s / local_batch at
  * row s % local_batch. local_batch, total_tables and dim must be the same on every rank, and the
@@ -183,7 +187,7 @@ WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, cons
  * the communicator must then be destroyed, as after any device-side failure. */
 WEFT_API weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* weights, const int64_t* table_offsets,
                                                int64_t num_tables, const int64_t* indices, const int64_t* offsets,
-                                               const void* per_sample_weights, int mode, void* recv,
+                                               const void* per_sample_weights, weft_pool_mode_t mode, void* recv,
                                                int64_t local_batch, int64_t total_tables, int64_t table_base,
                                                int64_t dim, weft_dtype_t dtype, void* stream);
 
