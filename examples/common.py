@@ -129,6 +129,16 @@ def finish(comm):
     dist.destroy_process_group()
 
 
+def eager(job, err, want, weft_step, torch_step, steps):
+    """weft's step and the baseline's (None: skipped), each checked against `want` (their errors go
+    into err) and timed eagerly; returns the summary's eager timing."""
+    err["weft"] = max_error(weft_step(), want)
+    err[job.baseline] = max_error(torch_step(), want) if torch_step else None
+    weft_s = median_step_s(weft_step, steps, job.cuda)
+    torch_s = median_step_s(torch_step, steps, job.cuda) if torch_step else None
+    return timing(job, "eager", weft_s, torch_s)
+
+
 def median_step_s(step, steps, cuda=False):
     """Median wall time of `steps` calls of step() after two warm-up calls; the ranks start each
     call together so that one rank's late start is not timed as the op's. cuda: the device is

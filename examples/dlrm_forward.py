@@ -19,8 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import weft
-from common import (add_args, capture, finish, max_error, median_step_s, report, start, summary, timing,
-                    within)
+from common import (add_args, capture, eager, finish, max_error, median_step_s, report, start, summary,
+                    timing, within)
 
 
 def mlp(sizes, g):
@@ -96,11 +96,7 @@ def main():
         ref_pooled = torch.stack([F.embedding_bag(values[t], tables[t].float(), starts[t], mode="sum")[mine]
                                   for t in range(args.tables)], dim=1)
         want = top_f(interact(bottom_f(dense_in[mine].float()), ref_pooled, pairs))
-        err["weft"] = max_error(forward(True), want)
-        err[job.baseline] = max_error(forward(False), want) if base else None
-        weft_s = median_step_s(lambda: forward(True), args.steps, job.cuda)
-        torch_s = median_step_s(lambda: forward(False), args.steps, job.cuda) if base else None
-        timings = [timing(job, "eager", weft_s, torch_s)]
+        timings = [eager(job, err, want, lambda: forward(True), (lambda: forward(False)) if base else None, args.steps)]
         if job.graph:
             graphs = {}
             for fused, label in ((True, "weft"), (False, job.baseline)):

@@ -19,8 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import weft
-from common import (add_args, capture, finish, max_error, median_step_s, report, start, summary, timing,
-                    within)
+from common import (add_args, capture, eager, finish, max_error, median_step_s, report, start, summary,
+                    timing, within)
 
 
 def all_to_all(rows, send_counts, group):
@@ -107,11 +107,7 @@ def main():
     with torch.no_grad():
         want = torch.stack([gate[t] * (F.silu(x[t].float() @ w_up[e].float()).to(dtype).float()
                                       @ w_down[e].float()) for t, e in enumerate(expert.tolist())])
-        err["weft"] = max_error(layer(True), want)
-        err[job.baseline] = max_error(layer(False), want) if base else None
-        weft_s = median_step_s(lambda: layer(True), args.steps, job.cuda)
-        torch_s = median_step_s(lambda: layer(False), args.steps, job.cuda) if base else None
-        timings = [timing(job, "eager", weft_s, torch_s)]
+        timings = [eager(job, err, want, lambda: layer(True), (lambda: layer(False)) if base else None, args.steps)]
         if job.graph and not base:
             timings.append("graph skipped (the dispatch goes through gloo where ranks share a GPU)")
         elif job.graph:

@@ -18,8 +18,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import weft
-from common import (add_args, capture, finish, max_error, median_step_s, report, start, summary, timing,
-                    within)
+from common import (add_args, capture, eager, finish, max_error, median_step_s, report, start, summary,
+                    timing, within)
 
 
 def rms(h, eps=1e-6):
@@ -29,7 +29,7 @@ def rms(h, eps=1e-6):
 def full_model(args, dtype, device):
     g = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)  # nn.Linear's initialisation: the same on every rank
-    scale_in, scale_out = args.dim ** -0.5, args.hidden ** -0.5
+    scale_in = args.dim ** -0.5  # down keeps nn.Linear's own initialisation
     return [(torch.randn(args.hidden, args.dim, generator=g).mul(scale_in).to(device, dtype),   # gate
              torch.randn(args.hidden, args.dim, generator=g).mul(scale_in).to(device, dtype),   # up
              torch.nn.Linear(args.hidden, args.dim, bias=False).to(device, dtype))             # down
@@ -83,11 +83,7 @@ def main():
     err = {}
     with torch.no_grad():
         want = reference([(g.float(), u.float(), d.weight.float()) for g, u, d in layers], h0.float())
-        err["weft"] = max_error(weft_step(h0), want)
-        err[job.baseline] = max_error(torch_step(h0), want) if base else None
-        weft_s = median_step_s(lambda: weft_step(h0), args.steps, job.cuda)
-        torch_s = median_step_s(lambda: torch_step(h0), args.steps, job.cuda) if base else None
-        timings = [timing(job, "eager", weft_s, torch_s)]
+        timings = [eager(job, err, want, lambda: weft_step(h0), (lambda: torch_step(h0)) if base else None, args.steps)]
         if job.graph:
             graph, out = capture(lambda: weft_step(h0))
             graph.replay()
