@@ -1,12 +1,15 @@
 """Tensor-parallel decode of a small Llama-style MLP stack with weft, against a pure-torch reference
-and against the same sharded model on torch.distributed.
+and against the same sharded model on torch.distributed (gloo on cpu, NCCL on cuda).
 
     weftrun -n 2 -- python3 examples/tp_decode.py [--layers 4 --dim 256 --hidden 688 --batch 4]
+        [--device cpu|cuda] [--dtype fp32|fp16|bf16] [--graph] [--compile] [--steps 20]
 
 Each layer: h += down(silu(gate(rms(h))) * up(rms(h))); gate and up are column-parallel (each rank
 holds hidden / size of their outputs), down is row-parallel (weft.nn.RowParallelLinear: one fused
 GEMV + AllReduce per layer). Every rank builds the full model from one seed, so each can compute
-the unsharded reference itself.
+the unsharded reference itself (in float32, from the weights rounded to the dtype). --graph also
+times one step of each captured in a CUDA graph; --compile times torch.compile(fullgraph=True) of
+weft's step (torch >= 2.0).
 """
 import argparse
 
@@ -15,46 +18,47 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import weft
-from common import finish, median_step_s, start
+from common import (add_args, capture, eager, finish, max_error, median_step_s, report, start, summary,
+                    timing, within)
 
 
 def rms(h, eps=1e-6):
     return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
 
 
-def full_model(args, dtype):
+def full_model(args, dtype, device):
     g = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)  # nn.Linear's initialisation: the same on every rank
-    scale_in, scale_out = args.dim ** -0.5, args.hidden ** -0.5
-    return [(torch.randn(args.hidden, args.dim, generator=g).mul(scale_in).to(dtype),   # gate
-             torch.randn(args.hidden, args.dim, generator=g).mul(scale_in).to(dtype),   # up
-             torch.nn.Linear(args.hidden, args.dim, bias=False).to(dtype))             # down
+    scale_in = args.dim ** -0.5  # down keeps nn.Linear's own initialisation
+    return [(torch.randn(args.hidden, args.dim, generator=g).mul(scale_in).to(device, dtype),   # gate
+             torch.randn(args.hidden, args.dim, generator=g).mul(scale_in).to(device, dtype),   # up
+             torch.nn.Linear(args.hidden, args.dim, bias=False).to(device, dtype))             # down
             for _ in range(args.layers)]
 
 
 def reference(layers, h):
-    for gate, up, down in layers:
+    for gate, up, down in layers:  # down: the weight
         x = rms(h)
-        h = h + down(F.silu(x @ gate.T) * (x @ up.T))
+        h = h + F.linear(F.silu(x @ gate.T) * (x @ up.T), down)
     return h
 
 
 def main():
-    p = argparse.ArgumentParser()
+    p = add_args(argparse.ArgumentParser())
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--hidden", type=int, default=688)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile(fullgraph=True) of weft's step")
     args = p.parse_args()
-    dtype = torch.float32
-    comm = start()
-    rank, size = comm.rank, comm.size
+    job = start(args)
+    comm, rank, size, dtype, dev = job.comm, job.rank, job.size, job.dtype, job.device
     if args.hidden % size:
         raise SystemExit(f"--hidden {args.hidden} does not split over {size} ranks")
     cols = slice(rank * args.hidden // size, (rank + 1) * args.hidden // size)
-    layers = full_model(args, dtype)
+    layers = full_model(args, dtype, dev)
     with torch.no_grad():
         shards = [(gate[cols].contiguous(), up[cols].contiguous(),
                    weft.nn.RowParallelLinear.from_linear(comm, down, reuse_output=True)) for gate, up, down in layers]
@@ -70,23 +74,37 @@ def main():
         for (gate, up, _), w in zip(shards, torch_down):
             x = rms(h)
             y = (F.silu(x @ gate.T) * (x @ up.T)) @ w.T
-            dist.all_reduce(y)
+            dist.all_reduce(y, group=job.group)
             h = h + y
         return h
 
-    h0 = torch.randn(args.batch, args.dim, generator=torch.Generator().manual_seed(args.seed + 1)).to(dtype)
+    h0 = torch.randn(args.batch, args.dim, generator=torch.Generator().manual_seed(args.seed + 1)).to(dev, dtype)
+    base = job.group is not None
+    err = {}
     with torch.no_grad():
-        want = reference(layers, h0)
-        got_weft, got_torch = weft_step(h0), torch_step(h0)
-        err_weft = (got_weft - want).abs().max().item()
-        err_torch = (got_torch - want).abs().max().item()
-        ok = err_weft <= 1e-4 * max(1.0, want.abs().max().item())
-        weft_s = median_step_s(lambda: weft_step(h0), args.steps)
-        torch_s = median_step_s(lambda: torch_step(h0), args.steps)
-    print(f"rank {rank}/{size}: tp_decode {args.layers} layers, batch {args.batch}, dim {args.dim}, "
-          f"hidden {args.hidden}: {'matches' if ok else 'DIFFERS from'} the reference "
-          f"(max error weft {err_weft:.2e}, torch.distributed {err_torch:.2e}); step weft {weft_s * 1e3:.3f} ms, "
-          f"torch.distributed ({dist.get_backend()}) {torch_s * 1e3:.3f} ms", flush=True)
+        want = reference([(g.float(), u.float(), d.weight.float()) for g, u, d in layers], h0.float())
+        timings = [eager(job, err, want, lambda: weft_step(h0), (lambda: torch_step(h0)) if base else None, args.steps)]
+        if job.graph:
+            graph, out = capture(lambda: weft_step(h0))
+            graph.replay()
+            err["weft graph"] = max_error(out, want)
+            weft_g = median_step_s(graph.replay, args.steps, True)
+            torch_g = None
+            if base:
+                graph_t, out_t = capture(lambda: torch_step(h0))
+                graph_t.replay()
+                err[f"{job.baseline} graph"] = max_error(out_t, want)
+                torch_g = median_step_s(graph_t.replay, args.steps, True)
+            timings.append(timing(job, "graph", weft_g, torch_g))
+        if args.compile and not hasattr(torch, "compile"):
+            timings.append(f"compiled skipped (torch {torch.__version__} has no torch.compile: 2.0 or later)")
+        elif args.compile:
+            compiled = torch.compile(weft_step, fullgraph=True)
+            err["weft compiled"] = max_error(compiled(h0), want)
+            timings.append(f"compiled weft {median_step_s(lambda: compiled(h0), args.steps, job.cuda) * 1e3:.3f} ms")
+    ok = all(within(job, e, want) for label, e in err.items() if label.startswith("weft"))
+    shape = f"{args.layers} layers, batch {args.batch}, dim {args.dim}, hidden {args.hidden}"
+    report(summary(job, "tp_decode", shape, ok, err.items(), timings))
     finish(comm)
     raise SystemExit(0 if ok else 1)
 

@@ -586,10 +586,9 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   // And an item fills a message at least: each message costs the proxy's lanes a send whatever its
   // size, and one item per block cut a 2-rank job's rows into messages of a few KiB, where the
   // All-to-All sends whole ones.
-  const transport::Proxy* proxy = heap_->proxy();
-  if (proxy && std::find(paths_.begin(), paths_.end(), transport::Path::kProxy) != paths_.end() && a.numTables > 0) {
+  if (proxyPeers_ && a.numTables > 0) {  // proxy peers: this rank's heap has a proxy
     const uint64_t rowBytes = std::max<uint64_t>(1, a.dim * dev::dtypeSize(dt));
-    const uint64_t bags = std::max<uint64_t>(d.tileElems, proxy->messageBytes() / rowBytes);
+    const uint64_t bags = std::max<uint64_t>(d.tileElems, heap_->proxy()->messageBytes() / rowBytes);
     const uint64_t whole = dev::ceilDiv(bags, a.numTables) * a.numTables;
     if (whole <= UINT32_MAX) d.tileElems = static_cast<uint32_t>(whole);
   }

@@ -5,9 +5,10 @@
 # on 1, 2 and 4 ranks and a short benchmark (weft.triton vs weft's CUDA ops vs torch), each under
 # its own time limit, all inside a total budget (default 470 s).
 #
-#   scripts/gpu-python.sh [-r "1 2 4"] [-b BENCH_RANKS] [-T TOTAL_SECONDS] [-o DIR] [-p PYTHON] [-c]
+#   scripts/gpu-python.sh [-r "1 2 4"] [-b BENCH_RANKS] [-T TOTAL_SECONDS] [-o DIR] [-p PYTHON] [-c] [-B]
 #
 # PYTHON: the Python whose torch (and Triton) is used (default: python3 on PATH).
+# -B: build the extension only (into build-gpu-python/python; scripts/gpu-examples.sh runs this).
 # -c: a rehearsal on a machine without a GPU: the same steps against a CPU libweft.so (build/lib),
 # where every GPU test reports skipped and the benchmark is left out.
 # Ranks share GPUs where there are fewer GPUs than ranks (rank r on GPU r % count): MPS is then
@@ -17,8 +18,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ranks="1 2 4" bench_ranks="" total=470 out="${OUT:-gpu-python.$(date +%Y%m%d-%H%M%S)}" backend=cuda
-python=python3
-while getopts "r:b:T:o:p:c" opt; do
+python=python3 build_only=0
+while getopts "r:b:T:o:p:cB" opt; do
   case $opt in
     r) ranks=$OPTARG ;;
     b) bench_ranks=$OPTARG ;;
@@ -26,7 +27,8 @@ while getopts "r:b:T:o:p:c" opt; do
     o) out=$OPTARG ;;
     p) python=$OPTARG ;;
     c) backend=cpu ;;
-    *) sed -n '8,16p' "$0" >&2; exit 2 ;;
+    B) build_only=1 ;;
+    *) sed -n '8,17p' "$0" >&2; exit 2 ;;
   esac
 done
 [ -z "$bench_ranks" ] && bench_ranks=2
@@ -126,6 +128,7 @@ if own_libstdcxx; then
   fi
 fi
 grep -q 'CMake failed' "$out/build.log" && echo "   (CMake failed; built by scripts/build-torch-ext.sh: see $out/build.log)"
+[ "$build_only" = 1 ] && { echo "gpu-python: the package is in $build/python (-B: nothing run)"; exit 0; }
 if why=$(PYTHONPATH=$build/python $python -c 'import weft.triton' 2>&1); then echo "   import weft.triton: ok"
 else
   echo "   import weft.triton FAILED (its tests will report skipped): $(echo "$why" | tail -1)"

@@ -275,9 +275,9 @@ weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w
 
 weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* weights, const int64_t* table_offsets,
                                       int64_t num_tables, const int64_t* indices, const int64_t* offsets,
-                                      const void* per_sample_weights, int mode, void* recv, int64_t local_batch,
-                                      int64_t total_tables, int64_t table_base, int64_t dim, weft_dtype_t dtype,
-                                      void* stream) {
+                                      const void* per_sample_weights, weft_pool_mode_t mode, void* recv,
+                                      int64_t local_batch, int64_t total_tables, int64_t table_base, int64_t dim,
+                                      weft_dtype_t dtype, void* stream) {
   return api::guarded(__func__, [&] {
     using weft::Code;
     using weft::Error;
@@ -285,8 +285,10 @@ weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* weights, con
     const auto dt = api::requireDtype(rawDtype(&dtype), "dtype");
     if (dim < 4 || dim > 1024 || dim % 4 != 0)
       throw Error(Code::kInvalidArgument, "dim: " + std::to_string(dim) + " is not a multiple of 4 in 4..1024");
-    if (mode != 0 && mode != 1)
-      throw Error(Code::kInvalidArgument, "mode: " + std::to_string(mode) + " is neither 0 (sum) nor 1 (mean)");
+    const int rawMode = static_cast<int>(mode);  // any int a C caller passed
+    if (rawMode != WEFT_POOL_SUM && rawMode != WEFT_POOL_MEAN)
+      throw Error(Code::kInvalidArgument,
+                  "mode: " + std::to_string(rawMode) + " is neither WEFT_POOL_SUM (0) nor WEFT_POOL_MEAN (1)");
     const uint64_t row = static_cast<uint64_t>(dim) * weft::dev::dtypeSize(dt);
     const uint64_t tables = api::requireCount(total_tables, "total_tables", row, 1);
     const uint64_t batch = api::requireCount(local_batch, "local_batch", row, tables ? tables : 1);
@@ -314,17 +316,18 @@ weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* weights, con
                                tables,
                                base,
                                static_cast<uint64_t>(dim),
-                               mode == 1,
+                               rawMode == WEFT_POOL_MEAN,
                                true};
     return c->embeddingAllToAll(a, recv, dt, stream);
   });
 }
 
-weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
-                                         const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
-                                         int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k,
-                                         int64_t h, weft_dtype_t dtype, void* stream) {
-  return api::guarded(__func__, [&] {
+// Both GEMM entry points; `fn`, the one called, names the errors.
+static weft_result_t gemmAllToAll(const char* fn, weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
+                                  const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
+                                  int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k, int64_t h,
+                                  weft_dtype_t dtype, void* stream) {
+  return api::guarded(fn, [&] {
     using weft::Code;
     using weft::Error;
     auto c = api::lookupComm(comm);
@@ -367,11 +370,19 @@ weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const 
   });
 }
 
+weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
+                                         const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
+                                         int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k,
+                                         int64_t h, weft_dtype_t dtype, void* stream) {
+  return gemmAllToAll(__func__, comm, a, w, num_experts, expert_offsets, send_counts, recv, recv_capacity, recv_counts,
+                      tokens, k, h, dtype, stream);
+}
+
 weft_result_t weft_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, const int64_t* send_counts, void* recv,
                                  int64_t recv_capacity, int64_t* recv_counts, int64_t tokens, int64_t k, int64_t h,
                                  weft_dtype_t dtype, void* stream) {
-  return weft_grouped_gemm_alltoall(comm, a, w, 1, nullptr, send_counts, recv, recv_capacity, recv_counts, tokens, k, h,
-                                    dtype, stream);
+  return gemmAllToAll(__func__, comm, a, w, 1, nullptr, send_counts, recv, recv_capacity, recv_counts, tokens, k, h,
+                      dtype, stream);
 }
 
 }  // extern "C"

@@ -13,8 +13,9 @@ namespace {
 
 weft_result_t runCase(weft_comm_t comm, const EmbeddingCase& c, int rank, const EmbeddingInputs& in, void* recv) {
   return weft_embedding_alltoall(comm, in.weights.data(), in.tableOffsets.data(), c.tables(rank), in.indices.data(),
-                                 in.offsets.data(), c.sampleWeights ? in.sampleWeights.data() : nullptr, c.mode, recv,
-                                 c.localBatch, c.totalTables(), c.tableBase(rank), c.dim, c.dtype, nullptr);
+                                 in.offsets.data(), c.sampleWeights ? in.sampleWeights.data() : nullptr,
+                                 static_cast<weft_pool_mode_t>(c.mode), recv, c.localBatch, c.totalTables(),
+                                 c.tableBase(rank), c.dim, c.dtype, nullptr);
 }
 
 class Embedding : public ::testing::TestWithParam<int> {};
@@ -136,8 +137,9 @@ TEST(EmbeddingBadInput, EveryArgumentIsNamedAndNothingIsLost) {
     const weft_result_t bad = WEFT_ERR_INVALID_ARGUMENT;
     auto call = [&](const void* w, const int64_t* to, int64_t tables, int mode, void* out, int64_t batch, int64_t total,
                     int64_t base, int64_t dim) {
-      return weft_embedding_alltoall(comm, w, to, tables, in.indices.data(), in.offsets.data(), nullptr, mode, out,
-                                     batch, total, base, dim, WEFT_FLOAT32, nullptr);
+      return weft_embedding_alltoall(comm, w, to, tables, in.indices.data(), in.offsets.data(), nullptr,
+                                     static_cast<weft_pool_mode_t>(mode), out, batch, total, base, dim, WEFT_FLOAT32,
+                                     nullptr);
     };
     const void* w = in.weights.data();
     const int64_t* to = in.tableOffsets.data();

@@ -205,6 +205,10 @@ TEST(GemmBadInput, EveryArgumentIsNamedAndNothingIsLost) {
     EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, notHeap.data(), capacity, t, 8, 16, bf), bad, "recv: must be a buffer"));
     EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, capacity + 1, t, 8, 16, bf), bad, "recv:"));
     EXPECT_TRUE(failsWith(call(recv, w, 2, o, sc, recv, capacity, 4, 8, 16, bf), bad, "a: overlaps recv"));
+    // Each entry point names itself: the plain call is not reported as the grouped one.
+    EXPECT_TRUE(failsWith(call(a, w, 2, o, sc, recv, capacity, t, 6, 16, bf), bad, "weft_grouped_gemm_alltoall: k: 6"));
+    EXPECT_TRUE(failsWith(weft_gemm_alltoall(comm, a, w, sc, recv, capacity, nullptr, t, 6, 16, bf, nullptr), bad,
+                          "weft_gemm_alltoall: k: 6 is not a multiple of 8"));
     // Nothing ran, nothing is owed: the next op pairs up on every rank.
     gemmCase(comm, c, rank, recv, capacity);
     WEFT_ASSERT_OK(weft_comm_destroy(comm));

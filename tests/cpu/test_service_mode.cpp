@@ -101,9 +101,10 @@ std::vector<std::vector<uint8_t>> everyOp(weft_comm_t comm, int rank, int n, uin
   std::vector<int64_t> offsets(tables * global + 1), indices(3 * tables * global);
   for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = 3 * static_cast<int64_t>(i);
   for (size_t j = 0; j < indices.size(); ++j) indices[j] = static_cast<int64_t>((j * 7 + rank) % rows);
-  EXPECT_EQ(weft_embedding_alltoall(comm, x.data(), tableOffsets.data(), tables, indices.data(), offsets.data(),
-                                    nullptr, 0, y, local, tables * n, tables * rank, dim, WEFT_FLOAT32, nullptr),
-            WEFT_SUCCESS)
+  EXPECT_EQ(
+      weft_embedding_alltoall(comm, x.data(), tableOffsets.data(), tables, indices.data(), offsets.data(), nullptr,
+                              WEFT_POOL_SUM, y, local, tables * n, tables * rank, dim, WEFT_FLOAT32, nullptr),
+      WEFT_SUCCESS)
       << weft_get_last_error(comm);
   keep(y, local * tables * n * dim * sizeof(float));
   // GEMM + All-to-All (bfloat16): 8 rows to each rank, k = h = 16.
@@ -292,7 +293,7 @@ TEST(ServiceMode, InputsOutsideTheHeapMustFitTheStagingSegment) {
     const std::vector<int64_t> noBags(n + 1, 0);
     const int64_t noIndex = 0;
     EXPECT_TRUE(failsWith(weft_embedding_alltoall(comm, x.data(), hugeTable.data(), 1, &noIndex, noBags.data(), nullptr,
-                                                  0, y, 1, n, rank, 16, WEFT_FLOAT32, nullptr),
+                                                  WEFT_POOL_SUM, y, 1, n, rank, 16, WEFT_FLOAT32, nullptr),
                           WEFT_ERR_INVALID_ARGUMENT, "weights: its size overflows"));
     // Nothing ran: the communicator is fine, and the same input from the heap needs no staging.
     float* inHeap = y + count;

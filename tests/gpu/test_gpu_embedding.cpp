@@ -31,8 +31,8 @@ struct DeviceInputs : DeviceCopies {
 
 weft_result_t runCase(Rank& r, const EmbeddingCase& c, int rank, const DeviceInputs& in) {
   return weft_embedding_alltoall(r.comm, in.weights, in.tableOffsets, c.tables(rank), in.indices, in.offsets,
-                                 c.sampleWeights ? in.sampleWeights : nullptr, c.mode, r.heap, c.localBatch,
-                                 c.totalTables(), c.tableBase(rank), c.dim, c.dtype, r.stream);
+                                 c.sampleWeights ? in.sampleWeights : nullptr, static_cast<weft_pool_mode_t>(c.mode),
+                                 r.heap, c.localBatch, c.totalTables(), c.tableBase(rank), c.dim, c.dtype, r.stream);
 }
 
 size_t recvBytes(const EmbeddingCase& c) { return c.localBatch * c.totalTables() * c.dim * dtypeBytes(c.dtype); }

@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
 
 #include "common/error.hpp"
 #include "runtime/config.hpp"
@@ -169,6 +173,41 @@ TEST(Config, TheSampleFileParsesAndMatchesTheDefaults) {
     EXPECT_EQ(it->second.text, spec.defaultValue) << spec.name << ": the sample should show the default";
   }
   EXPECT_GE(values.size(), 9u);
+}
+
+// The settings are documented in two more places than the table: the README's table of settings
+// and the sample file. Each must name every setting (the sample as a key, set to its default or
+// commented out), and nothing that is not one.
+TEST(Config, TheReadmeAndTheSampleNameEverySettingAndNothingElse) {
+  std::set<std::string> specs;
+  for (const auto& spec : settingSpecs()) specs.insert(spec.name);
+  auto names = [](const std::string& text, const std::regex& line, const std::regex& name) {
+    std::set<std::string> out;
+    std::istringstream lines(text);
+    for (std::string l; std::getline(lines, l);) {
+      std::smatch m;
+      if (!std::regex_search(l, m, line)) continue;
+      const std::string cell = m[1];
+      for (std::sregex_iterator it(cell.begin(), cell.end(), name), end; it != end; ++it) out.insert((*it)[1]);
+    }
+    return out;
+  };
+  // The README's table: rows "| `a` | default | meaning |" (or "| `a`, `b` | ...") after its header.
+  const std::string readme = readTextFile(WEFT_SOURCE_DIR "/README.md", "README.md");
+  const size_t table = readme.find("| setting | default | meaning |");
+  ASSERT_NE(table, std::string::npos) << "README.md: no table of settings";
+  const size_t end = readme.find("\n\n", table);
+  const std::set<std::string> inReadme =
+      names(readme.substr(table, end - table), std::regex("^\\| ([^|]*) \\|"), std::regex("`([a-z_0-9]+)`"));
+  // The sample: "key = value" lines, or "# key = value" for a setting it leaves at its default.
+  const std::string sample = readTextFile(WEFT_SOURCE_DIR "/conf/weftd.toml", "conf/weftd.toml");
+  const std::set<std::string> inSample = names(sample, std::regex("^#? ?([a-z_0-9]+) = "), std::regex("([a-z_0-9]+)"));
+  for (const std::string& s : specs) {
+    EXPECT_EQ(inReadme.count(s), 1u) << s << ": not in README.md's table of settings";
+    EXPECT_EQ(inSample.count(s), 1u) << s << ": not in conf/weftd.toml";
+  }
+  for (const std::string& n : inReadme) EXPECT_EQ(specs.count(n), 1u) << n << ": in README.md's table, not a setting";
+  for (const std::string& n : inSample) EXPECT_EQ(specs.count(n), 1u) << n << ": in conf/weftd.toml, not a setting";
 }
 
 TEST(Config, IntegersTakeBinarySuffixes) {

@@ -72,7 +72,14 @@ TEST(HeapLayout, NoTwoWordsOrSlotsOverlap) {
       const uint64_t last = L.inboxDataOffset(n - 1, slots - 1) + L.tileBytes;
       EXPECT_LE(last, L.controlBytes());
       EXPECT_EQ(L.controlBytes() % 4096, 0u);
-      EXPECT_EQ(L.inboxDataOffset(0, 1) - L.inboxDataOffset(0, 0), slots > 1 ? L.tileBytes : L.tileBytes);
+      // The inbox is [peer][slot] tiles, packed: each slot starts where the one before it ends, so
+      // no two slots overlap and none is left out.
+      uint64_t next = firstData;
+      for (uint32_t p = 0; p < n; ++p)
+        for (uint32_t s = 0; s < slots; ++s) {
+          EXPECT_EQ(L.inboxDataOffset(p, s), next) << "peer " << p << " slot " << s << " of " << slots;
+          next += L.tileBytes;
+        }
     }
 }
 

@@ -79,8 +79,14 @@ typedef struct {
 } weft_config_t;
 
 #define WEFT_CONFIG_MAGIC 0x77656674u
-#define WEFT_CONFIG_INITIALIZER \
-  { sizeof(weft_config_t), WEFT_CONFIG_MAGIC, WEFT_VERSION_CODE, -1.0, -1, -1, 0, 0, NULL }
+/* Every field, in order: size, magic, version, then each setting unset (timeout_s, persistent_ctas,
+ * queue_depth, heap_bytes, tile_bytes, transport). */
+#define WEFT_CONFIG_INITIALIZER                                                                                       \
+  {                                                                                                                   \
+    sizeof(weft_config_t) /* size */, WEFT_CONFIG_MAGIC /* magic */, WEFT_VERSION_CODE /* version */,                 \
+        -1.0 /* timeout_s */, -1 /* persistent_ctas */, -1 /* queue_depth */, 0 /* heap_bytes */, 0 /* tile_bytes */, \
+        NULL /* transport */                                                                                          \
+  }
 
 /* Library version as WEFT_VERSION_CODE: major * 10000 + minor * 100 + patch. */
 WEFT_API weft_result_t weft_get_version(int* version);
@@ -164,6 +170,9 @@ WEFT_API weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void
 WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w, void* y, int64_t batch,
                                            int64_t n, int64_t k_local, weft_dtype_t dtype, void* stream);
 
+/* How weft_embedding_alltoall pools a bag's rows. */
+typedef enum { WEFT_POOL_SUM = 0, WEFT_POOL_MEAN = 1 } weft_pool_mode_t;
+
 /* Fused embedding-bag + All-to-All (DLRM model-parallel forward). This rank owns `num_tables`
  * tables of `dim` columns (4..1024, a multiple of 4) stacked in `weights` ([rows, dim], dtype);
  * table t is rows table_offsets[t] .. table_offsets[t + 1] (int64, num_tables + 1 entries, device).
@@ -171,7 +180,8 @@ WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, cons
  * (t, s) is indices[offsets[t * global_batch + s] .. offsets[t * global_batch + s + 1]) (int64,
  * device; offsets non-decreasing, num_tables * global_batch + 1 entries; indices may be NULL only
  * when every bag is empty); per_sample_weights
- * (float32, alongside indices, device) may be NULL. mode: 0 sum, 1 mean; an empty bag gives zeros.
+ * (float32, alongside indices, device) may be NULL. mode: WEFT_POOL_SUM or WEFT_POOL_MEAN; an empty
+ * bag gives zeros.
  * Accumulation is float32. recv (symmetric heap): [local_batch, total_tables, dim]; this rank's
  * tables land in columns [table_base, table_base + num_tables), sample s on rank s / local_batch at
  * row s % local_batch. local_batch, total_tables and dim must be the same on every rank, and the
@@ -184,7 +194,7 @@ WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, cons
  * the communicator must then be destroyed, as after any device-side failure. */
 WEFT_API weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* weights, const int64_t* table_offsets,
                                                int64_t num_tables, const int64_t* indices, const int64_t* offsets,
-                                               const void* per_sample_weights, int mode, void* recv,
+                                               const void* per_sample_weights, weft_pool_mode_t mode, void* recv,
                                                int64_t local_batch, int64_t total_tables, int64_t table_base,
                                                int64_t dim, weft_dtype_t dtype, void* stream);
 
@@ -219,8 +229,8 @@ WEFT_API weft_result_t weft_gemm_alltoall(weft_comm_t comm, const void* a, const
  * e = 0) use expert e's weights. expert_offsets (int64 [num_experts], device) is cumulative, as
  * torch._grouped_mm's `offs`: non-decreasing, ending at `tokens` (checked on the device like
  * send_counts). Expert groups and destination blocks are independent partitions of the rows.
- * A sibling call rather than an argument of weft_gemm_alltoall, so that the plain call keeps the
- * shape DESIGN.md gives it; num_experts 1 with expert_offsets NULL is that call. */
+ * A sibling call rather than an argument of weft_gemm_alltoall, so that the plain call keeps its
+ * shape; num_experts 1 with expert_offsets NULL is that call. */
 WEFT_API weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* a, const void* w, int64_t num_experts,
                                                   const int64_t* expert_offsets, const int64_t* send_counts, void* recv,
                                                   int64_t recv_capacity, int64_t* recv_counts, int64_t tokens,
@@ -262,14 +272,14 @@ typedef struct {
 
 /* What weft_comm_get_device_view fills. Addresses stay valid until weft_comm_destroy. */
 typedef struct {
-  size_t size;                  /* in: sizeof(weft_device_view_t) */
-  int rank;                     /* this rank */
-  int nranks;                   /* ranks of the communicator */
-  void* const* peer_bases;      /* host memory, [nranks]: where this process maps rank r's heap; rank r's
-                                   copy of a block p (weft_mem_alloc) is peer_bases[r] + (p - peer_bases[rank]),
-                                   a device address on GPU backends (CUDA/HIP IPC), a host one on the CPU backend */
-  uint64_t heap_bytes;          /* bytes of every rank's heap from its base; blocks lie inside */
-  uint64_t timeout_ns;          /* the bound of every wait on a peer (timeout_s) */
+  size_t size;                       /* in: sizeof(weft_device_view_t) */
+  int rank;                          /* this rank */
+  int nranks;                        /* ranks of the communicator */
+  void* const* peer_bases;           /* host memory, [nranks]: where this process maps rank r's heap; rank r's
+                                        copy of a block p (weft_mem_alloc) is peer_bases[r] + (p - peer_bases[rank]),
+                                        a device address on GPU backends (CUDA/HIP IPC), a host one on the CPU backend */
+  uint64_t heap_bytes;               /* bytes of every rank's heap from its base; blocks lie inside */
+  uint64_t timeout_ns;               /* the bound of every wait on a peer (timeout_s) */
   weft_device_status_t* status;      /* the status words (see above) where kernels address them */
   weft_device_status_t* status_host; /* the same words where the host addresses them (usually equal) */
 } weft_device_view_t;

@@ -151,8 +151,8 @@ void embeddingBagAllToAll(const at::Tensor& weights, const at::Tensor& tableOffs
   if (!kMeta)
     check(weft_embedding_alltoall(s->handle(), weights.data_ptr(), tableOffsets.data_ptr<int64_t>(), tables,
                                   indices.numel() ? indices.data_ptr<int64_t>() : nullptr, offsets.data_ptr<int64_t>(),
-                                  psw, static_cast<int>(mode), recv.data_ptr(), localBatch, totalTables, tableBase, dim,
-                                  dt, currentStream(weights.device())),
+                                  psw, static_cast<weft_pool_mode_t>(mode), recv.data_ptr(), localBatch, totalTables,
+                                  tableBase, dim, dt, currentStream(weights.device())),
           "weft_embedding_alltoall");
 }
 
