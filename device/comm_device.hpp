@@ -163,9 +163,7 @@ WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
 // The slow path of a wait on a peer (signature_device.hpp): whether the peer has published its
 // signature word of this op and it differs from this rank's own (*mine, *theirs: the two words). A
 // peer that runs another op, or the same op with other arguments, may never send what the wait is
-// for; this finds it within the wait's clock checks instead of at the timeout. Inline, as the rest
-// of the slow path: an out-of-line call there made the GEMV kernel pass its view by address and
-// outlined its items, with spills (checked with ptxas -v against the base).
+// for; this finds it within the wait's clock checks instead of at the timeout.
 WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const WaitSite& site, uint64_t* mine, uint64_t* theirs) {
   switch (site.what) {
     case WaitWhat::kInboxData:
@@ -191,17 +189,26 @@ WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const WaitSite& site, uin
   return (*theirs >> 32) == (*mine >> 32) && *mine != *theirs;
 }
 
-// The failure of a wait whose peer disagrees: recorded as the signatures' mismatch.
-WEFT_HOST_DEVICE Status recordMismatch(const CommView& v, WaitSite site, uint64_t mine, uint64_t theirs) {
+// What a wait checks every 64 polls, besides its clock: the communicator's stop reason, then
+// whether its peer disagrees on the op (a mismatch is recorded here). Out of line on a GPU: it runs
+// only on the slow path, and inlined into every wait it cost the kernels that are at their
+// register limit (the fused GEMV's streams, the op kernel) registers and spills on their fast path
+// (ptxas -v). The view goes by address, which costs nothing because every kernel takes it as a
+// __grid_constant__ parameter (gpu/kernels.hpp): without that, taking its address made each
+// kernel copy it to its stack. The site goes by value for the same reason.
+WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status waitSlowPath(const CommView& v, WaitSite site) {
+  const Status st = stopReason(v);
+  uint64_t mine = 0, theirs = 0;
+  if (st != Status::kOk || !peerDisagrees(v, site, &mine, &theirs)) return st;
   site.what = WaitWhat::kSignature;
   recordFailure(v, site, Status::kMismatch, mine, theirs);
   return Status::kMismatch;
 }
 
 // Polls `ready(&seen)` until it returns true, the timeout expires, or the communicator stops;
-// abort, the clock and (kPeerCheck) the peer's signature word are checked every 64 polls. A
+// abort, the clock and the peer's signature word are checked every 64 polls (waitSlowPath). A
 // failure is recorded with `expected` and the last `seen`.
-template <bool kPeerCheck = true, typename Ready>
+template <typename Ready>
 WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint64_t expected, Ready&& ready) {
   uint64_t seen = 0;
   if (ready(&seen)) return Status::kOk;
@@ -210,14 +217,10 @@ WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint6
     gpu::relax(spins);
     if (ready(&seen)) return Status::kOk;
     if ((spins & 63) != 0) continue;
-    Status st = stopReason(v);
-    if constexpr (kPeerCheck) {
-      uint64_t mine = 0, theirs = 0;
-      if (st == Status::kOk && peerDisagrees(v, site, &mine, &theirs)) return recordMismatch(v, site, mine, theirs);
-    }
+    Status st = waitSlowPath(v, site);
     if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     if (st != Status::kOk) {
-      if (st != Status::kPeerFailed) recordFailure(v, site, st, expected, seen);
+      if (st != Status::kPeerFailed && st != Status::kMismatch) recordFailure(v, site, st, expected, seen);
       return st;
     }
   }
@@ -236,14 +239,9 @@ WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uin
 }
 
 // Any thread: waits for the flagged line pair at `line` to carry `flag`; *payload gets its bytes.
-// kPeerCheck: whether the wait's slow path compares signature words (pollUntil). A flagged
-// exchange's consumer compared every peer's word before its first wait (checkItemSigs), so its
-// waits need not: in the GEMV kernel, whose streams are at their register limit, the inlined
-// comparison in every wait moved ptxas to a 2 KB stack with spills.
-template <bool kPeerCheck = true>
 WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t flag, uint64_t* payload,
                                const WaitSite& site) {
-  return pollUntil<kPeerCheck>(v, site, flag, [&](uint64_t* seen) {
+  return pollUntil(v, site, flag, [&](uint64_t* seen) {
     uint32_t seenFlag = 0;
     const bool ok = llLoad(line, flag, payload, &seenFlag);
     *seen = seenFlag;
@@ -255,8 +253,7 @@ WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t
 // share of it. On a GPU the whole warp calls it together (a thread with no line passes null and
 // only keeps step), polls its lines with one load each, and gets one status: the line's lanes read
 // in one instruction, so the flag lane seeing `flag` vouches for the others' words. The stop and
-// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone. No
-// signature check: the lines' consumer compares the peers' words first (llWait says why).
+// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone.
 WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64_t flag, LineShare* s,
                                  const WaitSite& site) {
 #if defined(WEFT_DEVICE_PASS)
@@ -271,17 +268,18 @@ WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64
     if ((spins & 63) != 0) continue;
     auto st = Status::kOk;
     if (lane == 0) {
-      st = stopReason(v);
+      st = waitSlowPath(v, site);
       if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     }
     st = static_cast<Status>(gpu::warpBroadcast(static_cast<uint32_t>(st), 0));
     if (st == Status::kOk) continue;
     const int stale = gpu::warpFirst(line != nullptr && seen != flag);  // the lane that saw an old flag
-    if (st != Status::kPeerFailed && lane == (stale < 0 ? 0 : stale)) recordFailure(v, site, st, flag, seen);
+    if (st != Status::kPeerFailed && st != Status::kMismatch && lane == (stale < 0 ? 0 : stale))
+      recordFailure(v, site, st, flag, seen);
     return st;
   }
 #else
-  return pollUntil<false>(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
+  return pollUntil(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
 #endif
 }
 

@@ -33,7 +33,9 @@
 #define WEFT_UNROLL _Pragma("unroll")
 #endif
 
-// A kernel parameter the kernel only reads, by address (CUDA: a tensor map must be one).
+// A kernel parameter the kernel only reads, by address (CUDA: a tensor map must be one; every
+// kernel's CommView is one, so that the out-of-line slow paths take it by address without a copy
+// on the stack).
 #if defined(WEFT_BACKEND_CUDA)
 #define WEFT_GRID_CONSTANT __grid_constant__
 #else

@@ -45,6 +45,11 @@ WEFT_HOST_DEVICE constexpr uint32_t sigDtype(uint32_t sig) { return (sig >> kSig
 WEFT_HOST_DEVICE constexpr uint32_t sigShape(uint32_t sig) { return (sig >> kSigShapeShift) & kSigHashMask; }
 WEFT_HOST_DEVICE constexpr uint32_t sigOffsets(uint32_t sig) { return sig & kSigHashMask; }
 
+// The signature as the flagged exchanges fold it into their lines' flags (flagged_exchange_device.hpp):
+// multiplying by an odd constant is a bijection, so two signatures never give one flag, and 0 (the
+// check off) stays 0, which leaves the flags as they are without the check.
+WEFT_HOST_DEVICE constexpr uint32_t sigFlagBits(uint32_t sig) { return sig * 0x9e3779b1u; }
+
 // The word a rank publishes for the op that is its collective number `meet` (runningOpMeet(), which
 // local ops do not advance). With the check off (sig 0) empty ops still exchange words, whose
 // signature half is then 0 on every rank. The number counts from 1 in the word, so that a word
@@ -72,8 +77,10 @@ WEFT_HOST_DEVICE void noteOwnSig(const CommView& v, uint64_t mine) {
     gpu::atomicStore<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, sigMeet(mine))), mine);
 }
 
-// Leader-only: the word to every peer, then to this rank's own slot.
-WEFT_HOST_DEVICE Status publishSigEverywhere(const CommView& v, uint64_t word, uint64_t op, uint32_t item) {
+// Leader-only: the word to every peer, then to this rank's own slot. Out of line on a GPU, as
+// checkSig.
+WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status publishSigEverywhere(const CommView& v, uint64_t word, uint64_t op,
+                                                              uint32_t item) {
   Status st = Status::kOk;
   for (int p = 1; p < v.nranks && st == Status::kOk; ++p)
     st =
@@ -84,8 +91,11 @@ WEFT_HOST_DEVICE Status publishSigEverywhere(const CommView& v, uint64_t word, u
 
 // Any thread: compares `peer`'s word of this op with `mine`, first waiting (bounded) for it to
 // name this op where it does not yet (the proxy's messages, or a flagged exchange, may carry it
-// after the data). A difference is recorded (both words) and fails the op.
-WEFT_HOST_DEVICE Status checkSig(const CommView& v, int peer, uint64_t mine, uint64_t op, uint32_t item) {
+// after the data). A difference is recorded (both words) and fails the op. Out of line on a GPU:
+// once per peer and op, and inlined into the waits of the op kernel's protocols it raised that
+// kernel's registers (ptxas -v); the view goes by address at no cost (waitSlowPath says why).
+WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status checkSig(const CommView& v, int peer, uint64_t mine, uint64_t op,
+                                                  uint32_t item) {
   const uint64_t* word = v.signal(v.rank, v.layout.sigOffset(peer, sigMeet(mine)));
   // Relaxed: only the value is compared, nothing is read on the strength of it.
   uint64_t seen = gpu::atomicLoad<gpu::Order::kRelaxed>(word);
@@ -146,25 +156,11 @@ WEFT_HOST_DEVICE Status signalWithSig(const Coop& c, const CommView& v, int peer
   return viaProxy(v, peer) ? c.broadcast(st) : st;
 }
 
-// The leader's part of checkItemSigs. Out of line on a GPU: it runs once per item, and inlined
-// into the fused GEMV's reduce items it took the kernel from 68 to 908 bytes of spills (ptxas -v;
-// out of line, 188).
-WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status checkItemSigsLeader(const CommView& v, uint64_t mine, uint64_t op,
-                                                             uint32_t item, bool publisher) {
-  Status st = Status::kOk;
-  if (publisher) st = publishSigEverywhere(v, mine, op, item);
-  if (st == Status::kOk) st = checkSigs(v, mine, op, item);
-  return st;
-}
-
-// The whole group, for a consumer of a flagged exchange (no signal to ride): the leader compares
-// every peer's word before the item stores anything (and, at item `publisher`, publishes this
-// rank's first). Once per item and by the leader, not per thread inside the item's loop: there it
-// raised the register count of every kernel that carries the exchange (ptxas -v).
+// The whole group: the leader publishes this rank's word everywhere (an op whose protocol has no
+// signal to carry it: the flagged exchanges, at one item of the op).
 template <class Coop>
-WEFT_HOST_DEVICE Status checkItemSigs(const Coop& c, const CommView& v, uint64_t mine, const OpSeq& seq, uint32_t item,
-                                      bool publisher) {
-  const Status st = c.leader() ? checkItemSigsLeader(v, mine, seq.op, item, publisher) : Status::kOk;
+WEFT_HOST_DEVICE Status publishItemSig(const Coop& c, const CommView& v, uint64_t word, uint64_t op, uint32_t item) {
+  const Status st = c.leader() ? publishSigEverywhere(v, word, op, item) : Status::kOk;
   return c.broadcast(st) != Status::kOk ? Status::kPeerFailed : Status::kOk;
 }
 

@@ -44,7 +44,7 @@ static_assert(tile::kThreads == gpu::kBlockThreads, "the GEMM's tile is a whole 
 // The GEMM + All-to-All: the group's memory is dynamic (gemmSharedBytes), the coop's scratch
 // followed by the tile pipeline; one block per SM.
 __global__ void __launch_bounds__(tile::kThreads, 1)
-    gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps) {
+    gemmKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps) {
   extern __shared__ float4 dynamicShared[];
   float* group = reinterpret_cast<float*>(dynamicShared);
   // The route cache's tag and the uncounted rows: shared memory holds whatever the SM's last

@@ -6,7 +6,7 @@
 
 namespace weft::dev::WEFT_KERNEL_VARIANT {
 
-__global__ void WEFT_BLOCK_BOUNDS gemvKernel(CommView view, OpDesc desc) {
+__global__ void WEFT_BLOCK_BOUNDS gemvKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
 #if defined(WEFT_HAVE_MMA)
   GemvAllReduceOp::warmFirstSlice(desc, blockIdx.x, threadIdx.x, blockDim.x);
 #endif

@@ -24,19 +24,20 @@
 // The kernels of one variant.
 #define WEFT_DECLARE_KERNELS                                                                       \
   /* One launch per communicator (and again after an idle exit); grid = resident workers. */       \
-  __global__ void persistentKernel(CommView view, uint64_t firstTicket);                           \
+  __global__ void persistentKernel(const WEFT_GRID_CONSTANT CommView view, uint64_t firstTicket);  \
   /* The launched kernels, one launch per op on the caller's stream (eager or captured into a */   \
   /* graph): the plain collectives and the one-shot AllReduce in 8-byte lines, */                  \
-  __global__ void opKernel(CommView view, OpDesc desc);                                            \
+  __global__ void opKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc);                   \
   /* the one-shot AllReduce (OpKind::kAllReduceOneShot) in 128-byte lines, */                      \
-  __global__ void oneShotLinesKernel(CommView view, OpDesc desc);                                  \
+  __global__ void oneShotLinesKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc);         \
   /* the GEMV ops (OpKind::kGemv, kGemvAllReduce), */                                              \
-  __global__ void gemvKernel(CommView view, OpDesc desc);                                          \
+  __global__ void gemvKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc);                 \
   /* the embedding-bag + All-to-All, */                                                            \
-  __global__ void embeddingKernel(CommView view, OpDesc desc);                                     \
+  __global__ void embeddingKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc);            \
   /* the GEMM + All-to-All (one block per SM); `maps`: a's and w's tensor maps (the sm_90a tile */ \
   /* loads through them; unused elsewhere). */                                                     \
-  __global__ void gemmKernel(CommView view, OpDesc desc, const WEFT_GRID_CONSTANT tile::GemmMaps maps);
+  __global__ void gemmKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc,                  \
+                             const WEFT_GRID_CONSTANT tile::GemmMaps maps);
 
 namespace weft::dev {
 

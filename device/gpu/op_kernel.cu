@@ -9,7 +9,7 @@
 
 namespace weft::dev::WEFT_KERNEL_VARIANT {
 
-__global__ void WEFT_BLOCK_BOUNDS opKernel(CommView view, OpDesc desc) {
+__global__ void WEFT_BLOCK_BOUNDS opKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return runCollectiveItem<BlockCoop, false>(c, view, desc, seq, item);
@@ -20,7 +20,7 @@ __global__ void WEFT_BLOCK_BOUNDS opKernel(CommView view, OpDesc desc) {
 // its hungriest path, and this loop wants more than the 8-byte lines' (opKernel). With both in
 // opKernel (127 registers) the 8-byte lines' small inputs were slower, and in a kernel of their
 // own (70 registers) slower after a GEMV (docs/archive/perf-journal-2026-11.md).
-__global__ void WEFT_BLOCK_BOUNDS oneShotLinesKernel(CommView view, OpDesc desc) {
+__global__ void WEFT_BLOCK_BOUNDS oneShotLinesKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return AllReduceOneShotOp::runIn<true>(c, view, desc, seq, item);
@@ -30,7 +30,8 @@ __global__ void WEFT_BLOCK_BOUNDS oneShotLinesKernel(CommView view, OpDesc desc)
 // Two blocks of 256 threads per SM: with 8 rows in flight per lane the pooling loop wants 168
 // registers (one block per SM); capped at 128 (96 bytes of spills) it ran 3% faster than 6 rows in
 // flight without spills (docs/archive/perf-journal-2026-11.md).
-__global__ void __launch_bounds__(gpu::kBlockThreads, 2) embeddingKernel(CommView view, OpDesc desc) {
+__global__ void __launch_bounds__(gpu::kBlockThreads, 2)
+    embeddingKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return EmbeddingAllToAllOp::run(c, view, desc, seq, item);

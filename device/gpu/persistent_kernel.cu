@@ -6,7 +6,7 @@
 
 namespace weft::dev::WEFT_KERNEL_VARIANT {
 
-__global__ void WEFT_BLOCK_BOUNDS persistentKernel(CommView view, uint64_t firstTicket) {
+__global__ void WEFT_BLOCK_BOUNDS persistentKernel(const WEFT_GRID_CONSTANT CommView view, uint64_t firstTicket) {
   __shared__ unsigned long long scratch;
   __shared__ float tile[kCoopFloats];
   BlockCoop coop{&scratch, tile};

@@ -46,15 +46,14 @@ struct AllReduceOneShotOp {
   template <bool kLines, class Coop>
   WEFT_HOST_DEVICE static Status runIn(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                        uint32_t item) {
-    // Item 0 publishes this rank's signature word first (no signal of the exchange could carry
-    // it); every item's leader compares the peers' words between its push and its reduction, so
-    // the wait for them overlaps the lines' flight. An empty op sends nothing else, so it meets
-    // its peers through the words alone, checked or not.
-    if (item == 0 && (d.sig != 0 || d.count == 0)) {
-      const Status st = c.leader() ? publishSigEverywhere(v, sigWord(runningOpMeet(), d.sig), seq.op, item) : Status::kOk;
-      if (uniform(c, v, st) != Status::kOk) return Status::kPeerFailed;
-    }
-    if (d.count == 0) return checkItemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq, item, false);
+    // Item 0 publishes this rank's signature word (no signal of the exchange could carry it): the
+    // peers' waits compare it on their slow path when this rank's lines, whose flags carry the
+    // signature, do not land (flagged_exchange_device.hpp). An empty op sends nothing else, so it
+    // meets its peers through the words alone, checked or not.
+    if (item == 0 && (d.sig != 0 || d.count == 0))
+      if (const Status st = publishItemSig(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item); st != Status::kOk)
+        return st;
+    if (d.count == 0) return checkEveryPeerSig(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item);
     return withDType(static_cast<DType>(d.dtype), [&](auto tag) {
       constexpr DType T = decltype(tag)::value;
       if constexpr (kLines)
@@ -65,6 +64,12 @@ struct AllReduceOneShotOp {
   }
 
  private:
+  // The flag word of the 128-byte lines: the epoch (below 2^32 in any job, and never 0), with the
+  // signature's flag bits (sigFlagBits) in the upper half, so that a disagreeing peer's lines
+  // never land.
+  WEFT_HOST_DEVICE static uint64_t lineFlag(const OpSeq& seq, uint32_t sig) {
+    return seq.epoch ^ (uint64_t{sigFlagBits(sig)} << 32);
+  }
   // Bytes [8k, 8k + 8) of a buffer of `bytes`, zero past its end.
   WEFT_HOST_DEVICE static uint64_t loadPair(const uint8_t* p, uint64_t bytes, uint64_t k) {
     const uint64_t at = k * kLlPayloadBytes;
@@ -88,7 +93,7 @@ struct AllReduceOneShotOp {
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
     return exchangeFlagged<Acc>(
-        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), d.sig ? sigWord(runningOpMeet(), d.sig) : 0,
+        c, v, seq, d.sig, item, itemUnits(bytes, false, d.nitems, item),
         [&](uint64_t k) { return loadPair(send, bytes, k); },
         [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
         [&](uint64_t k, const Acc& acc) { storePair(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
@@ -104,13 +109,14 @@ struct AllReduceOneShotOp {
   // warp and step), so that a line's lanes always store and poll together: every loop bound below
   // is the same in every thread of a warp. First every line of the item goes to every peer (no
   // fence, no signal: the flag travels with the data), then each line's sum is taken in rank order.
-  // Epoch e's flag word is e itself: lines in an area are only ever 128-byte lines, and stale ones
-  // carry an earlier epoch of the same parity (or zero), so the reuse argument of the 8-byte lines
-  // (flagged_exchange_device.hpp) holds as is.
+  // Epoch e's flag word is e with the op's signature in its upper half (lineFlag): lines in an
+  // area are only ever 128-byte lines, and stale ones carry an earlier epoch of the same parity (or
+  // zero), so the reuse argument and the signature's of the 8-byte lines
+  // (flagged_exchange_device.hpp) hold as they are.
   template <class Coop, DType T>
   WEFT_HOST_DEVICE static Status runLines(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                           uint32_t item) {
-    const uint64_t bytes = d.count * dtypeSize(T), flag = seq.epoch;
+    const uint64_t bytes = d.count * dtypeSize(T), flag = lineFlag(seq, d.sig);
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
     const Range r = itemUnits(bytes, true, d.nitems, item);
@@ -138,9 +144,6 @@ struct AllReduceOneShotOp {
         for (int p = 1; p < v.nranks; ++p)
           lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);
     }
-    if (d.sig != 0)
-      if (const Status st = checkItemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq, item, false); st != Status::kOk)
-        return st;
     Status st = Status::kOk;
     for (uint64_t base = first; base < r.hi && st == Status::kOk; base += step) {
       const uint64_t k = lineOf(base);

@@ -14,6 +14,13 @@
 // area) completed. Stale lines carry epoch e - 2 (or zero), never the awaited flag. Every op that
 // uses this exchange advances the one-shot epoch (OpCounters::oneShotEpoch), and must send at
 // least one pair: an empty exchange tells no sender anything, so a rank could run two epochs ahead.
+//
+// Signatures ride the flag (signature_device.hpp): a line's flag is the epoch with the op's
+// signature folded in (exchangeFlag), so a line from a peer that runs the op with other arguments
+// never carries the flag its consumer waits for, and nothing of it is used. The consumer's wait
+// then finds the difference on its slow path, from the peers' signature words (waitSlowPath), and
+// fails the op naming the field. No check runs on the fast path: checking each item's words first
+// cost the fused GEMV a fifth of its time at batch 1 (docs/design-notes.md).
 #pragma once
 
 #include "../comm_device.hpp"
@@ -23,13 +30,27 @@
 
 namespace weft::dev {
 
+// The flag of the exchange's lines for an op of this epoch and signature (0 where the check is
+// off: then the epoch's low half, as the exchange always had). sigFlagBits is a bijection, so two
+// signatures never give the same flag for one epoch. A stale line in the same
+// area carries an epoch of the same parity at least two behind; with another signature it carries
+// this flag only if the two epochs differ, bit for bit, exactly where the signatures' products do,
+// which for all but a few pairs of signatures takes more ops than a job runs. The one epoch whose flag would be zero,
+// which a line nobody wrote carries, gets 1: the epoch that naturally has flag 1 is of the other parity, whose lines
+// lie in the other area.
+WEFT_HOST_DEVICE uint32_t exchangeFlag(const OpSeq& seq, uint32_t sig) {
+  const uint32_t flag = static_cast<uint32_t>(seq.epoch) ^ sigFlagBits(sig);
+  return flag != 0 ? flag : 1u;
+}
+
 // Where rank `sender`'s pair k lies in rank `owner`'s scratch for the op's epoch.
 WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int owner, int sender, uint64_t k) {
   const auto parity = static_cast<uint32_t>(seq.epoch & 1);
   return reinterpret_cast<uint64_t*>(v.at(owner, v.layout.oneShotDataOffset(sender, parity)) + k * kLlPairBytes);
 }
 
-// Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t) to ranks
+// Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t), under the flag of the
+// op's signature `sig`, to ranks
 // [first, first + count) counted from this one (modulo the ranks): first 1 and count nranks - 1 for
 // every peer; first 0 adds this rank's own area (for a reduction that runs later, in another item).
 //
@@ -37,9 +58,9 @@ WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int 
 // message that the proxy stores at the peer a word at a time (TriggerKind::kDeliver): a network
 // write may land a word's halves apart, which a flag in the word cannot tell.
 template <class Coop, class Own>
-WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const OpSeq& seq, Range r, int first, int count,
-                                      Own&& own, uint32_t item = 0) {
-  const auto flag = static_cast<uint32_t>(seq.epoch);
+WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, Range r,
+                                      int first, int count, Own&& own, uint32_t item = 0) {
+  const uint32_t flag = exchangeFlag(seq, sig);
   for (uint64_t k = r.lo + c.rank(); k < r.hi; k += static_cast<uint64_t>(c.size())) {
     const uint64_t x = own(k);
     for (int p = first; p < first + count; ++p) {
@@ -63,16 +84,16 @@ WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const Op
   return c.broadcast(st);
 }
 template <class Coop, class Own>
-WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, Range r, bool toSelf, Own&& own,
-                                    uint32_t item = 0) {
-  return pushFlaggedTo(c, v, seq, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own, item);
+WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, Range r,
+                                    bool toSelf, Own&& own, uint32_t item = 0) {
+  return pushFlaggedTo(c, v, seq, sig, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own, item);
 }
 
 // Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks;
 // every rank by default) in rank order, folded by add(acc, payload) into an Acc (value-initialised
 // per pair), then finish(k, acc). This rank's own payload comes from own(k), or, with
-// `selfInScratch`, from its own area where pushFlagged(toSelf) left it. The callers compare the
-// peers' signature words first (checkItemSigs), so nothing is stored from a peer that disagrees.
+// `selfInScratch`, from its own area where pushFlagged(toSelf) left it. Lines are awaited under
+// the flag of `sig`, so nothing is stored from a peer that disagrees.
 //
 // With kPeek > 1 a pair's lines from up to kPeek ranks are read at once, without waiting, and
 // then folded in rank order, waiting only for a line not yet landed: where they all have, that is
@@ -85,14 +106,13 @@ struct EveryRank {
   WEFT_HOST_DEVICE Range operator()(uint64_t) const { return Range{0, UINT64_MAX}; }
 };
 template <class Acc, int kPeek, class Coop, class Own, class Add, class Finish, class From = EveryRank>
-WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
-                                      bool selfInScratch, Own&& own, Add&& add, Finish&& finish,
+WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, uint32_t item,
+                                      Range r, bool selfInScratch, Own&& own, Add&& add, Finish&& finish,
                                       From&& from = EveryRank{}) {
-  const auto flag = static_cast<uint32_t>(seq.epoch);
+  const uint32_t flag = exchangeFlag(seq, sig);
   auto fromScratch = [&](int src) { return src != v.rank || selfInScratch; };
   auto waitFor = [&](int src, uint64_t k, uint64_t* x) {
-    return llWait<false>(v, flaggedPair(v, seq, v.rank, src, k), flag, x,
-                         WaitSite{seq.op, item, src, WaitWhat::kInboxData});
+    return llWait(v, flaggedPair(v, seq, v.rank, src, k), flag, x, WaitSite{seq.op, item, src, WaitWhat::kInboxData});
   };
   Status st = Status::kOk;
   for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += static_cast<uint64_t>(c.size())) {
@@ -139,14 +159,12 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
 }
 
-// Both steps in one item (mine: this rank's signature word where the op is checked, else 0).
+// Both steps in one item.
 template <class Acc, class Coop, class Own, class Add, class Finish>
-WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
-                                        uint64_t mine, Own&& own, Add&& add, Finish&& finish) {
-  if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
-  if (mine != 0)  // the peers' signature words, once the lines are on their way
-    if (const Status st = checkItemSigs(c, v, mine, seq, item, false); st != Status::kOk) return st;
-  return reduceFlagged<Acc, 1>(c, v, seq, item, r, false, own, add, finish);
+WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, uint32_t item,
+                                        Range r, Own&& own, Add&& add, Finish&& finish) {
+  if (const Status st = pushFlagged(c, v, seq, sig, r, false, own, item); st != Status::kOk) return st;
+  return reduceFlagged<Acc, 1>(c, v, seq, sig, item, r, false, own, add, finish);
 }
 
 }  // namespace weft::dev

@@ -80,18 +80,19 @@ struct GemvAllReduceOp {
     auto ownerOf = [=](uint64_t slice) { return sliceOwner(slice, nranks); };
     if (item < items) {
       const Range mine = itemSlices(s.n, items, item);
-      return owners ? computeAndPush<true>(c, v, seq, dt, s, mine) : computeAndPush<false>(c, v, seq, dt, s, mine);
+      return owners ? computeAndPush<true>(c, v, seq, d.sig, dt, s, mine)
+                    : computeAndPush<false>(c, v, seq, d.sig, dt, s, mine);
     }
-    // Signatures (signature_device.hpp) live in the reduce items only (the compute items have no
-    // register to spare on a GPU): the first one publishes this rank's word, and each one's leader
-    // compares the peers' words before anything is stored.
-    if (d.sig != 0)
-      if (const Status st = checkItemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq, item, item == items); st != Status::kOk)
+    // The first reduce item publishes this rank's signature word (the compute items have no
+    // register to spare on a GPU): the peers' waits compare it on their slow path when this rank's
+    // lines, whose flags carry the signature, do not land (flagged_exchange_device.hpp).
+    if (d.sig != 0 && item == items)
+      if (const Status st = publishItemSig(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item); st != Status::kOk)
         return st;
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
     const uint64_t n = s.n, pairsPerSlice = sliceFloats / 2;
-    const auto flag = static_cast<uint32_t>(seq.epoch);
+    const uint32_t sig = d.sig, flag = exchangeFlag(seq, sig);
     struct Acc {
       float v[2];
     };
@@ -123,15 +124,16 @@ struct GemvAllReduceOp {
     if constexpr (kProxyInDevice) {
       if (owners && proxyOf(v) != nullptr) {
         for (uint64_t slice = slices.lo; slice < slices.hi; ++slice) {
-          Status st = reduceFlagged<Acc, 4>(c, v, seq, item, Range{slice * pairsPerSlice, (slice + 1) * pairsPerSlice},
-                                            /*selfInScratch=*/true, own, add, finish, from);
+          Status st =
+              reduceFlagged<Acc, 4>(c, v, seq, sig, item, Range{slice * pairsPerSlice, (slice + 1) * pairsPerSlice},
+                                    /*selfInScratch=*/true, own, add, finish, from);
           if (st == Status::kOk && ownerOf(slice) == me) st = deliverSums(c, v, seq, item, slice, pairsPerSlice);
           if (st != Status::kOk) return st;
         }
         return Status::kOk;
       }
     }
-    return reduceFlagged<Acc, 4>(c, v, seq, item, Range{slices.lo * pairsPerSlice, slices.hi * pairsPerSlice},
+    return reduceFlagged<Acc, 4>(c, v, seq, sig, item, Range{slices.lo * pairsPerSlice, slices.hi * pairsPerSlice},
                                  /*selfInScratch=*/true, own, add, finish, from);
   }
 
@@ -187,8 +189,8 @@ struct GemvAllReduceOp {
   // kernel's stack frame from 384 to 1320 bytes and made the one-shot path a quarter slower at
   // batch 1 on 4 ranks (docs/archive/perf-journal-2026-11.md).
   template <bool kToOwner, class Coop>
-  WEFT_HOST_DEVICE static Status computeAndPush(const Coop& c, const CommView& v, const OpSeq& seq, DType dt,
-                                                const GemvShape& s, Range slices) {
+  WEFT_HOST_DEVICE static Status computeAndPush(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig,
+                                                DType dt, const GemvShape& s, Range slices) {
     const uint64_t sliceFloats = gemvSliceFloats(s.batch);  // even
     streamSlices(c, dt, s, slices, [=, &c](Range rows, auto&& part) {
       const uint64_t slice = rows.lo / kGemvSliceRows, base = slice * sliceFloats;
@@ -203,9 +205,10 @@ struct GemvAllReduceOp {
       // reduce items' waits then return; the status is not carried out of the stream, whose
       // registers the GEMV needs (docs/perf.md).
       if constexpr (kToOwner) {
-        (void)pushFlaggedTo(c, v, seq, pairs, (sliceOwner(slice, v.nranks) - v.rank + v.nranks) % v.nranks, 1, pair);
+        (void)pushFlaggedTo(c, v, seq, sig, pairs, (sliceOwner(slice, v.nranks) - v.rank + v.nranks) % v.nranks, 1,
+                            pair);
       } else {
-        (void)pushFlagged(c, v, seq, pairs, /*toSelf=*/true, pair);
+        (void)pushFlagged(c, v, seq, sig, pairs, /*toSelf=*/true, pair);
       }
     });
     return Status::kOk;

@@ -263,7 +263,7 @@ TEST(DisagreeEmbedding, RecvBlocksAndBatch) {
       void* recv = which == 0 && rank == 1 ? b : a;
       const int64_t batch = which == 1 && rank == 1 ? 1 : 2;
       const weft_result_t r = weft_embedding_alltoall(comm, in.weights.data(), in.tableOffsets.data(), c.tables(rank),
-                                                      in.indices.data(), in.offsets.data(), nullptr, 0, recv, batch,
+                                                      in.indices.data(), in.offsets.data(), nullptr, WEFT_POOL_SUM, recv, batch,
                                                       c.totalTables(), c.tableBase(rank), 8, WEFT_FLOAT32, nullptr);
       EXPECT_TRUE(failsNaming(r, which == 0 ? "recv" : "local_batch"));
       EXPECT_TRUE(allPoisoned(a, 4096));
