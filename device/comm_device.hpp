@@ -191,9 +191,8 @@ WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const WaitSite& site, uin
 
 // What a wait checks every 64 polls, besides its clock: the communicator's stop reason, then
 // whether its peer disagrees on the op (a mismatch is recorded here). Out of line on a GPU: it runs
-// only on the slow path, and inlined into every wait it cost the kernels that are at their
-// register limit (the fused GEMV's streams, the op kernel) registers and spills on their fast path
-// (ptxas -v). The view goes by address, which costs nothing because every kernel takes it as a
+// only on the slow path, and inlined into every wait it raised the op kernel's registers (ptxas
+// -v). The view goes by address, which costs nothing because every kernel takes it as a
 // __grid_constant__ parameter (gpu/kernels.hpp): without that, taking its address made each
 // kernel copy it to its stack. The site goes by value for the same reason.
 WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status waitSlowPath(const CommView& v, WaitSite site) {
@@ -206,9 +205,15 @@ WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status waitSlowPath(const CommView& v, WaitSit
 }
 
 // Polls `ready(&seen)` until it returns true, the timeout expires, or the communicator stops;
-// abort, the clock and the peer's signature word are checked every 64 polls (waitSlowPath). A
-// failure is recorded with `expected` and the last `seen`.
-template <typename Ready>
+// abort, the clock and (kPeerCheck) the peer's signature word are checked every 64 polls
+// (waitSlowPath). A failure is recorded with `expected` and the last `seen`.
+//
+// kPeerCheck false: the flagged exchanges' waits (llWait, lineWait), in loops that hold many
+// values, where even an out-of-line call on the slow path made ptxas save them around it (the
+// fused GEMV kernel's stack went from 472 to 1384 bytes). Those ops are checked once each instead,
+// by one item that compares every peer's word (flagged_exchange_device.hpp); a difference found
+// there fails the communicator, which these waits see in the stop reason.
+template <bool kPeerCheck = true, typename Ready>
 WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint64_t expected, Ready&& ready) {
   uint64_t seen = 0;
   if (ready(&seen)) return Status::kOk;
@@ -217,7 +222,7 @@ WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint6
     gpu::relax(spins);
     if (ready(&seen)) return Status::kOk;
     if ((spins & 63) != 0) continue;
-    Status st = waitSlowPath(v, site);
+    Status st = kPeerCheck ? waitSlowPath(v, site) : stopReason(v);
     if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     if (st != Status::kOk) {
       if (st != Status::kPeerFailed && st != Status::kMismatch) recordFailure(v, site, st, expected, seen);
@@ -239,9 +244,11 @@ WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uin
 }
 
 // Any thread: waits for the flagged line pair at `line` to carry `flag`; *payload gets its bytes.
+// kPeerCheck: as pollUntil's (false in the flagged exchanges).
+template <bool kPeerCheck = true>
 WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t flag, uint64_t* payload,
                                const WaitSite& site) {
-  return pollUntil(v, site, flag, [&](uint64_t* seen) {
+  return pollUntil<kPeerCheck>(v, site, flag, [&](uint64_t* seen) {
     uint32_t seenFlag = 0;
     const bool ok = llLoad(line, flag, payload, &seenFlag);
     *seen = seenFlag;
@@ -253,7 +260,8 @@ WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t
 // share of it. On a GPU the whole warp calls it together (a thread with no line passes null and
 // only keeps step), polls its lines with one load each, and gets one status: the line's lanes read
 // in one instruction, so the flag lane seeing `flag` vouches for the others' words. The stop and
-// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone.
+// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone. No
+// signature check: the one-shot AllReduce's lines are checked once per op (pollUntil says why).
 WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64_t flag, LineShare* s,
                                  const WaitSite& site) {
 #if defined(WEFT_DEVICE_PASS)
@@ -268,18 +276,17 @@ WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64
     if ((spins & 63) != 0) continue;
     auto st = Status::kOk;
     if (lane == 0) {
-      st = waitSlowPath(v, site);
+      st = stopReason(v);
       if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     }
     st = static_cast<Status>(gpu::warpBroadcast(static_cast<uint32_t>(st), 0));
     if (st == Status::kOk) continue;
     const int stale = gpu::warpFirst(line != nullptr && seen != flag);  // the lane that saw an old flag
-    if (st != Status::kPeerFailed && st != Status::kMismatch && lane == (stale < 0 ? 0 : stale))
-      recordFailure(v, site, st, flag, seen);
+    if (st != Status::kPeerFailed && lane == (stale < 0 ? 0 : stale)) recordFailure(v, site, st, flag, seen);
     return st;
   }
 #else
-  return pollUntil(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
+  return pollUntil<false>(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
 #endif
 }
 

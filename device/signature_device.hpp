@@ -156,11 +156,21 @@ WEFT_HOST_DEVICE Status signalWithSig(const Coop& c, const CommView& v, int peer
   return viaProxy(v, peer) ? c.broadcast(st) : st;
 }
 
-// The whole group: the leader publishes this rank's word everywhere (an op whose protocol has no
-// signal to carry it: the flagged exchanges, at one item of the op).
+// The whole group, for an op whose protocol has no signal to carry its word (the flagged
+// exchanges), at one item of the op: the leader publishes this rank's word everywhere (publish),
+// then (check) compares every peer's, waiting for each (bounded). A difference fails the
+// communicator, so every other wait of the op sees it in its stop reason, and since every op
+// publishes its word, the peer finds it too. The leader's part is out of line on a GPU.
+WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status itemSigsLeader(const CommView& v, uint64_t word, uint64_t op, uint32_t item,
+                                                        bool publish, bool check) {
+  Status st = publish ? publishSigEverywhere(v, word, op, item) : Status::kOk;
+  if (st == Status::kOk && check) st = checkSigs(v, word, op, item);
+  return st;
+}
 template <class Coop>
-WEFT_HOST_DEVICE Status publishItemSig(const Coop& c, const CommView& v, uint64_t word, uint64_t op, uint32_t item) {
-  const Status st = c.leader() ? publishSigEverywhere(v, word, op, item) : Status::kOk;
+WEFT_HOST_DEVICE Status itemSigs(const Coop& c, const CommView& v, uint64_t word, uint64_t op, uint32_t item,
+                                 bool publish, bool check) {
+  const Status st = c.leader() ? itemSigsLeader(v, word, op, item, publish, check) : Status::kOk;
   return c.broadcast(st) != Status::kOk ? Status::kPeerFailed : Status::kOk;
 }
 

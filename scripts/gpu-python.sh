@@ -2,7 +2,7 @@
 # The Python package on a GPU host: builds the torch extension against this host's torch and a
 # CUDA libweft.so (a bundle's, after `source .bundle/env.sh`, else build-cuda/lib), then runs
 # tests/gpu_python (weft's CUDA ops, CUDA graphs, torch.compile, weft.triton's primitives and ops)
-# on 1, 2 and 4 ranks and a short benchmark (weft.triton vs weft's CUDA ops vs torch), each under
+# on 1, 2 and 4 ranks and a short benchmark (weft.triton vs weft's CUDA ops vs torch; -b 0: none), each under
 # its own time limit, all inside a total budget (default 470 s).
 #
 #   scripts/gpu-python.sh [-r "1 2 4"] [-b BENCH_RANKS] [-T TOTAL_SECONDS] [-o DIR] [-p PYTHON] [-c] [-B]
@@ -32,6 +32,7 @@ while getopts "r:b:T:o:p:cB" opt; do
   esac
 done
 [ -z "$bench_ranks" ] && bench_ranks=2
+[ "$bench_ranks" = 0 ] && bench_ranks=""  # -b 0: no benchmark
 jobs=$(nproc)
 [ "$backend" = cpu ] && bench_ranks="" jobs=1  # a rehearsal: nothing to time, a shared machine
 mkdir -p "$out"

@@ -17,10 +17,12 @@
 //
 // Signatures ride the flag (signature_device.hpp): a line's flag is the epoch with the op's
 // signature folded in (exchangeFlag), so a line from a peer that runs the op with other arguments
-// never carries the flag its consumer waits for, and nothing of it is used. The consumer's wait
-// then finds the difference on its slow path, from the peers' signature words (waitSlowPath), and
-// fails the op naming the field. No check runs on the fast path: checking each item's words first
-// cost the fused GEMV a fifth of its time at batch 1 (docs/design-notes.md).
+// never carries the flag its consumer waits for, and nothing of it is used. One item of the op
+// publishes this rank's word and compares every peer's (itemSigs), which names the field and fails
+// the communicator; every other wait of the op then gives up on its stop reason. Nothing else is
+// checked: checking each item's words cost the fused GEMV a fifth of its time at batch 1, and a
+// check in every wait's slow path made ptxas save the reduction's registers around it
+// (docs/design-notes.md).
 #pragma once
 
 #include "../comm_device.hpp"
@@ -112,7 +114,8 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
   const uint32_t flag = exchangeFlag(seq, sig);
   auto fromScratch = [&](int src) { return src != v.rank || selfInScratch; };
   auto waitFor = [&](int src, uint64_t k, uint64_t* x) {
-    return llWait(v, flaggedPair(v, seq, v.rank, src, k), flag, x, WaitSite{seq.op, item, src, WaitWhat::kInboxData});
+    return llWait<false>(v, flaggedPair(v, seq, v.rank, src, k), flag, x,
+                         WaitSite{seq.op, item, src, WaitWhat::kInboxData});
   };
   Status st = Status::kOk;
   for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += static_cast<uint64_t>(c.size())) {
@@ -159,11 +162,14 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
 }
 
-// Both steps in one item.
+// Both steps in one item. checkWord (nonzero at the op's checking item): this rank's signature
+// word, compared with every peer's between the push and the reduction, while the lines fly.
 template <class Acc, class Coop, class Own, class Add, class Finish>
 WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, uint32_t item,
-                                        Range r, Own&& own, Add&& add, Finish&& finish) {
+                                        Range r, uint64_t checkWord, Own&& own, Add&& add, Finish&& finish) {
   if (const Status st = pushFlagged(c, v, seq, sig, r, false, own, item); st != Status::kOk) return st;
+  if (checkWord != 0)
+    if (const Status st = itemSigs(c, v, checkWord, seq.op, item, false, true); st != Status::kOk) return st;
   return reduceFlagged<Acc, 1>(c, v, seq, sig, item, r, false, own, add, finish);
 }
 

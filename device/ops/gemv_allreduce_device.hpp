@@ -83,11 +83,12 @@ struct GemvAllReduceOp {
       return owners ? computeAndPush<true>(c, v, seq, d.sig, dt, s, mine)
                     : computeAndPush<false>(c, v, seq, d.sig, dt, s, mine);
     }
-    // The first reduce item publishes this rank's signature word (the compute items have no
-    // register to spare on a GPU): the peers' waits compare it on their slow path when this rank's
-    // lines, whose flags carry the signature, do not land (flagged_exchange_device.hpp).
+    // The first reduce item checks the op (the compute items have no register to spare on a GPU):
+    // it publishes this rank's signature word and compares every peer's before it reduces
+    // (flagged_exchange_device.hpp).
     if (d.sig != 0 && item == items)
-      if (const Status st = publishItemSig(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item); st != Status::kOk)
+      if (const Status st = itemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item, true, true);
+          st != Status::kOk)
         return st;
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
