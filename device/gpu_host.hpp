@@ -26,6 +26,7 @@ struct IpcHandle {
 
 Outcome deviceCount(int* count);
 Outcome currentDevice(int* device);
+Outcome setDevice(int device);
 Outcome deviceName(int device, std::string* name);
 // The GPU's place on the PCI bus ("domain:bus:device"): the same for every process that uses it,
 // whatever its CUDA_VISIBLE_DEVICES numbering, so ranks can tell that they share one.
@@ -40,6 +41,12 @@ Outcome zeroDeviceNow(void* ptr, size_t bytes, void* stream, double seconds);
 Outcome copyToDevice(void* dst, const void* src, size_t bytes);
 // Ordered on `stream` only; `src` must stay valid (and be device-accessible) until it drains.
 Outcome copyToDeviceAsync(void* dst, const void* src, size_t bytes, void* stream);
+// The same, device to host (`dst` pinned: hostRegister, for the copy to be asynchronous).
+Outcome copyToHostAsync(void* dst, const void* src, size_t bytes, void* stream);
+// Lets the calling thread make CUDA calls while another thread captures a graph in the global
+// mode, which forbids "potentially unsafe" calls in every thread (cudaStreamCaptureModeRelaxed):
+// for a thread whose calls touch only a stream of its own (the status watch).
+Outcome relaxCaptureMode();
 Outcome ipcExport(IpcHandle* handle, void* ptr);
 Outcome ipcImport(void** ptr, const IpcHandle& handle);
 Outcome ipcClose(void* ptr);

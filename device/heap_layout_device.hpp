@@ -56,7 +56,11 @@ struct EngineControl {
   int64_t badIndex;
   int64_t badRows;
   uint64_t embedItemsDone;  // embedding data items this rank finished, all ops together
-  uint64_t reserved[2];
+  // Launched engine: items of the ops launched with OpDesc::countItems (the eager ones) finished,
+  // all ops together. The host's status watch reads it to show how far the running op is
+  // (runtime/status_watch.hpp); captured ops do not count, since the host never sees them run.
+  uint64_t itemsFinished;
+  uint64_t reserved;
 };
 static_assert(sizeof(EngineControl) == 128, "EngineControl is a wire struct");
 

@@ -60,8 +60,8 @@ enum class WaitWhat : uint32_t {
   kRecvOffset = 13,     // not a wait: rank `peer`'s recv is at heap offset `observed`, rank 0's at `expected`
   kPartial = 14,        // a block of this rank to leave its part of a split GEMM tile (`peer`: the part's range)
   kProxyRoom = 15,      // the host proxy to take triggers from a full ring (`peer`: the trigger's)
-  kPeerGone = 16,  // not a wait: rank `peer`'s process (-1: weftd's) of pid `observed` ended (weftd/the rank saw it)
-  kExternal = 17,  // a kernel outside weft's engine (weft.h: weft_device_status_t); ticket kExternalTicket
+  kPeerGone = 16,   // not a wait: rank `peer`'s process (-1: weftd's) of pid `observed` ended (weftd/the rank saw it)
+  kExternal = 17,   // a kernel outside weft's engine (weft.h: weft_device_status_t); ticket kExternalTicket
   kSignature = 18,  // a peer's signature word of the op (expected: this rank's word, observed: the peer's)
 };
 
@@ -72,16 +72,16 @@ constexpr uint64_t kExternalTicket = ~uint64_t{0};
 // when the op is submitted (or captured into a graph): the protocol counters that change from op
 // to op are on the device (OpCounters).
 struct OpDesc {
-  uint32_t kind;       // OpKind
-  uint32_t dtype;      // DType
-  uint64_t count;      // AllReduce: elements; All-to-All: elements per rank
-  uint64_t send;       // input address in the engine's address space
-  uint64_t recv;       // output offset in the symmetric heap
-  uint32_t tileElems;  // elements per tile
-  uint32_t nitems;     // work items, claimed in order by the workers
-  uint64_t arg[10];    // op-specific (ops/*_device.hpp say which)
-  uint32_t sig;        // what the ranks must agree on (signature_device.hpp); 0: not checked
-  uint32_t reserved;
+  uint32_t kind;        // OpKind
+  uint32_t dtype;       // DType
+  uint64_t count;       // AllReduce: elements; All-to-All: elements per rank
+  uint64_t send;        // input address in the engine's address space
+  uint64_t recv;        // output offset in the symmetric heap
+  uint32_t tileElems;   // elements per tile
+  uint32_t nitems;      // work items, claimed in order by the workers
+  uint64_t arg[10];     // op-specific (ops/*_device.hpp say which)
+  uint32_t sig;         // what the ranks must agree on (signature_device.hpp); 0: not checked
+  uint32_t countItems;  // launched engine: nonzero to count the items in EngineControl::itemsFinished
 };
 static_assert(sizeof(OpDesc) == 128, "OpDesc is a wire struct");
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,16 @@ class Engine {
   // Sets a word of the engine's control block (abort or stop) where the engine reads it. Safe from
   // any thread; never waits behind the caller's streams.
   void raise(uint32_t dev::EngineControl::*word);
+  // The launched GPU engine counts the items its eager ops finish, all ops together, on the device
+  // (EngineControl::itemsFinished); this reads the count, waiting at most `seconds` for the copy.
+  // nullopt where the engine does not count (the persistent engine: its queue slots say how far
+  // each op is; the CPU engine: its host waits see their ops) or the copy did not complete in
+  // time. For the status watch, which alone calls it, always from its one thread.
+  std::optional<uint64_t> itemsFinished(double seconds);
+  // Whether itemsFinished counts (the launched GPU engine).
+  bool countsItems() const;
+  // The items `desc` runs as, which itemsFinished counts for it (the GEMM's split adds some).
+  uint32_t itemsOf(const dev::OpDesc& desc) const;
   // Adds the op to the graph `stream` is capturing: at each replay it runs in graph order and reads
   // the engine's protocol counters then (they live on the device). The queue never sees it.
   void capture(const dev::OpDesc& desc, void* stream);

@@ -94,6 +94,12 @@ bool Engine::vendorGemv(const GemvOperands&, void*, bool) { return false; }
 
 bool Engine::quiesce(double) { return true; }
 
+std::optional<uint64_t> Engine::itemsFinished(double) { return std::nullopt; }
+
+bool Engine::countsItems() const { return false; }
+
+uint32_t Engine::itemsOf(const dev::OpDesc& desc) const { return desc.nitems; }
+
 void Engine::raise(uint32_t dev::EngineControl::*word) {
   gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
 }

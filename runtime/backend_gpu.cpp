@@ -220,6 +220,10 @@ struct Engine::Impl {
   float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
   std::mutex launchMutex;
+  // Engine::itemsFinished's copies: a stream and a pinned word of their own (made on first use,
+  // on the status watch's thread).
+  void* watchStream = nullptr;
+  uint64_t* watchWord = nullptr;
 
   template <typename T>
   T* onDevice(T* host) const {
@@ -300,23 +304,24 @@ struct Engine::Impl {
     }
   }
 
+  // The op as its kernel runs it: the GEMM's split is the grid's (gemmBlocks), so a split op has
+  // more items than blocks and the kernel runs on exactly that grid.
+  dev::OpDesc asLaunched(const dev::OpDesc& desc) const {
+    dev::OpDesc d = desc;
+    if (static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kGemmAllToAll && gemmPartials)
+      dev::GemmAllToAllOp::splitLastWave(d, static_cast<uint32_t>(gemmBlocks), gemmPartials);
+    return d;
+  }
+
   gpu::Outcome launchOp(const dev::OpDesc& desc, void* stream) {
     const auto kind = static_cast<dev::OpKind>(desc.kind);
     // The GEMV: a block per compute item, which then reduces the same slices, so that no block
     // waits on another block of this rank, resident or not.
     const bool gemv = kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce;
     const int grid = gemv ? static_cast<int>(desc.tileElems) : groupsFor(kind);
-    // The GEMM's split is the grid's (gemmBlocks): a split op has more items than blocks, so the
-    // kernel runs on exactly that grid.
-    dev::OpDesc split;
-    const dev::OpDesc* d = &desc;
-    if (kind == dev::OpKind::kGemmAllToAll && gemmPartials) {
-      split = desc;
-      dev::GemmAllToAllOp::splitLastWave(split, static_cast<uint32_t>(gemmBlocks), gemmPartials);
-      d = &split;
-    }
-    const int blocks = static_cast<int>(std::min<uint64_t>(d->nitems, static_cast<uint64_t>(grid)));
-    return gpu::launchOp(view, *d, blocks, threads, stream, proxied);
+    const dev::OpDesc d = asLaunched(desc);
+    const int blocks = static_cast<int>(std::min<uint64_t>(d.nitems, static_cast<uint64_t>(grid)));
+    return gpu::launchOp(view, d, blocks, threads, stream, proxied);
   }
 
   // Persistent engine, GEMM op: it runs as its own kernel (its tiles need the SM's shared memory).
@@ -339,10 +344,13 @@ struct Engine::Impl {
 
   // Launched: one kernel per op. Ops of one communicator must not overlap (they share the signal
   // counters), so an op on another stream than the previous one first waits for that one.
+  // An eager op counts its items for the status watch (Engine::itemsFinished).
   gpu::Outcome enqueueLaunched(uint64_t ticket, const dev::OpDesc& desc, void* userStream) {
     gpu::Outcome o;
     if (lastStream && lastStream != userStream) o = gpu::streamWaitEvent(userStream, lastOp);
-    if (o) o = launchOp(desc, userStream);
+    dev::OpDesc counted = desc;
+    counted.countItems = 1;
+    if (o) o = launchOp(counted, userStream);
     if (o) o = gpu::eventRecord(lastOp, userStream);
     if (o) lastStream = userStream;
     if (!o) failed(ticket);
@@ -478,6 +486,11 @@ bool Engine::stop() {
   }
   gpu::eventDestroy(e.lastOp);
   gpu::streamDestroy(e.controlStream);
+  if (e.watchStream) gpu::streamDestroy(e.watchStream);
+  if (e.watchWord) {
+    gpu::hostUnregister(e.watchWord);
+    free(e.watchWord);
+  }
   if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
   gpu::hostUnregister(e.queue->memory());
   return e.released = true;
@@ -523,6 +536,48 @@ bool Engine::vendorGemv(const GemvOperands& g, void* stream, bool capturing) {
   require(o, "the vendor BLAS's GEMV (gemv_path blas)");
   if (!capturing) e.lastStream = stream;
   return true;
+}
+
+std::optional<uint64_t> Engine::itemsFinished(double seconds) {
+  Impl& e = *impl_;
+  if (e.persistent || e.stopped) return std::nullopt;
+  gpu::Outcome o;
+  if (!e.watchStream) {
+    // This thread's first CUDA call: the engine's device, and leave to other threads' captures
+    // in the global mode (PyTorch's default) a thread that touches no stream of theirs.
+    o = gpu::setDevice(e.device);
+    if (o) o = gpu::relaxCaptureMode();
+    void* word = nullptr;
+    if (o && posix_memalign(&word, 64, 64) != 0) o = gpu::Outcome{gpu::Fault::kOutOfMemory, "posix_memalign"};
+    if (o) {
+      e.watchWord = static_cast<uint64_t*>(word);
+      *e.watchWord = 0;
+      void* unused = nullptr;
+      o = gpu::hostRegister(e.watchWord, 64, &unused);
+      if (!o) {
+        free(e.watchWord);
+        e.watchWord = nullptr;
+      }
+    }
+    if (o) o = gpu::streamCreateNonBlocking(&e.watchStream);
+    if (!o) {
+      WEFT_LOG(kWarn, kEngine, "status page: cannot read the engine's progress: {}", o.message);
+      return std::nullopt;
+    }
+  }
+  o = gpu::copyToHostAsync(e.watchWord, &e.view.control->itemsFinished, sizeof(uint64_t), e.watchStream);
+  if (o) o = gpu::streamDrain(e.watchStream, seconds);
+  if (!o) return std::nullopt;
+  return gpu::atomicLoad<gpu::Order::kAcquire>(e.watchWord);
+}
+
+bool Engine::countsItems() const { return !impl_->persistent; }
+
+uint32_t Engine::itemsOf(const dev::OpDesc& desc) const {
+  // The persistent engine's GEMM takes its ticket with a one-item marker op (enqueueAlone), whose
+  // queue slot is what the status watch reads.
+  if (impl_->persistent) return static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kGemmAllToAll ? 1u : desc.nitems;
+  return impl_->asLaunched(desc).nitems;
 }
 
 bool Engine::quiesce(double seconds) {

@@ -17,6 +17,7 @@
 #include "service/staging.hpp"
 #include "signature.hpp"
 #include "status_page.hpp"
+#include "status_watch.hpp"
 #include "weft/version.h"
 
 namespace weft {
@@ -125,6 +126,9 @@ std::string gemvPathDescription(uint64_t v) {
 
 // The CPU engine's ops end before submit returns; a GPU's end on the caller's stream, unseen here.
 const bool kHostSeesEnd = std::string(WEFT_BUILD_GPU) == "cpu";
+// The status watch (GPU backends): how long it waits for one read of the launched engine's count
+// before trying again at its next look.
+constexpr double kWatchReadSeconds = 0.5;
 
 bool spansOverlap(const void* a, uint64_t aBytes, const void* b, uint64_t bBytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
@@ -294,13 +298,14 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")),
                                         c->staging_ ? std::string("weftd") : s.getString("engine"), sharers,
                                         c->heap_->proxy() != nullptr);
-  if (s.getInt("status_pages")) c->startStatusPage(id, s.getString("status_dir"));
+  if (s.getInt("status_pages"))
+    c->startStatusPage(id, s.getString("status_dir"), std::chrono::milliseconds(s.getInt("status_interval_ms")));
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes{}", rank, nranks, c->host_.hostname,
            c->engine_->describe(), c->queue_->depth(), c->tileBytes_, c->daemon_ ? ", heap and queue from weftd" : "");
   return c;
 }
 
-void Comm::startStatusPage(const UniqueId& id, const std::string& dir) {
+void Comm::startStatusPage(const UniqueId& id, const std::string& dir, std::chrono::milliseconds watchInterval) {
   uint8_t idBytes[kUniqueIdBytes];
   id.encode(idBytes);
   status::Identity who;
@@ -312,10 +317,19 @@ void Comm::startStatusPage(const UniqueId& id, const std::string& dir) {
   who.engine = engine_->describe();
   who.paths = paths_;
   page_ = status::Page::create(status::directory(dir), who, queue_->depth());
-  if (page_) queue_->reportProgress(page_->progress());
+  if (!page_) return;
+  queue_->reportProgress(page_->progress());
+  // A GPU's ops end on the caller's stream, where no host wait sees them: the watch does.
+  if (!kHostSeesEnd && watchInterval.count() > 0) {
+    Engine* engine = engine_.get();
+    StatusWatch::ReadItems read;
+    if (engine->countsItems()) read = [engine] { return engine->itemsFinished(kWatchReadSeconds); };
+    watch_ = std::make_unique<StatusWatch>(*page_, *queue_, std::move(read), watchInterval);
+  }
 }
 
 Comm::~Comm() {
+  watch_.reset();  // it reads the page, the queue and the engine
   if (queue_) queue_->reportProgress(nullptr);
   page_.reset();
   // The proxy outlives the queue (it goes with the heap): it must not report into a freed one.
@@ -433,8 +447,10 @@ Code Comm::submitHere(const dev::OpDesc& d, uint64_t bytes, void* stream, bool c
       return Code::kSuccess;
     }
     ticket = queue_->reserve();
-    if (page_) page_->submitted(ticket, d, bytes, !kHostSeesEnd);
+    status::OpRow row{};
+    if (page_) row = page_->submitted(ticket, d, bytes, !kHostSeesEnd, engine_->itemsOf(d));
     st = engine_->enqueue(ticket, d, stream, timeoutNs_);
+    if (watch_ && st == Status::kOk) watch_->submitted(ticket, row, engine_->itemsOf(d));
   }
   if (st == Status::kOk) st = engine_->finish(ticket, stallNs());
   if (page_ && (kHostSeesEnd || st != Status::kOk)) page_->ended(ticket, st, queue_->header());

@@ -20,6 +20,7 @@
 #include "gemv_tuning.hpp"
 #include "heap.hpp"
 #include "status_page.hpp"
+#include "status_watch.hpp"
 #include "topology.hpp"
 #include "work_queue.hpp"
 
@@ -85,8 +86,9 @@ class Comm {
  private:
   Comm(int rank, int nranks, const Settings& s);
   // The status page (status_pages), named after the unique id so that every rank's page carries
-  // the same communicator id. Without one (a directory it may not use), the job runs on.
-  void startStatusPage(const UniqueId& id, const std::string& dir);
+  // the same communicator id. Without one (a directory it may not use), the job runs on. On a GPU
+  // backend the status watch reads the engine's progress into it every `watchInterval` (0: never).
+  void startStatusPage(const UniqueId& id, const std::string& dir, std::chrono::milliseconds watchInterval);
   // Throws the sticky failure of an earlier op, if any.
   void requireHealthy() const;
   // What the first failure was: the proxy's fault, or the failing wait's record.
@@ -133,6 +135,7 @@ class Comm {
   std::vector<void*> peerBases_;  // heap_->base(r) for every rank, for externalView
   std::unique_ptr<WorkQueue> queue_;
   std::unique_ptr<status::Page> page_;  // null where status_pages is 0 or the page could not be made
+  std::unique_ptr<StatusWatch> watch_;  // GPU backends with a page: ops end where the host sees nothing
   std::unique_ptr<Engine> engine_;      // declared last: stops before the queue and heap go
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;

@@ -112,6 +112,10 @@ const std::vector<SettingSpec>& settingSpecs() {
        "Each communicator keeps a status page (its queue, recent ops, counters, first failure) for weftctl queue "
        "and diagnose; 0: none",
        0, 1},
+      {"status_interval_ms", SettingType::kInt, "50",
+       "GPU backends: how often the status watch brings the page up to date from the engine's words (ops end on "
+       "the caller's stream, where no host wait sees them); 0: no watch (the page shows submits only)",
+       0, 60000},
       {"status_dir", SettingType::kString, "",
        "Directory of the status pages, the user's own with mode 0700 (created so if missing); empty: "
        "/dev/shm/weft-<uid>"},

@@ -220,8 +220,9 @@ void Page::update(F&& change) {
   gpu::atomicStore<gpu::Order::kRelease>(&h->seq, seq + 2);
 }
 
-void Page::submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, bool onStream) {
+OpRow Page::submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, bool onStream, uint32_t items) {
   const uint64_t now = monotonicNs();
+  OpRow written{};
   update([&](PageHeader& h) {
     OpRow& r = rows(h.slotsOffset)[ticket % h.depth];
     r = OpRow{};
@@ -229,24 +230,38 @@ void Page::submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, bool
     r.state = static_cast<uint32_t>(onStream ? RowState::kEnqueued : RowState::kQueued);
     r.kind = d.kind;
     r.dtype = d.dtype;
-    r.nitems = d.nitems;
+    r.nitems = items;
     r.count = d.count;
     r.bytes = bytes;
     r.submitNs = now;
     h.submitted = std::max(h.submitted, ticket + 1);
+    written = r;
+    // The slot's live words: the thread that waits on the op (or the status watch, under this
+    // lock) is the only writer until the op returns.
+    SlotProgress& p = progress()[ticket % h.depth];
+    gpu::atomicStore<gpu::Order::kRelaxed>(&p.itemsDone, uint64_t{0});
+    gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, uint64_t{0});
+    gpu::atomicStore<gpu::Order::kRelease>(&p.ticket, ticket);
   });
-  // The slot's live words: this thread is the only writer until the op returns.
-  SlotProgress& p = progress()[ticket % header()->depth];
-  gpu::atomicStore<gpu::Order::kRelaxed>(&p.itemsDone, uint64_t{0});
-  gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, uint64_t{0});
-  gpu::atomicStore<gpu::Order::kRelease>(&p.ticket, ticket);
+  return written;
 }
 
-void Page::ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue) {
+void Page::progressed(uint64_t ticket, uint64_t itemsDone, uint64_t startNs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SlotProgress& p = progress()[ticket % header()->depth];
+  if (gpu::atomicLoad<gpu::Order::kRelaxed>(&p.ticket) != ticket) return;
+  gpu::atomicStore<gpu::Order::kRelaxed>(&p.itemsDone, itemsDone);
+  gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, startNs);
+}
+
+void Page::ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue, const OpRow* asSubmitted) {
   const uint64_t now = monotonicNs();
   update([&](PageHeader& h) {
-    OpRow& r = rows(h.slotsOffset)[ticket % h.depth];
-    if (r.ticket != ticket || r.state == static_cast<uint32_t>(RowState::kEmpty)) return;
+    OpRow& slot = rows(h.slotsOffset)[ticket % h.depth];
+    const bool inSlot = slot.ticket == ticket && slot.state != static_cast<uint32_t>(RowState::kEmpty);
+    if (!inSlot && asSubmitted == nullptr) return;
+    OpRow gone = asSubmitted ? *asSubmitted : OpRow{};
+    OpRow& r = inSlot ? slot : gone;
     r.state = static_cast<uint32_t>(RowState::kDone);
     r.status = static_cast<uint32_t>(st);
     r.endNs = now;

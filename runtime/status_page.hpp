@@ -134,9 +134,17 @@ class Page {
 
   // Where host waits write their op's progress (WorkQueue::reportProgress).
   SlotProgress* progress() const;
-  void submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, bool onStream);
+  // Records op `ticket` in its slot's row (`items`: the items the engine runs it as) and returns
+  // the row.
+  OpRow submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, bool onStream, uint32_t items);
+  // The status watch's progress of op `ticket` (GPU backends, whose host waits on no op), kept
+  // only while the slot's live words are still that op's.
+  void progressed(uint64_t ticket, uint64_t itemsDone, uint64_t startNs);
   // The host saw op `ticket` end with `st`; on a failure, `queue` holds the first failure's record.
-  void ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue);
+  // `asSubmitted`: the op's row as submitted() returned it, for the history and counters where its
+  // slot's row has since gone to a later op (a GPU stream may hold more ops than the queue has
+  // slots).
+  void ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue, const OpRow* asSubmitted = nullptr);
   // weft_comm_abort: the page says so and its file goes (the process may well exit next).
   void aborted();
 

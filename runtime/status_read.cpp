@@ -95,9 +95,11 @@ int openListed(const std::string& dir, std::vector<std::string>* names) {
 
 std::string Snapshot::rowState(size_t i) const {
   const OpRow& r = inFlight[i];
-  if (r.state == static_cast<uint32_t>(RowState::kEnqueued)) return "on stream";
   const SlotProgress& p = progress[i];
-  return p.ticket == r.ticket && p.startNs != 0 ? "running" : "queued";
+  const bool started = p.ticket == r.ticket && p.startNs != 0;
+  // On a GPU stream until the status watch sees it start (where it has one: status_interval_ms).
+  if (r.state == static_cast<uint32_t>(RowState::kEnqueued)) return started ? "running" : "on stream";
+  return started ? "running" : "queued";
 }
 
 bool readPage(int dirFd, const std::string& name, Snapshot* out, std::string* why, std::vector<uint8_t>* raw) {

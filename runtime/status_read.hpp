@@ -25,7 +25,8 @@ struct Snapshot {
   std::string source;    // the host it was gathered from ("": this one)
 
   std::string host() const { return header.host; }
-  // An in-flight row's state for people: queued, running (every earlier op had ended), on stream.
+  // An in-flight row's state for people: queued, on stream (a GPU's), running (every earlier op had
+  // ended, or the GPU's status watch saw it start).
   std::string rowState(size_t i) const;
 };
 

@@ -88,6 +88,7 @@ bool askOncePerDevice(PerDevice& known, Ask&& ask) {
 
 Outcome deviceCount(int* count) { return check(GPU(GetDeviceCount)(count), "GetDeviceCount"); }
 Outcome currentDevice(int* device) { return check(GPU(GetDevice)(device), "GetDevice"); }
+Outcome setDevice(int device) { return check(GPU(SetDevice)(device), "SetDevice"); }
 
 Outcome deviceName(int device, std::string* name) {
   gpuDeviceProp_t prop{};
@@ -170,6 +171,16 @@ Outcome copyToDevice(void* dst, const void* src, size_t bytes) {
 
 Outcome copyToDeviceAsync(void* dst, const void* src, size_t bytes, void* stream) {
   return check(GPU(MemcpyAsync)(dst, src, bytes, GPU(MemcpyDefault), static_cast<gpuStream_t>(stream)), "MemcpyAsync");
+}
+
+Outcome copyToHostAsync(void* dst, const void* src, size_t bytes, void* stream) {
+  return check(GPU(MemcpyAsync)(dst, src, bytes, GPU(MemcpyDeviceToHost), static_cast<gpuStream_t>(stream)),
+               "MemcpyAsync");
+}
+
+Outcome relaxCaptureMode() {
+  GPU(StreamCaptureMode) mode = GPU(StreamCaptureModeRelaxed);
+  return check(GPU(ThreadExchangeStreamCaptureMode)(&mode), "ThreadExchangeStreamCaptureMode");
 }
 
 Outcome ipcExport(IpcHandle* handle, void* ptr) {

@@ -49,6 +49,10 @@ __device__ inline void runLaunched(const CommView& view, const OpDesc& desc, flo
         item == blockIdx.x ? start.stop : coop.broadcast(coop.leader() ? stopReason(view) : Status::kOk);
     if (stop != Status::kOk) break;
     if (run(coop, item, start.seq) != Status::kOk) break;
+    // An atomic nothing waits for, after the item's barrier-free end: the leader's count may run
+    // ahead of the other threads' last stores, which is all a progress display needs.
+    if (desc.countItems && coop.leader())
+      (void)gpu::atomicFetchAdd<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&view.control->itemsFinished, uint64_t{1});
   }
   if (!coop.leader() || before + 1 != gridDim.x) return;
   if (gridDim.x > 1) {

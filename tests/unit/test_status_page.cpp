@@ -65,10 +65,10 @@ TEST(StatusPage, WhatTheWriterRecordsReadsBack) {
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   dev::QueueHeader queue{};
   for (uint64_t t = 0; t < 6; ++t) {
-    page->submitted(t, allReduce(100 + t), 400 + 4 * t, false);
+    page->submitted(t, allReduce(100 + t), 400 + 4 * t, false, 8);
     page->ended(t, dev::Status::kOk, &queue);
   }
-  page->submitted(6, allReduce(7), 28, false);
+  page->submitted(6, allReduce(7), 28, false, 8);
   const Listing l = readDirectory(dir.pages);
   ASSERT_TRUE(l.refused.empty()) << l.refused.front().why;
   ASSERT_EQ(l.pages.size(), 1u);
@@ -123,7 +123,7 @@ TEST(StatusPage, ReadsBesideABusyWriterAreConsistent) {
     dev::QueueHeader queue{};
     // Ops as fast as a host submits small ones back to back.
     for (uint64_t t = 0; !stop; ++t) {
-      page->submitted(t, allReduce(t), t, false);
+      page->submitted(t, allReduce(t), t, false, 8);
       page->ended(t, dev::Status::kOk, &queue);
       std::this_thread::sleep_for(std::chrono::microseconds(10));
     }
@@ -158,7 +158,7 @@ TEST(StatusPage, DamagedPagesAreRefusedOrReadNeverCrash) {
   TempDir dir;
   auto page = Page::create(dir.pages, identity(0, 4), 4);
   ASSERT_NE(page, nullptr);
-  page->submitted(0, allReduce(10), 40, false);
+  page->submitted(0, allReduce(10), 40, false, 8);
   const Listing l = readDirectory(dir.pages);
   ASSERT_EQ(l.pages.size(), 1u);
   const std::string good = readBytes(dir.pages + "/" + l.pages[0].name);
@@ -187,7 +187,7 @@ TEST(StatusPage, PagesCarriedBetweenHostsReadBackOrAreRefused) {
   auto b = Page::create(dir.pages, identity(1, 2), 4);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  a->submitted(0, allReduce(10), 40, false);
+  a->submitted(0, allReduce(10), 40, false, 8);
   std::vector<Refusal> refused;
   const std::string stream = encodePages(dir.pages, &refused);
   EXPECT_TRUE(refused.empty());
