@@ -25,6 +25,8 @@ struct IpcHandle {
 };
 
 Outcome deviceCount(int* count);
+// Makes `device` this thread's current device (the one its communicators use).
+Outcome setDevice(int device);
 Outcome currentDevice(int* device);
 Outcome deviceName(int device, std::string* name);
 // The GPU's place on the PCI bus ("domain:bus:device"): the same for every process that uses it,

@@ -87,6 +87,7 @@ bool askOncePerDevice(PerDevice& known, Ask&& ask) {
 }  // namespace
 
 Outcome deviceCount(int* count) { return check(GPU(GetDeviceCount)(count), "GetDeviceCount"); }
+Outcome setDevice(int device) { return check(GPU(SetDevice)(device), "SetDevice"); }
 Outcome currentDevice(int* device) { return check(GPU(GetDevice)(device), "GetDevice"); }
 
 Outcome deviceName(int device, std::string* name) {
