@@ -22,7 +22,7 @@ install(TARGETS ${weft_tools} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPON
 # file only through WEFT_CONFIG_FILE, and the tuning table is built in), so they go to share/, where
 # a reinstall cannot overwrite what an operator copied to /etc.
 install(FILES ${PROJECT_SOURCE_DIR}/conf/README.md ${PROJECT_SOURCE_DIR}/conf/weftd.toml
-              ${PROJECT_SOURCE_DIR}/conf/weftd.service ${PROJECT_SOURCE_DIR}/conf/gemv_tuning.tsv
+              ${PROJECT_SOURCE_DIR}/conf/weftd.service ${PROJECT_SOURCE_DIR}/conf/path_table.tsv
         DESTINATION ${CMAKE_INSTALL_DATADIR}/weft COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/conf/slurm/weftd-job.sbatch DESTINATION ${CMAKE_INSTALL_DATADIR}/weft/slurm
         COMPONENT runtime)

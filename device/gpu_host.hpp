@@ -25,8 +25,9 @@ struct IpcHandle {
 };
 
 Outcome deviceCount(int* count);
-Outcome currentDevice(int* device);
+// Makes `device` this thread's current device (the one its communicators use).
 Outcome setDevice(int device);
+Outcome currentDevice(int* device);
 Outcome deviceName(int device, std::string* name);
 // The GPU's place on the PCI bus ("domain:bus:device"): the same for every process that uses it,
 // whatever its CUDA_VISIBLE_DEVICES numbering, so ranks can tell that they share one.

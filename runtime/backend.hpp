@@ -136,5 +136,17 @@ class Engine {
 
 // One line: the devices this backend would run on (for weftctl).
 std::string deviceSummary();
+// The model of this process's device as the path table names it: the device's name with each
+// blank as '_' ("NVIDIA_H100_80GB_HBM3"), "cpu" on the CPU backend, "" where no device answers.
+std::string gpuModel();
+// Waits, at most `seconds`, for the work this process gave its device on the default stream and
+// every other (weftctl tune measure times ops this way); throws weft::Error on a device fault or
+// expiry. The CPU backend's ops end before they return: nothing to wait for.
+void deviceSynchronize(double seconds);
+// Makes device `index` modulo the host's devices this process's current one, as launchers do with
+// the local rank (nothing on the CPU backend). Throws weft::Error where there is none.
+void selectDevice(int index);
+// Copies `bytes` from host memory into device memory (the heap, or memory the device allocated).
+void copyToDevice(void* dst, const void* src, uint64_t bytes);
 
 }  // namespace weft

@@ -115,6 +115,14 @@ std::string Engine::describe() const {
   return std::to_string(impl_->threads.workers()) + " CPU worker thread(s)";
 }
 
+std::string gpuModel() { return "cpu"; }
+
+void deviceSynchronize(double) {}
+
+void selectDevice(int) {}
+
+void copyToDevice(void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); }
+
 std::string deviceSummary() {
   return "CPU backend: " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " online CPU(s) run the engine workers";
 }

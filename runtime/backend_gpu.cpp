@@ -525,7 +525,7 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stre
 dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
 
 // Launched engine only: a kernel beside the persistent one would need an op's ticket to wait for
-// the engine's earlier ops (the GEMM's marker), and the tuning table measured launched ops.
+// the engine's earlier ops (the GEMM's marker), and the path table was measured with launched ops.
 bool Engine::vendorGemv(const GemvOperands& g, void* stream, bool capturing) {
   Impl& e = *impl_;
   if (!e.blas || !gpu::VendorBlas::fits(g.batch, g.n, g.k)) return false;
@@ -624,6 +624,30 @@ std::string Engine::deviceKey() {
   std::string id;
   if (!gpu::currentDevice(&device) || !gpu::devicePciId(device, &id)) return "";
   return id;
+}
+
+std::string gpuModel() {
+  int device = 0;
+  std::string name;
+  if (!gpu::currentDevice(&device) || !gpu::deviceName(device, &name)) return "";
+  for (char& c : name)
+    if (c == ' ' || c == '\t') c = '_';
+  return name;
+}
+
+// The default stream (legacy semantics) waits for every blocking stream's earlier work, and the
+// launched engine's ops run on the caller's streams, so draining it drains them.
+void deviceSynchronize(double seconds) { require(gpu::streamDrain(nullptr, seconds), "waiting for the device"); }
+
+void selectDevice(int index) {
+  int count = 0;
+  require(gpu::deviceCount(&count), "counting the devices");
+  if (count <= 0) throw Error(Code::kSystem, "no device to run on");
+  require(gpu::setDevice(index % count), "selecting device " + std::to_string(index % count));
+}
+
+void copyToDevice(void* dst, const void* src, uint64_t bytes) {
+  require(gpu::copyToDevice(dst, src, bytes), "copying to the device");
 }
 
 std::string deviceSummary() {

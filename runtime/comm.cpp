@@ -34,8 +34,8 @@ struct RankInfo {
   uint64_t gemvScratchBytes;
   uint64_t inboxSlots;
   uint64_t heapBytes;
-  uint64_t gemvTuning;  // the table's fingerprint
-  uint64_t gemvPath;    // 0 auto, 1 + GemvPath forced
+  uint64_t pathTable;  // the path table's fingerprint
+  uint64_t gemvPath;   // 0 auto, 1 + OpPath forced
   uint64_t oneShotLinesFrom;
   uint64_t transport;  // 0 auto, 1 p2p, 2 proxy
   uint64_t nodeRanks;
@@ -43,7 +43,8 @@ struct RankInfo {
   uint64_t checkSignatures;
   int32_t pid;
   char hostname[60];
-  char device[32];  // Engine::deviceKey(): ranks of a host with the same one share a GPU
+  char device[32];    // Engine::deviceKey(): ranks of a host with the same one share a GPU
+  char gpuModel[64];  // gpuModel(), cut to fit: rank 0's is the one the path table is read for
 };
 
 Code codeOf(Status st, const dev::QueueHeader* q) {
@@ -119,9 +120,9 @@ std::string linesDescription(uint64_t from) {
                                 : "128-byte lines from " + std::to_string(from >> 10) + " KB sent";
 }
 
-// RankInfo::gemvPath: 0 for auto, else 1 + the forced GemvPath.
+// RankInfo::gemvPath: 0 for auto, else 1 + the forced OpPath.
 std::string gemvPathDescription(uint64_t v) {
-  return v == 0 ? std::string("auto") : std::string(gemvPathName(static_cast<GemvPath>(v - 1)));
+  return v == 0 ? std::string("auto") : std::string(pathName(static_cast<OpPath>(v - 1)));
 }
 
 // The CPU engine's ops end before submit returns; a GPU's end on the caller's stream, unseen here.
@@ -143,8 +144,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->tileBytes_ = static_cast<uint64_t>(s.getInt("tile_bytes"));
   c->checkIndices_ = s.getInt("check_indices") != 0;
   c->checkSignatures_ = s.getInt("check_signatures") != 0;
-  c->gemvTuning_ = GemvTuning::load(s.getString("gemv_tuning_file"));
-  c->gemvForced_ = gemvPathSetting(s.getString("gemv_path"));
+  c->pathTable_ = PathTable::load(s.getString("path_table_file"));
+  c->gemvForced_ = pathSetting(FusedOp::kGemvAllReduce, s.getString("gemv_path"), "gemv_path");
   c->oneShotLinesFrom_ = oneShotLinesSetting(s.getString("oneshot_protocol"));
   c->host_ = localHost();
   c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));
@@ -161,7 +162,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.gemvScratchBytes = lines(s.getInt("gemv_scratch_bytes"));
   mine.inboxSlots = static_cast<uint64_t>(s.getInt("inbox_slots"));
   mine.heapBytes = static_cast<uint64_t>(s.getInt("heap_bytes"));
-  mine.gemvTuning = c->gemvTuning_.fingerprint();
+  mine.pathTable = c->pathTable_.fingerprint();
   mine.gemvPath = c->gemvForced_ ? 1 + static_cast<uint64_t>(*c->gemvForced_) : 0;
   mine.oneShotLinesFrom = c->oneShotLinesFrom_;
   const std::string transportMode = s.getString("transport");
@@ -172,6 +173,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.pid = static_cast<int32_t>(getpid());
   snprintf(mine.hostname, sizeof mine.hostname, "%s", c->host_.hostname.c_str());
   snprintf(mine.device, sizeof mine.device, "%s", Engine::deviceKey().c_str());
+  snprintf(mine.gpuModel, sizeof mine.gpuModel, "%s", gpuModel().c_str());
   std::vector<RankInfo> all(nranks);
   c->boot_->allGather(&mine, sizeof mine, all.data());
   checkAgree(all, &RankInfo::tileBytes, "tile_bytes", rank);
@@ -180,8 +182,10 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   checkAgree(all, &RankInfo::oneShotLinesFrom, "oneshot_protocol", rank, linesDescription);
   checkAgree(all, &RankInfo::inboxSlots, "inbox_slots", rank);
   checkAgree(all, &RankInfo::heapBytes, "heap_bytes", rank);
-  // Every rank must take the same GEMV path (the fused op's items wait on their peers').
-  checkAgree(all, &RankInfo::gemvTuning, "gemv_tuning_file (the table's fingerprint)", rank);
+  // Every rank must take the same path (a fused op's items wait on their peers'): the same table,
+  // read for the same GPU model (rank 0's: a job on mixed GPUs still decides alike).
+  checkAgree(all, &RankInfo::pathTable, "path_table_file (the table's fingerprint)", rank);
+  c->pathGpu_ = std::string(all[0].gpuModel, strnlen(all[0].gpuModel, sizeof all[0].gpuModel));
   checkAgree(all, &RankInfo::gemvPath, "gemv_path", rank, gemvPathDescription);
   // Paths must be symmetric: a rank that maps a peer which reaches it through the proxy would wait
   // for signals that never come.
@@ -548,26 +552,27 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   }
   d.tileElems = dev::GemvAllReduceOp::computeItems(n, static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kGemv)));
   d.nitems = dev::GemvAllReduceOp::numItems(d.tileElems);
-  // Fused where the tuning table (or gemv_path) says so and every rank's float32 partials fit the
+  // Fused where the path table (or gemv_path) says so and every rank's float32 partials fit the
   // exchange's scratch (gemv_scratch_bytes); reduced by the slices' owners where asked and every rank owns a
   // slice (else by every rank). Otherwise (and on one rank, or for an empty y) a GEMV writes y, the
   // vendor BLAS's where the path is blas and the engine has one, else weft's, and an AllReduce of y
   // follows. (Ranks may differ in which GEMV they run: it is local.)
-  // The tuning table was measured between p2p peers. Through the host proxy the fused exchange's
+  // The path table was measured between p2p peers. Through the host proxy the fused exchange's
   // partials travel as flagged words in messages, and on 4 H200 as 2 x 2 nodes over UCX tcp the
   // fused GEMV + AllReduce took 15x the time of the blas path (a GEMV, then weft's AllReduce):
   // a job with proxy peers takes the blas path unless gemv_path says otherwise.
-  const GemvPath path = gemvForced_   ? *gemvForced_
-                        : proxyPeers_ ? GemvPath::kBlas
-                                      : gemvTuning_.choose(nranks_, batch, n, k);
+  const OpPath path = gemvForced_ ? *gemvForced_
+                      : proxyPeers_
+                          ? OpPath::kBlas
+                          : pathTable_.choose(FusedOp::kGemvAllReduce, pathGpu_, nranks_, {{batch, n, k}}).path;
   const uint64_t partialBytes = dev::GemvAllReduceOp::numSlices(n) * dev::gemvSliceFloats(batch) * sizeof(float);
-  const bool fused = path == GemvPath::kFused || path == GemvPath::kFusedRsag;
+  const bool fused = path == OpPath::kFused || path == OpPath::kFusedRsag;
   if (fused && yBytes > 0 && exchangeFits(partialBytes, gemvScratch_)) {
-    d.arg[3] = path == GemvPath::kFusedRsag && dev::GemvAllReduceOp::fusedOwnersFit(n, nranks_) ? 1 : 0;
+    d.arg[3] = path == OpPath::kFusedRsag && dev::GemvAllReduceOp::fusedOwnersFit(n, nranks_) ? 1 : 0;
     return submit(d, yBytes, stream, capturing);
   }
   Code c = Code::kSuccess;
-  if (path != GemvPath::kBlas || yBytes == 0 || !vendorGemv({x, w, y, batch, n, k, dt}, stream, capturing)) {
+  if (path != OpPath::kBlas || yBytes == 0 || !vendorGemv({x, w, y, batch, n, k, dt}, stream, capturing)) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
     d.nitems = d.tileElems;
     c = submit(d, yBytes, stream, capturing);

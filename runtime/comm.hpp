@@ -17,8 +17,8 @@
 #include "device/ops/allreduce_device.hpp"
 #include "device/ops/embedding_alltoall_device.hpp"
 #include "device/ops/gemm_alltoall_device.hpp"
-#include "gemv_tuning.hpp"
 #include "heap.hpp"
+#include "path_table.hpp"
 #include "status_page.hpp"
 #include "status_watch.hpp"
 #include "topology.hpp"
@@ -146,9 +146,10 @@ class Comm {
   uint64_t oneShotLinesFrom_ = kLinesNever;
   bool checkIndices_ = true;
   bool checkSignatures_ = true;  // check_signatures
-  GemvTuning gemvTuning_;
-  std::optional<GemvPath> gemvForced_;  // the gemv_path setting, unless auto
-  bool proxyPeers_ = false;             // some peer is reached through the host proxy (every rank alike)
+  PathTable pathTable_;
+  std::string pathGpu_;               // the GPU model the table is read for: rank 0's, on every rank
+  std::optional<OpPath> gemvForced_;  // the gemv_path setting, unless auto
+  bool proxyPeers_ = false;           // some peer is reached through the host proxy (every rank alike)
 
   // Ticket order is op order, the same on every rank because every rank issues the same ops in the
   // same order (the engine's protocol counters rely on it).

@@ -71,12 +71,12 @@ const std::vector<SettingSpec>& settingSpecs() {
        "larger runs unfused. The exchange's scratch is 4 x nranks times the larger of this and oneshot_max_bytes",
        0, 1 << 28},
       {"gemv_path", SettingType::kString, "auto",
-       "GEMV + AllReduce: auto (the tuning table decides), fused (every rank reduces every slice), fused_rsag "
+       "GEMV + AllReduce: auto (the path table decides), fused (every rank reduces every slice), fused_rsag "
        "(each slice's owner reduces it and sends it on), unfused (weft's GEMV, then AllReduce) or blas (the vendor "
        "BLAS's GEMV, then AllReduce; as unfused where the engine has no vendor BLAS)"},
-      {"gemv_tuning_file", SettingType::kString, "",
-       "GEMV + AllReduce tuning table (rows: ranks batch_max n_max k_max path); empty: the built-in "
-       "conf/gemv_tuning.tsv"},
+      {"path_table_file", SettingType::kString, "",
+       "Path table for the fused ops (rows: op gpu ranks max1 max2 max3 path measured; weftctl tune measure "
+       "writes one); empty: the built-in conf/path_table.tsv"},
       {"check_indices", SettingType::kInt, "1",
        "Embedding ops check every index against its table (0: trust them, faster)", 0, 1},
       {"check_signatures", SettingType::kInt, "1",
@@ -214,10 +214,26 @@ std::string fmtNumber(double d) {
   return b;
 }
 
+// Settings that were replaced: naming one is an error that says what replaced it, never silently
+// ignored (a job would run on the built-in table while its operator thinks it runs on theirs).
+struct Renamed {
+  const char* old;
+  const char* now;
+};
+constexpr Renamed kRenamed[] = {{"gemv_tuning_file",
+                                 "path_table_file (one table for every fused op, in a new format; weftctl tune measure "
+                                 "writes one, README: \"Retuning for your machine\")"}};
+
+std::string unknownSetting(const std::string& name) {
+  for (const Renamed& r : kRenamed)
+    if (name == r.old) return "setting '" + name + "' was replaced by " + r.now;
+  return "unknown setting '" + name + "'";
+}
+
 const SettingSpec& spec(const std::string& name) {
   for (const auto& s : settingSpecs())
     if (name == s.name) return s;
-  throw Error(Code::kInvalidArgument, "unknown setting '" + name + "'");
+  throw Error(Code::kInvalidArgument, unknownSetting(name));
 }
 
 // The checks log::configure makes at init, made here too so that weftctl agrees with init.
@@ -358,7 +374,7 @@ std::map<std::string, SettingValue> parseConfigText(const std::string& text, con
     try {
       spec(key);
     } catch (const Error&) {
-      throw Error(Code::kInvalidArgument, where + ": unknown setting '" + key + "'");
+      throw Error(Code::kInvalidArgument, where + ": " + unknownSetting(key));
     }
     out[key] = SettingValue{val, Source::kFile, where};
   }
@@ -376,6 +392,9 @@ Settings Settings::resolve(const std::map<std::string, std::string>& api, const 
     st.configFile_ = path;
     file = parseConfigFile(path);
   }
+  for (const Renamed& r : kRenamed)
+    if (const char* e = getenv(envName(r.old).c_str()); e && *e)
+      throw Error(Code::kInvalidArgument, envName(r.old) + ": " + unknownSetting(r.old));
   for (const auto& s : settingSpecs()) {
     SettingValue v{s.defaultValue, Source::kDefault, ""};
     if (auto it = file.find(s.name); it != file.end()) v = it->second;

@@ -37,7 +37,7 @@ fuzz_s=${WEFT_FUZZ_SECONDS:-30}
 echo "== fuzzing every parser of outside input, ${fuzz_s} s each (libFuzzer)"
 configure build-fuzz -DWEFT_GPU=cpu -DWEFT_FUZZ=ON -DWEFT_BUILD_TESTS=OFF -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++
-fuzzers=(config gemv_tuning unique_id bootstrap service_wire failure_record)
+fuzzers=(config path_table unique_id bootstrap service_wire failure_record)
 cmake --build build-fuzz --target "${fuzzers[@]/#/fuzz_}"
 for t in "${fuzzers[@]}"; do
   # New inputs and any crashing one go to a scratch folder; the kept corpus is only read.

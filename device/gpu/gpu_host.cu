@@ -87,8 +87,8 @@ bool askOncePerDevice(PerDevice& known, Ask&& ask) {
 }  // namespace
 
 Outcome deviceCount(int* count) { return check(GPU(GetDeviceCount)(count), "GetDeviceCount"); }
-Outcome currentDevice(int* device) { return check(GPU(GetDevice)(device), "GetDevice"); }
 Outcome setDevice(int device) { return check(GPU(SetDevice)(device), "SetDevice"); }
+Outcome currentDevice(int* device) { return check(GPU(GetDevice)(device), "GetDevice"); }
 
 Outcome deviceName(int device, std::string* name) {
   gpuDeviceProp_t prop{};

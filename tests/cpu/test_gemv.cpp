@@ -66,18 +66,18 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GemvAllReduce,
 // The path must be the same on every rank (the fused op's items wait on their peers'): ranks that
 // disagree, by gemv_path or by their tables, fail init with the setting named, rather than hang.
 TEST(GemvAllReduceTuning, RanksThatWouldTakeDifferentPathsFailInit) {
-  const std::string table = ::testing::TempDir() + "/weft_gemv_tuning_" + std::to_string(getpid()) + ".tsv";
+  const std::string table = ::testing::TempDir() + "/weft_path_table_" + std::to_string(getpid()) + ".tsv";
   FILE* f = std::fopen(table.c_str(), "w");
   ASSERT_NE(f, nullptr);
-  std::fputs("* * * * unfused\n", f);
+  std::fputs("gemv_allreduce * * * * * unfused -\n", f);
   std::fclose(f);
-  for (const char* setting : {"WEFT_GEMV_PATH", "WEFT_GEMV_TUNING_FILE"}) {
+  for (const char* setting : {"WEFT_GEMV_PATH", "WEFT_PATH_TABLE_FILE"}) {
     SCOPED_TRACE(setting);
     const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
       if (rank == 1) setenv(setting, std::string(setting) == "WEFT_GEMV_PATH" ? "unfused" : table.c_str(), 1);
       weft_comm_t comm = nullptr;
       EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE,
-                            std::string(setting) == "WEFT_GEMV_PATH" ? "gemv_path" : "gemv_tuning_file"));
+                            std::string(setting) == "WEFT_GEMV_PATH" ? "gemv_path" : "path_table_file"));
       // The paths by name, as the setting takes them.
       if (std::string(setting) == "WEFT_GEMV_PATH") {
         EXPECT_NE(std::string(weft_get_last_error(nullptr)).find("uses unfused"), std::string::npos)
@@ -93,9 +93,9 @@ TEST(GemvAllReduceTuning, RanksThatWouldTakeDifferentPathsFailInit) {
     setenv("WEFT_GEMV_PATH", "sideways", 1);
     EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_ARGUMENT, "gemv_path"));
     unsetenv("WEFT_GEMV_PATH");
-    setenv("WEFT_GEMV_TUNING_FILE", "/nonexistent/tuning.tsv", 1);
+    setenv("WEFT_PATH_TABLE_FILE", "/nonexistent/paths.tsv", 1);
     EXPECT_TRUE(
-        failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_ARGUMENT, "gemv_tuning_file"));
+        failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_ARGUMENT, "path_table_file"));
   };
   EXPECT_TRUE(runRanks(1, bad));
 }

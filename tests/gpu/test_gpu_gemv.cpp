@@ -102,7 +102,7 @@ TEST_P(GpuGemv, EveryPathForced) {
   }
 }
 
-// As the tuning table runs it, and with the blas path forced (cuBLAS's GEMV and weft's AllReduce
+// As the path table runs it, and with the blas path forced (cuBLAS's GEMV and weft's AllReduce
 // captured together).
 TEST_P(GpuGemv, GraphCaptureAndReplay) {
   WEFT_REQUIRE_GPUS(gpus());

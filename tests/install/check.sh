@@ -28,7 +28,7 @@ lib=$prefix/$libdir
 }
 for f in include/weft/weft.h include/weft/version.h "$libdir/libweft.so" "$libdir/pkgconfig/weft.pc" \
   "$libdir/cmake/weft/weftConfig.cmake" "$libdir/cmake/weft/weftConfigVersion.cmake" bin/weftctl bin/weftd \
-  bin/weftrun share/weft/weftd.toml share/weft/gemv_tuning.tsv; do
+  bin/weftrun share/weft/weftd.toml share/weft/path_table.tsv; do
   [ -e "$prefix/$f" ] || fail "$f is not installed"
 done
 [ -z "$(find "$prefix" -name '*.a')" ] || fail "static libraries installed: $(find "$prefix" -name '*.a')"

@@ -2,7 +2,7 @@
 # weftctl refuses what init refuses, naming it. Usage: weftctl_checks.sh WEFTCTL CHECK [sanitized]
 #   config_dev_zero, config_directory  WEFT_CONFIG_FILE must name a regular file (of at most 1 MiB)
 #   log_level, log_file_directory      weftctl info -c validates the log settings as init does
-#   tune_n_too_large, tune_n_negative  tune gemv's numbers are whole numbers in range, not wrapped
+#   tune_n_too_large, tune_n_negative  tune show's shape and tune measure's sizes are whole numbers in range, not wrapped
 #   status_dir_open                    queue refuses a status directory open to others, naming it
 #   queue_watch_bounded                queue --watch stops after --iterations refreshes
 # Each run is bounded (timeout; and, unless sanitized, ulimit -v, so that a regression that reads
@@ -49,12 +49,16 @@ case $check in
     [ ! -e "$dir/missing" ] || fail "weftctl created $dir/missing"
     ;;
   tune_n_too_large)
-    expect="--n: '99999999999999999999999' is not a whole number in \[1, 9223372036854775807\]"
-    expect_refusal -- tune gemv --ranks 2 --batch 1 --n 99999999999999999999999 --k 8
+    expect="--shape: '1,99999999999999999999999,8' is not three positive whole numbers batch,n,k_local"
+    expect_refusal -- tune show --op gemv_allreduce --ranks 2 --shape 1,99999999999999999999999,8
+    expect="--n: '99999999999999999999999' is not a whole number in \[1, 1048576\]"
+    expect_refusal -- tune measure --ranks 2 --out - --n 99999999999999999999999
     ;;
   tune_n_negative)
-    expect="--n: '-1' is not a whole number in \[1, 9223372036854775807\]"
-    expect_refusal -- tune gemv --ranks 2 --batch 1 --n -1 --k 8
+    expect="--shape: '1,-1,8' is not three positive whole numbers batch,n,k_local"
+    expect_refusal -- tune show --op gemv_allreduce --ranks 2 --shape 1,-1,8
+    expect="--n: '-1' is not a whole number in \[1, 1048576\]"
+    expect_refusal -- tune measure --ranks 2 --out - --n=-1
     ;;
   status_dir_open)
     mkdir -m 755 "$dir/pages"

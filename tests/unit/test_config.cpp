@@ -12,7 +12,7 @@
 
 #include "common/error.hpp"
 #include "runtime/config.hpp"
-#include "runtime/gemv_tuning.hpp"
+#include "runtime/path_table.hpp"
 
 namespace weft {
 namespace {
@@ -127,6 +127,22 @@ std::string errorOf(F&& f) {
   return "";
 }
 
+// gemv_tuning_file became path_table_file (with a new format): naming the old one anywhere is an
+// error that says what replaced it, never a table silently not read.
+TEST(Config, AReplacedSettingIsAnErrorNamingItsSuccessor) {
+  const std::string viaEnv = resolveError({}, Env{{{"WEFT_GEMV_TUNING_FILE", "/etc/weft/t.tsv"}}}).what();
+  EXPECT_NE(viaEnv.find("WEFT_GEMV_TUNING_FILE: setting 'gemv_tuning_file' was replaced by path_table_file"),
+            std::string::npos)
+      << viaEnv;
+  const std::string viaApi = resolveError({{"gemv_tuning_file", "t.tsv"}}).what();
+  EXPECT_NE(viaApi.find("replaced by path_table_file"), std::string::npos) << viaApi;
+  const std::string file = writeFile("gemv_tuning_file = \"t.tsv\"\n");
+  const std::string viaFile = errorOf([&] { parseConfigFile(file); });
+  EXPECT_NE(viaFile.find(file + ":1: setting 'gemv_tuning_file' was replaced by path_table_file"), std::string::npos)
+      << viaFile;
+  std::remove(file.c_str());
+}
+
 // A directory read as an empty file, and /dev/zero read without end, before.
 TEST(Config, OnlyRegularFilesOfBoundedSizeAreRead) {
   char dir[] = "/tmp/weft-config-dir-XXXXXX";
@@ -138,8 +154,8 @@ TEST(Config, OnlyRegularFilesOfBoundedSizeAreRead) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const std::string asFifo = errorOf([&] { parseConfigFile(fifo); });
   EXPECT_NE(asFifo.find("is a FIFO"), std::string::npos) << asFifo;
-  const std::string tuning = errorOf([&] { GemvTuning::load(d); });
-  EXPECT_NE(tuning.find("gemv_tuning_file '" + d + "': is a directory"), std::string::npos) << tuning;
+  const std::string tuning = errorOf([&] { PathTable::load(d); });
+  EXPECT_NE(tuning.find("path_table_file '" + d + "': is a directory"), std::string::npos) << tuning;
   const std::string big = writeFile(std::string(kMaxTextFileBytes + 1, '#'));
   const std::string tooBig = errorOf([&] { parseConfigFile(big); });
   EXPECT_NE(tooBig.find("larger than 1024 KiB"), std::string::npos) << tooBig;

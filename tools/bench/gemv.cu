@@ -1,4 +1,4 @@
-// weft-bench gemv_allreduce: weft's GEMV + AllReduce (as the tuning table runs it, and with each
+// weft-bench gemv_allreduce: weft's GEMV + AllReduce (as the path table runs it, and with each
 // path forced) against cuBLAS GEMV + NCCL AllReduce in the same run, on the same stream, plus the
 // GEMV alone and the AllReduce alone, so that max(compute, comm) can be read off. Each shape is n rows of w with k
 // columns split over the ranks (k_local = k / nranks).
@@ -26,7 +26,7 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   int64_t maxBatch = 0;
   for (int64_t b : o.gemvBatch) maxBatch = std::max(maxBatch, b);
   const Solo solo(maxBatch * o.gemvN * t.bytes);
-  // weft with each path forced, for the tuning table (conf/gemv_tuning.tsv).
+  // weft with each path forced, for the path table (conf/path_table.tsv).
   const size_t yMax = maxBatch * o.gemvN * t.bytes;
   const Peers fusedComm(c, "fused", yMax), rsagComm(c, "fused_rsag", yMax), unfusedComm(c, "unfused", yMax),
       blasComm(c, "blas", yMax);
@@ -110,7 +110,7 @@ void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& 
   std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s, w %s; baseline: cuBLAS GEMV + NCCL AllReduce\n",
               c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager",
               o.coldW ? "cold (a copy per op, 3x L2 in all)" : "hot (one copy: in L2 where it fits)");
-  // weft_us: weft_gemv_allreduce as the tuning table runs it; fused_us / rsag_us / unfused_us /
+  // weft_us: weft_gemv_allreduce as the path table runs it; fused_us / rsag_us / unfused_us /
   // blas_us: each path forced (fused, fused_rsag, unfused, blas); speedup: the baseline over weft_us; gemv_us: cuBLAS's
   // GEMV alone; weft_gemv: weft's (the op on one rank); w_TB/s: weft's GEMV streaming w;
   // weft/gemv: weft_us over cuBLAS's GEMV; #diff: elements off the baseline, over every path.

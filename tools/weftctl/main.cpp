@@ -1,9 +1,9 @@
 // weftctl: inspect and tune weft on this node. `weftctl info` prints the version, build options,
 // devices, an hwloc topology summary and (-c) every setting with where its value came from.
-// `weftctl tune gemv` prints the GEMV + AllReduce tuning table in effect and, given a shape, the
-// path a communicator of that size takes for it. `weftctl queue`, `clean`, `diagnose` and `metrics`
-// read the communicators' status pages on this node (inspect.hpp); `weftctl status` asks the node's
-// weftd.
+// `weftctl tune show` prints the path table in effect and, given an op and a shape, the path a
+// communicator takes for it and why; `weftctl tune measure` writes a table for this machine. `weftctl queue`, `clean`,
+// `diagnose` and `metrics` read the communicators' status pages on this node (inspect.hpp); `weftctl status` asks the
+// node's weftd.
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -21,10 +20,10 @@
 #include "inspect.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/config.hpp"
-#include "runtime/gemv_tuning.hpp"
 #include "runtime/service/paths.hpp"
 #include "runtime/topology.hpp"
 #include "transport/net/backend.hpp"
+#include "tune.hpp"
 #include "weft/version.h"
 
 namespace {
@@ -83,34 +82,6 @@ CLI::Validator wholeNumber(uint64_t lo, uint64_t hi) {
       "UINT in " + range);
 }
 
-std::string limit(uint64_t v) { return v == UINT64_MAX ? "*" : std::to_string(v); }
-
-struct GemvShapeArgs {
-  int ranks = 0;
-  uint64_t batch = 0, n = 0, k = 0;
-};
-
-void printGemvTuning(const GemvShapeArgs& a) {
-  const weft::Settings s = weft::Settings::resolve();
-  const weft::GemvTuning t = weft::GemvTuning::load(s.getString("gemv_tuning_file"));
-  const std::optional<weft::GemvPath> forced = weft::gemvPathSetting(s.getString("gemv_path"));
-  std::printf("table: %s (%zu rows)\n", t.origin().c_str(), t.rows().size());
-  std::printf("  %-6s %-6s %-10s %-8s %-10s %s\n", "line", "ranks", "batch_max", "n_max", "k_max", "path");
-  for (const weft::GemvTuningRow& r : t.rows())
-    std::printf("  %-6d %-6s %-10s %-8s %-10s %s\n", r.line, r.ranks ? std::to_string(r.ranks).c_str() : "*",
-                limit(r.batchMax).c_str(), limit(r.nMax).c_str(), limit(r.kMax).c_str(), weft::gemvPathName(r.path));
-  if (a.ranks == 0) return;
-  std::printf("ranks %d, batch %llu, n %llu, k_local %llu: ", a.ranks, static_cast<unsigned long long>(a.batch),
-              static_cast<unsigned long long>(a.n), static_cast<unsigned long long>(a.k));
-  const weft::GemvTuningRow* r = t.match(a.ranks, a.batch, a.n, a.k);
-  if (forced)
-    std::printf("%s (gemv_path forces it)\n", weft::gemvPathName(*forced));
-  else if (r)
-    std::printf("%s (line %d)\n", weft::gemvPathName(r->path), r->line);
-  else
-    std::printf("fused (no row covers it: the default)\n");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,19 +90,39 @@ int main(int argc, char** argv) {
   bool showSettings = false;
   auto* info = app.add_subcommand("info", "Version, build, devices, topology and settings");
   info->add_flag("-c,--config", showSettings, "Also print every setting and who set it");
-  auto* tune = app.add_subcommand("tune", "Tuning tables in effect and what they choose");
+  auto* tune = app.add_subcommand("tune", "The path table in effect, what it chooses, and measuring a new one");
   tune->require_subcommand(1);
-  GemvShapeArgs shape;
-  auto* gemv =
-      tune->add_subcommand("gemv", "GEMV + AllReduce: fused, fused_rsag, unfused or blas, per world size and shape");
-  // The bounds of weft_gemv_allreduce (int64_t n and k_local, batch 1..64).
-  const uint64_t kInt64Max = static_cast<uint64_t>(INT64_MAX);
-  auto* ranks = gemv->add_option("--ranks", shape.ranks, "Communicator size")->check(wholeNumber(1, 1 << 20));
-  gemv->add_option("--batch", shape.batch, "Rows of x")->needs(ranks)->check(wholeNumber(1, 64));
-  gemv->add_option("--n", shape.n, "Rows of w (y's width)")->needs(ranks)->check(wholeNumber(1, kInt64Max));
-  gemv->add_option("--k", shape.k, "k_local: columns of w on each rank")
-      ->needs(ranks)
-      ->check(wholeNumber(1, kInt64Max));
+  weftctl::TuneShowOptions showOpts;
+  auto* show = tune->add_subcommand("show", "The path table, and what an op of a shape would run and why");
+  auto* showOp = show->add_option("--op", showOpts.op, "gemv_allreduce, gemm_alltoall or embedding_alltoall");
+  show->add_option("--ranks", showOpts.ranks, "Communicator size")->needs(showOp)->check(wholeNumber(1, 1 << 20));
+  show->add_option("--shape", showOpts.shape,
+                   "The op's three sizes, comma-separated: batch,n,k_local (GEMV), tokens,k,h (GEMM), "
+                   "local_batch,num_tables,dim (embedding)")
+      ->needs(showOp);
+  show->add_option("--gpu", showOpts.gpu, "GPU model to read the table for (default: this machine's)");
+  weftctl::TuneMeasureOptions measureOpts;
+  auto* measure =
+      tune->add_subcommand("measure", "Time every GEMV + AllReduce path on this machine and write a path table for it");
+  measure->add_option("--ranks", measureOpts.ranks, "World sizes to measure, comma-separated (ranks share the GPUs)")
+      ->delimiter(',')
+      ->check(wholeNumber(1, 64));
+  measure->add_option("--out", measureOpts.out, "The table's file, '-' for stdout");
+  measure->add_option("--batch", measureOpts.batches, "Batches (default: the backend's sweep)")
+      ->delimiter(',')
+      ->check(wholeNumber(1, 64));
+  measure->add_option("--n", measureOpts.n, "Rows of w")->delimiter(',')->check(wholeNumber(1, 1 << 20));
+  measure->add_option("--k", measureOpts.kLocal, "k_local: columns of w on each rank")
+      ->delimiter(',')
+      ->check(wholeNumber(1, 1 << 20));
+  measure->add_option("--dtype", measureOpts.dtype, "float32, float16 or bfloat16");
+  measure->add_option("--iters", measureOpts.iters, "Ops per timed sample (default: 200 on a GPU, 3 on the CPU)")
+      ->check(wholeNumber(1, 1000000));
+  measure->add_option("--samples", measureOpts.samples, "Timed samples per path and shape")
+      ->check(wholeNumber(1, 1000));
+  measure->add_option("--commit", measureOpts.commit, "The commit the rows name (default: the build's)");
+  measure->add_option("--timeout", measureOpts.timeoutS, "Seconds each world size may take")
+      ->check(CLI::Range(1.0, 86400.0));
   // Live inspection. The directory is status_dir's (as the ranks resolve it) unless --dir says.
   weftctl::QueueOptions queueOpts;
   auto* queue = app.add_subcommand("queue", "Every communicator's status page on this node: queue, ops, failure");
@@ -196,11 +187,8 @@ int main(int argc, char** argv) {
       return weftctl::runDiagnose(diag);
     }
     if (*info) printInfo(showSettings);
-    if (*gemv) {
-      if (shape.ranks && (!shape.batch || !shape.n || !shape.k))
-        throw weft::Error(weft::Code::kInvalidArgument, "tune gemv: --ranks needs --batch, --n and --k");
-      printGemvTuning(shape);
-    }
+    if (*show) return weftctl::runTuneShow(showOpts);
+    if (*measure) return weftctl::runTuneMeasure(measureOpts);
   } catch (const weft::Error& e) {
     std::fprintf(stderr, "weftctl: %s\n", e.what());
     return 1;

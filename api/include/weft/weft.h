@@ -162,8 +162,8 @@ WEFT_API weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void
  * row-major, on the device; y: [batch, n] in the symmetric heap, the full sum on every rank when
  * the stream gets past the op. batch is 1..64; n and k_local may be 0 (y is then zeros, or
  * nothing). Accumulation is float32; every rank ends with identical bits. x and w must not
- * overlap y. The tuning table (conf/gemv_tuning.tsv, or `gemv_tuning_file`; `gemv_path` forces a
- * path) picks, per world size and shape: fused (one kernel computes and exchanges float32 partial
+ * overlap y. The path table (conf/path_table.tsv, or `path_table_file`; `gemv_path` forces a
+ * path) picks, per GPU model, world size and shape: fused (one kernel computes and exchanges float32 partial
  * sums, while they fit `gemv_scratch_bytes`), or a GEMV writing y in dtype (weft's, or on CUDA
  * builds under the launched engine cuBLAS's: the `blas` path, the table's choice from batch 9)
  * followed by weft_allreduce of y. */

@@ -1,0 +1,93 @@
+// Which way each fused op runs, per GPU model, world size and shape: one table for the three ops.
+// The table is text, one row per line (conf/path_table.tsv is the built-in one):
+//
+//   op  gpu  ranks  max1  max2  max3  path  measured
+//
+// op: gemv_allreduce (maxima: batch, n, k_local), gemm_alltoall (tokens, k, h) or
+// embedding_alltoall (local_batch, num_tables, dim). gpu: the model as the runtime names it
+// (gpuModel(): the device's name with blanks as '_', "cpu" on the CPU backend) or '*'; ranks: the
+// communicator's size or '*'; a maximum is a positive integer or '*'. measured: DATE@COMMIT of
+// the run that chose the path (weftctl tune measure), or '-' for a row written by hand.
+// The first row whose op, gpu and ranks match and whose maxima hold the shape decides. A shape no
+// row covers takes the op's fallback (fallbackPath), the path that cannot lose by construction.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+enum class FusedOp { kGemvAllReduce = 0, kGemmAllToAll = 1, kEmbeddingAllToAll = 2 };
+
+// Numbered for the table's fingerprint. GEMV + AllReduce: kFused (every rank reduces every slice),
+// kFusedRsag (each slice's owner reduces it and sends it on), kUnfused (weft's GEMV, then weft's
+// AllReduce), kBlas (the vendor BLAS's GEMV, then weft's AllReduce; as kUnfused where the engine
+// has no vendor BLAS). The GEMM and embedding ops have kFused only: the engine has no unfused
+// route for them yet, so a table cannot name one.
+enum class OpPath { kFused = 0, kUnfused = 1, kFusedRsag = 2, kBlas = 3 };
+
+const char* opName(FusedOp op);
+std::optional<FusedOp> opNamed(const std::string& name);
+const char* pathName(OpPath p);
+// The paths `op` can run, as text for messages ("fused, fused_rsag, unfused or blas").
+std::string pathList(FusedOp op);
+bool opHasPath(FusedOp op, OpPath p);
+// What a shape no row covers runs: the unfused path through the vendor BLAS where the op has one
+// (it is the baseline's own compute, followed by weft's collective), else the op's only path.
+OpPath fallbackPath(FusedOp op);
+// The names of the three maxima of `op`'s rows, in order ("batch", "n", "k_local").
+const char* const* shapeNames(FusedOp op);
+// A forced path setting (gemv_path): nullopt for "auto"; throws weft::Error (invalid argument)
+// naming `setting` for a path `op` cannot run.
+std::optional<OpPath> pathSetting(FusedOp op, const std::string& value, const char* setting);
+
+struct OpShape {
+  uint64_t dims[3] = {0, 0, 0};  // in shapeNames(op)'s order
+};
+
+struct PathRow {
+  FusedOp op = FusedOp::kGemvAllReduce;
+  std::string gpu;  // "" for any
+  int ranks = 0;    // 0 for any
+  uint64_t maxima[3] = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
+  OpPath path = OpPath::kFused;
+  std::string measured;  // DATE@COMMIT, or "" (written by hand)
+  int line = 0;          // in the table's text
+};
+
+// Why a path: the deciding row (null: no row covers the shape, so the fallback).
+struct PathChoice {
+  OpPath path;
+  const PathRow* row;
+};
+
+class PathTable {
+ public:
+  // Parses `text` (from `origin`, a file name or "built-in ..."); throws weft::Error (invalid
+  // argument) naming the origin, line and field of the first bad row.
+  static PathTable parse(const std::string& text, const std::string& origin);
+  // The file's table (read as readTextFile reads the path_table_file setting), or the built-in one
+  // for "".
+  static PathTable load(const std::string& file);
+
+  PathChoice choose(FusedOp op, const std::string& gpu, int nranks, const OpShape& shape) const;
+
+  const std::vector<PathRow>& rows() const { return rows_; }
+  const std::string& origin() const { return origin_; }
+  // Of the rows that decide (not the comments or provenance): every rank must decide alike, so
+  // the ranks compare it at init.
+  uint64_t fingerprint() const;
+
+ private:
+  std::vector<PathRow> rows_;
+  std::string origin_;
+};
+
+// One row as the table's text writes it (weftctl tune measure), without a line break.
+std::string formatRow(const PathRow& r);
+// The header comment of a table file: its column names.
+std::string tableHeader();
+
+}  // namespace weft

@@ -1,0 +1,164 @@
+// The path table: rows of every op, the first match deciding (op, GPU model, ranks, shape), the
+// fallback for shapes no row covers, every bad row named by origin, line and field, the
+// fingerprint the ranks compare, and the built-in table (conf/path_table.tsv).
+#include <gtest/gtest.h>
+
+#include "common/error.hpp"
+#include "runtime/path_table.hpp"
+
+namespace weft {
+namespace {
+
+::testing::AssertionResult parseFailsNaming(const std::string& text, const std::string& mention) {
+  try {
+    PathTable::parse(text, "t.tsv");
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(mention) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "error '" << e.what() << "' does not mention '" << mention << "'";
+  }
+  return ::testing::AssertionFailure() << "parsed: " << text;
+}
+
+OpPath gemv(const PathTable& t, const std::string& gpu, int ranks, uint64_t batch, uint64_t n, uint64_t k) {
+  return t.choose(FusedOp::kGemvAllReduce, gpu, ranks, {{batch, n, k}}).path;
+}
+
+TEST(PathTable, TheFirstMatchingRowDecides) {
+  const PathTable t = PathTable::parse(
+      "# comment\n"
+      "gemv_allreduce NVIDIA_H100 4 8 * 2048 fused 2026-11-22@ab36614  # trailing comment\n"
+      "\n"
+      "gemv_allreduce * 4 * * 2048 unfused -\n"
+      "gemv_allreduce * * 1 8192 * unfused -\n"
+      "gemv_allreduce cpu 2 64 * * fused_rsag -\n"
+      "gemm_alltoall * 2 256 * * fused -\n",
+      "t.tsv");
+  ASSERT_EQ(t.rows().size(), 5u);
+  EXPECT_EQ(t.rows()[0].line, 2);
+  EXPECT_EQ(t.rows()[0].gpu, "NVIDIA_H100");
+  EXPECT_EQ(t.rows()[0].measured, "2026-11-22@ab36614");
+  EXPECT_EQ(t.rows()[1].measured, "");
+  EXPECT_EQ(gemv(t, "NVIDIA_H100", 4, 8, 8192, 2048), OpPath::kFused);    // row 1
+  EXPECT_EQ(gemv(t, "NVIDIA_H200", 4, 8, 8192, 2048), OpPath::kUnfused);  // another model: row 2
+  EXPECT_EQ(gemv(t, "NVIDIA_H100", 4, 9, 8192, 2048), OpPath::kUnfused);  // batch past row 1: row 2
+  EXPECT_EQ(gemv(t, "cpu", 2, 1, 8192, 100000), OpPath::kUnfused);        // row 3 (any model, any ranks) first
+  EXPECT_EQ(gemv(t, "cpu", 2, 1, 8193, 100000), OpPath::kFusedRsag);      // n past row 3: row 4
+  EXPECT_EQ(gemv(t, "NVIDIA_H100", 2, 1, 8193, 1), OpPath::kBlas);        // no row: the fallback
+  const PathChoice byRow = t.choose(FusedOp::kGemvAllReduce, "cpu", 2, {{2, 1, 1}});
+  ASSERT_NE(byRow.row, nullptr);
+  EXPECT_EQ(byRow.row->line, 6);
+  // Rows of one op never decide another's.
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, "cpu", 2, {{256, 8, 8}}).row->line, 7);
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, "cpu", 2, {{257, 8, 8}}).row, nullptr);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, "cpu", 2, {{1, 1, 1}}).row, nullptr);
+}
+
+TEST(PathTable, AShapeNoRowCoversTakesThePathThatCannotLose) {
+  const PathTable empty = PathTable::parse("", "empty");
+  const PathChoice g = empty.choose(FusedOp::kGemvAllReduce, "cpu", 4, {{1, 1, 1}});
+  EXPECT_EQ(g.path, OpPath::kBlas);  // the vendor BLAS's GEMV, then weft's AllReduce
+  EXPECT_EQ(g.row, nullptr);
+  EXPECT_EQ(fallbackPath(FusedOp::kGemvAllReduce), OpPath::kBlas);
+  // The GEMM and the embedding have one path so far: it is their fallback.
+  EXPECT_EQ(empty.choose(FusedOp::kGemmAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
+  EXPECT_EQ(empty.choose(FusedOp::kEmbeddingAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
+}
+
+TEST(PathTable, EveryBadRowIsNamedByOriginLineAndField) {
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 8 * fused -\n", "t.tsv:1: expected 8 fields"));
+  EXPECT_TRUE(parseFailsNaming("\ngemv_allreduce * 4 8 * 1 sideways -\n", "t.tsv:2: path 'sideways' is not"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 -8 * 1 fused -\n", "t.tsv:1: batch_max '-8'"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 0 * 1 fused -\n", "batch_max '0'"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 8 1x * fused -\n", "n_max '1x'"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 8 * 99999999999999999999999 fused -\n", "k_local_max"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * four 8 * * fused -\n", "ranks 'four'"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2000000 8 * * fused -\n", "ranks '2000000' is too large"));
+  EXPECT_TRUE(parseFailsNaming("gemv_reduce * 4 8 * * fused -\n", "t.tsv:1: op 'gemv_reduce' is not gemv_allreduce"));
+  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 +8 * * fused -\n", "tokens_max '+8'"));
+  EXPECT_TRUE(parseFailsNaming("embedding_alltoall * 2 8 x * fused -\n", "num_tables_max 'x'"));
+  // A path the op cannot run is refused, not run as something else.
+  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * fused_rsag -\n", "path 'fused_rsag' is not fused"));
+  EXPECT_TRUE(parseFailsNaming("embedding_alltoall * 2 8 * * blas -\n", "path 'blas' is not fused"));
+  // Provenance: DATE@COMMIT or '-'.
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2 8 * * fused yesterday\n", "t.tsv:1: measured 'yesterday'"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2 8 * * fused 2026-11-22@xyz1234\n", "measured"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2 8 * * fused 2026-1-22@ab36614\n", "measured"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2 8 * * fused 2026-11-22@ab3\n", "measured"));
+  EXPECT_THROW(PathTable::load("/nonexistent/paths.tsv"), Error);
+}
+
+TEST(PathTable, PathSettingsNameThemselvesAndTheOp) {
+  for (OpPath p : {OpPath::kFused, OpPath::kFusedRsag, OpPath::kUnfused, OpPath::kBlas}) {
+    EXPECT_EQ(pathSetting(FusedOp::kGemvAllReduce, pathName(p), "gemv_path"), p);
+    const std::string row = std::string("gemv_allreduce * * * * * ") + pathName(p) + " -";
+    EXPECT_EQ(gemv(PathTable::parse(row, "t"), "cpu", 2, 1, 1, 1), p);
+  }
+  EXPECT_EQ(pathSetting(FusedOp::kGemvAllReduce, "auto", "gemv_path"), std::nullopt);
+  try {
+    pathSetting(FusedOp::kGemvAllReduce, "oneshot", "gemv_path");
+    ADD_FAILURE() << "gemv_path 'oneshot' accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemv_path: 'oneshot' is not auto, blas, unfused, fused or fused_rsag"),
+              std::string::npos)
+        << e.what();
+  }
+  for (FusedOp op : {FusedOp::kGemvAllReduce, FusedOp::kGemmAllToAll, FusedOp::kEmbeddingAllToAll})
+    EXPECT_EQ(opNamed(opName(op)), op);
+}
+
+TEST(PathTable, FormattedRowsParseBackToTheSameRows) {
+  PathRow r;
+  r.op = FusedOp::kGemmAllToAll;
+  r.gpu = "NVIDIA_H100_80GB_HBM3";
+  r.ranks = 4;
+  r.maxima[0] = 256;
+  r.maxima[2] = 4096;
+  r.measured = "2027-01-05@0123456789abcdef";
+  const PathTable back = PathTable::parse(tableHeader() + "\n" + formatRow(r) + "\n", "t");
+  ASSERT_EQ(back.rows().size(), 1u);
+  const PathRow& b = back.rows()[0];
+  EXPECT_EQ(b.op, r.op);
+  EXPECT_EQ(b.gpu, r.gpu);
+  EXPECT_EQ(b.ranks, 4);
+  EXPECT_EQ(b.maxima[0], 256u);
+  EXPECT_EQ(b.maxima[1], UINT64_MAX);
+  EXPECT_EQ(b.maxima[2], 4096u);
+  EXPECT_EQ(b.path, OpPath::kFused);
+  EXPECT_EQ(b.measured, r.measured);
+}
+
+TEST(PathTable, FingerprintsTellDecidingRowsApartAndIgnoreTheRest) {
+  const std::string row = "gemv_allreduce * 4 8 * 2048 fused -\n";
+  const uint64_t same = PathTable::parse(row, "a").fingerprint();
+  EXPECT_EQ(same, PathTable::parse("# other text\ngemv_allreduce  *  4  8  *  2048  fused  2026-11-22@ab36614", "b")
+                      .fingerprint());  // comments, spacing and provenance do not decide
+  EXPECT_NE(same, PathTable::parse("gemv_allreduce * 4 8 * 2048 unfused -\n", "c").fingerprint());
+  EXPECT_NE(same, PathTable::parse("gemv_allreduce cpu 4 8 * 2048 fused -\n", "d").fingerprint());
+  EXPECT_NE(same, PathTable::parse("gemv_allreduce * 2 8 * 2048 fused -\n", "e").fingerprint());
+  EXPECT_NE(same, PathTable::parse("gemm_alltoall * 4 8 * 2048 fused -\n", "f").fingerprint());
+  EXPECT_NE(same, PathTable::parse(row + row, "g").fingerprint());
+  EXPECT_NE(same, PathTable::parse("", "h").fingerprint());
+}
+
+// The built-in table keeps the GEMV choices measured before GPU models were in the table, for
+// every GPU: fused to batch 8, the vendor BLAS's GEMV from batch 9 (the API's batch is 1..64).
+TEST(PathTable, TheBuiltInTableParsesAndKeepsTheMeasuredGemvChoices) {
+  const PathTable builtIn = PathTable::load("");
+  EXPECT_NE(builtIn.origin().find("conf/path_table.tsv"), std::string::npos);
+  for (const char* gpu : {"NVIDIA_H200", "NVIDIA_H100_80GB_HBM3", "cpu"})
+    for (int ranks : {1, 2, 3, 4, 8})
+      for (uint64_t k : {uint64_t{2048}, uint64_t{14336}, uint64_t{28672}}) {
+        SCOPED_TRACE(std::string(gpu) + " ranks " + std::to_string(ranks) + " k " + std::to_string(k));
+        EXPECT_EQ(gemv(builtIn, gpu, ranks, 1, 8192, k), OpPath::kFused);
+        EXPECT_EQ(gemv(builtIn, gpu, ranks, 8, 8192, k), OpPath::kFused);
+        EXPECT_EQ(gemv(builtIn, gpu, ranks, 9, 8192, k), OpPath::kBlas);
+        EXPECT_EQ(gemv(builtIn, gpu, ranks, 64, 8192, k), OpPath::kBlas);
+      }
+  for (const PathRow& r : builtIn.rows()) {
+    if (r.gpu.empty()) continue;
+    EXPECT_FALSE(r.measured.empty()) << "line " << r.line << ": a model's row says who measured it";
+  }
+}
+
+}  // namespace
+}  // namespace weft

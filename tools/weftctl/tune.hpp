@@ -1,0 +1,36 @@
+// weftctl tune: `show` prints the path table in effect and, given an op and a shape, the path a
+// communicator would take and why (the deciding row, a forcing setting, or the fallback);
+// `measure` times every path of the GEMV + AllReduce on this machine, for each world size asked,
+// and writes a table whose rows name the GPU model, the date and the commit. Each returns the
+// process's exit status; bad arguments throw weft::Error naming the option.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weftctl {
+
+struct TuneShowOptions {
+  std::string op;     // empty: the table only
+  int ranks = 0;      // with op
+  std::string shape;  // with op: three sizes, comma-separated, in the op's order
+  std::string gpu;    // empty: this machine's model (weft::gpuModel())
+};
+int runTuneShow(const TuneShowOptions& o);
+
+struct TuneMeasureOptions {
+  std::vector<int> ranks;          // world sizes; ranks of one size share this host's devices
+  std::vector<uint64_t> batches;   // empty: the backend's default sweep
+  std::vector<uint64_t> n;         // rows of w
+  std::vector<uint64_t> kLocal;    // columns of w on each rank
+  std::string dtype = "bfloat16";  // float32 | float16 | bfloat16
+  int iters = 0;                   // ops per timed sample (0: the backend's default)
+  int samples = 5;                 // timed samples per path and shape; the median counts
+  std::string out;                 // the table's file ("-": stdout)
+  std::string commit;              // empty: the commit the build was configured at
+  double timeoutS = 600;           // bounds each world size's run
+};
+int runTuneMeasure(const TuneMeasureOptions& o);
+
+}  // namespace weftctl
