@@ -222,7 +222,11 @@ WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint6
     gpu::relax(spins);
     if (ready(&seen)) return Status::kOk;
     if ((spins & 63) != 0) continue;
-    Status st = kPeerCheck ? waitSlowPath(v, site) : stopReason(v);
+    Status st = Status::kOk;
+    if constexpr (kPeerCheck)
+      st = waitSlowPath(v, site);
+    else
+      st = stopReason(v);
     if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     if (st != Status::kOk) {
       if (st != Status::kPeerFailed && st != Status::kMismatch) recordFailure(v, site, st, expected, seen);
