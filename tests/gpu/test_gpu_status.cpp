@@ -52,7 +52,7 @@ TEST_P(GpuStatus, ItemsDoneAdvanceWhileOpsRunAndEveryOpEnds) {
     while (std::chrono::steady_clock::now() < until) {
       if (rankPage(dir, rank, &s)) {
         for (size_t i = 0; i < s.inFlight.size(); ++i) {
-          const status::SlotProgress& p = s.progress[i];
+          const SlotProgress& p = s.progress[i];
           if (p.ticket != s.inFlight[i].ticket) continue;
           itemsSeen = std::max(itemsSeen, p.itemsDone);
           partial |=
@@ -74,7 +74,9 @@ TEST_P(GpuStatus, ItemsDoneAdvanceWhileOpsRunAndEveryOpEnds) {
       EXPECT_GE(row.endNs, row.submitNs);
     }
     // One rank's ops are local copies, over before a look can land inside one.
-    if (n > 1) EXPECT_TRUE(partial) << "no op seen part done (most items seen: " << itemsSeen << ")";
+    if (n > 1) {
+      EXPECT_TRUE(partial) << "no op seen part done (most items seen: " << itemsSeen << ")";
+    }
     tearDown(r);
   };
   EXPECT_TRUE(runRanks(gpus(), body));
