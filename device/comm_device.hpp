@@ -44,7 +44,8 @@ static_assert(sizeof(CommView) == 88, "CommView is in every kernel's parameters:
 // An op's protocol numbers, the same on every rank (from OpCounters, engine_device.hpp).
 struct OpSeq {
   uint64_t op;       // the op's number on the communicator, from 0
-  uint64_t seqBase;  // its kind's signal counter before it
+  uint64_t seqBase;  // its kind's signal counter before it; the flagged exchange's ops: their lines' flag
+                     // (ops/flagged_exchange_device.hpp, exchangeFlag)
   uint64_t epoch;    // ops of its kind so far, this one included
 };
 
@@ -208,11 +209,9 @@ WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status waitSlowPath(const CommView& v, WaitSit
 // abort, the clock and (kPeerCheck) the peer's signature word are checked every 64 polls
 // (waitSlowPath). A failure is recorded with `expected` and the last `seen`.
 //
-// kPeerCheck false: the flagged exchanges' waits (llWait, lineWait), in loops that hold many
-// values, where even an out-of-line call on the slow path made ptxas save them around it (the
-// fused GEMV kernel's stack went from 472 to 1384 bytes). Those ops are checked once each instead,
-// by one item that compares every peer's word (flagged_exchange_device.hpp); a difference found
-// there fails the communicator, which these waits see in the stop reason.
+// kPeerCheck false: the fused GEMV's reduction, at its register limit, whose op is checked once
+// instead, by one item that compares every peer's word (flagged_exchange_device.hpp); a
+// difference found there fails the communicator, which these waits see in the stop reason.
 template <bool kPeerCheck = true, typename Ready>
 WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint64_t expected, Ready&& ready) {
   uint64_t seen = 0;
@@ -264,8 +263,8 @@ WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t
 // share of it. On a GPU the whole warp calls it together (a thread with no line passes null and
 // only keeps step), polls its lines with one load each, and gets one status: the line's lanes read
 // in one instruction, so the flag lane seeing `flag` vouches for the others' words. The stop and
-// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone. No
-// signature check: the one-shot AllReduce's lines are checked once per op (pollUntil says why).
+// timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone, and so
+// is the comparison of the peer's signature word (waitSlowPath).
 WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64_t flag, LineShare* s,
                                  const WaitSite& site) {
 #if defined(WEFT_DEVICE_PASS)
@@ -280,17 +279,18 @@ WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64
     if ((spins & 63) != 0) continue;
     auto st = Status::kOk;
     if (lane == 0) {
-      st = stopReason(v);
+      st = waitSlowPath(v, site);
       if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     }
     st = static_cast<Status>(gpu::warpBroadcast(static_cast<uint32_t>(st), 0));
     if (st == Status::kOk) continue;
     const int stale = gpu::warpFirst(line != nullptr && seen != flag);  // the lane that saw an old flag
-    if (st != Status::kPeerFailed && lane == (stale < 0 ? 0 : stale)) recordFailure(v, site, st, flag, seen);
+    if (st != Status::kPeerFailed && st != Status::kMismatch && lane == (stale < 0 ? 0 : stale))
+      recordFailure(v, site, st, flag, seen);
     return st;
   }
 #else
-  return pollUntil<false>(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
+  return pollUntil(v, site, flag, [&](uint64_t* seen) { return linePeek(line, s, 0, flag, seen); });
 #endif
 }
 

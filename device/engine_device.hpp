@@ -96,10 +96,14 @@ WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
       return OpSeq{k.ops, k.allReduceSeq, 0};
     case OpKind::kAllToAll:
       return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1};
+    // The flagged exchange's ops: their lines' flag in place of a signal counter
+    // (ops/flagged_exchange_device.hpp), with the op's signature folded in, but for the GEMM's
+    // route, whose rows carry the signature (gemm_route_device.hpp).
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
-    case OpKind::kGemmAllToAll:  // its route goes through the one-shot exchange
-      return OpSeq{k.ops, 0, k.oneShotEpoch + 1};
+      return OpSeq{k.ops, exchangeFlag(k.oneShotEpoch + 1, d.sig), k.oneShotEpoch + 1};
+    case OpKind::kGemmAllToAll:
+      return OpSeq{k.ops, exchangeFlag(k.oneShotEpoch + 1, 0), k.oneShotEpoch + 1};
     case OpKind::kEmbeddingAllToAll:
       return OpSeq{k.ops, k.embedItems, k.embedEpoch + 1};
     default:

@@ -46,8 +46,8 @@ struct AllReduceOneShotOp {
   template <bool kLines, class Coop>
   WEFT_HOST_DEVICE static Status runIn(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                        uint32_t item) {
-    // Item 0 publishes this rank's signature word (no signal of the exchange could carry it), and
-    // compares the peers' once its lines are on their way (runPairs, runLines). An empty op sends
+    // Item 0 publishes this rank's signature word (no signal of the exchange could carry it); the
+    // waits compare the peers' on their slow path (flagged_exchange_device.hpp). An empty op sends
     // nothing else, so it meets its peers through the words alone, checked or not.
     if (d.count == 0) return itemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item, item == 0, true);
     if (item == 0 && d.sig != 0)
@@ -93,9 +93,7 @@ struct AllReduceOneShotOp {
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
     return exchangeFlagged<Acc>(
-        c, v, seq, d.sig, item, itemUnits(bytes, false, d.nitems, item),
-        item == 0 && d.sig != 0 ? sigWord(runningOpMeet(), d.sig) : 0,
-        [&](uint64_t k) { return loadPair(send, bytes, k); },
+        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), [&](uint64_t k) { return loadPair(send, bytes, k); },
         [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
         [&](uint64_t k, const Acc& acc) { storePair(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
   }
@@ -145,10 +143,6 @@ struct AllReduceOneShotOp {
         for (int p = 1; p < v.nranks; ++p)
           lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);
     }
-    if (item == 0 && d.sig != 0)  // the op's check (flagged_exchange_device.hpp), while the lines fly
-      if (const Status st = itemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item, false, true);
-          st != Status::kOk)
-        return st;
     Status st = Status::kOk;
     for (uint64_t base = first; base < r.hi && st == Status::kOk; base += step) {
       const uint64_t k = lineOf(base);

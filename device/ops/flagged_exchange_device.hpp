@@ -18,11 +18,11 @@
 // Signatures ride the flag (signature_device.hpp): a line's flag is the epoch with the op's
 // signature folded in (exchangeFlag), so a line from a peer that runs the op with other arguments
 // never carries the flag its consumer waits for, and nothing of it is used. One item of the op
-// publishes this rank's word and compares every peer's (itemSigs), which names the field and fails
-// the communicator; every other wait of the op then gives up on its stop reason. Nothing else is
-// checked: checking each item's words cost the fused GEMV a fifth of its time at batch 1, and a
-// check in every wait's slow path made ptxas save the reduction's registers around it
-// (docs/design-notes.md).
+// publishes this rank's word (no signal could carry it). The one-shot AllReduce's waits compare
+// it with the peers' on their slow path (pollUntil), as other ops' waits do; the fused GEMV's
+// first reduce item compares them before it reduces, and the other waits see a difference in
+// their stop reason. Nothing waits for a word on the one-shot's fast path: item 0 comparing the
+// words before it reduced took 16 KB from 3.95 to 5.22 us on 2 H200 (docs/design-notes.md).
 #pragma once
 
 #include "../comm_device.hpp"
@@ -34,16 +34,22 @@ namespace weft::dev {
 
 // The flag of the exchange's lines for an op of this epoch and signature (0 where the check is
 // off: then the epoch's low half, as the exchange always had). sigFlagBits is a bijection, so two
-// signatures never give the same flag for one epoch. A stale line in the same
-// area carries an epoch of the same parity at least two behind; with another signature it carries
-// this flag only if the two epochs differ, bit for bit, exactly where the signatures' products do,
-// which for all but a few pairs of signatures takes more ops than a job runs. The one epoch whose flag would be zero,
-// which a line nobody wrote carries, gets 1: the epoch that naturally has flag 1 is of the other parity, whose lines
-// lie in the other area.
-WEFT_HOST_DEVICE uint32_t exchangeFlag(const OpSeq& seq, uint32_t sig) {
-  const uint32_t flag = static_cast<uint32_t>(seq.epoch) ^ sigFlagBits(sig);
+// signatures never give the same flag for one epoch. A stale line in the same area carries an
+// epoch of the same parity at least two behind; with another signature it carries this flag only
+// if the two epochs differ, bit for bit, exactly where the signatures' products do, which for all
+// but a few pairs of signatures takes more ops than a job runs. The one epoch whose flag would be
+// zero, which a line nobody wrote carries, gets 1: the epoch that naturally has flag 1 is of the
+// other parity, whose lines lie in the other area.
+//
+// The engine computes it once per op, into OpSeq::seqBase (which these ops have no other use for:
+// opSeq), and the exchange reads it there (flagOf). Passed to the fused GEMV's compute items as a
+// value of its own, it went into the closure their outlined streams take, and ptxas gave the
+// kernel a 1384-byte stack instead of 376 (the base's), with spills in every stream.
+WEFT_HOST_DEVICE uint32_t exchangeFlag(uint64_t epoch, uint32_t sig) {
+  const uint32_t flag = static_cast<uint32_t>(epoch) ^ sigFlagBits(sig);
   return flag != 0 ? flag : 1u;
 }
+WEFT_HOST_DEVICE uint32_t flagOf(const OpSeq& seq) { return static_cast<uint32_t>(seq.seqBase); }
 
 // Where rank `sender`'s pair k lies in rank `owner`'s scratch for the op's epoch.
 WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int owner, int sender, uint64_t k) {
@@ -51,8 +57,8 @@ WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int 
   return reinterpret_cast<uint64_t*>(v.at(owner, v.layout.oneShotDataOffset(sender, parity)) + k * kLlPairBytes);
 }
 
-// Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t), under the flag of the
-// op's signature `sig`, to ranks
+// Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t), under the op's flag
+// (flagOf), to ranks
 // [first, first + count) counted from this one (modulo the ranks): first 1 and count nranks - 1 for
 // every peer; first 0 adds this rank's own area (for a reduction that runs later, in another item).
 //
@@ -60,9 +66,9 @@ WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int 
 // message that the proxy stores at the peer a word at a time (TriggerKind::kDeliver): a network
 // write may land a word's halves apart, which a flag in the word cannot tell.
 template <class Coop, class Own>
-WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, Range r,
-                                      int first, int count, Own&& own, uint32_t item = 0) {
-  const uint32_t flag = exchangeFlag(seq, sig);
+WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const OpSeq& seq, Range r, int first, int count,
+                                      Own&& own, uint32_t item = 0) {
+  const uint32_t flag = flagOf(seq);
   for (uint64_t k = r.lo + c.rank(); k < r.hi; k += static_cast<uint64_t>(c.size())) {
     const uint64_t x = own(k);
     for (int p = first; p < first + count; ++p) {
@@ -86,16 +92,16 @@ WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const Op
   return c.broadcast(st);
 }
 template <class Coop, class Own>
-WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, Range r,
-                                    bool toSelf, Own&& own, uint32_t item = 0) {
-  return pushFlaggedTo(c, v, seq, sig, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own, item);
+WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, Range r, bool toSelf, Own&& own,
+                                    uint32_t item = 0) {
+  return pushFlaggedTo(c, v, seq, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own, item);
 }
 
 // Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks;
 // every rank by default) in rank order, folded by add(acc, payload) into an Acc (value-initialised
 // per pair), then finish(k, acc). This rank's own payload comes from own(k), or, with
 // `selfInScratch`, from its own area where pushFlagged(toSelf) left it. Lines are awaited under
-// the flag of `sig`, so nothing is stored from a peer that disagrees.
+// the op's flag, which carries its signature, so nothing is stored from a peer that disagrees.
 //
 // With kPeek > 1 a pair's lines from up to kPeek ranks are read at once, without waiting, and
 // then folded in rank order, waiting only for a line not yet landed: where they all have, that is
@@ -107,15 +113,20 @@ WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSe
 struct EveryRank {
   WEFT_HOST_DEVICE Range operator()(uint64_t) const { return Range{0, UINT64_MAX}; }
 };
-template <class Acc, int kPeek, class Coop, class Own, class Add, class Finish, class From = EveryRank>
-WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, uint32_t item,
-                                      Range r, bool selfInScratch, Own&& own, Add&& add, Finish&& finish,
+//
+// kPeerCheck: whether the waits compare the peers' signature words on their slow path
+// (pollUntil): the one-shot AllReduce's do, so that its check costs no wait on the fast path; the
+// fused GEMV's reduction, at its register limit, checks the op once instead (its first reduce
+// item) and its waits see a difference in their stop reason.
+template <class Acc, int kPeek, bool kPeerCheck, class Coop, class Own, class Add, class Finish, class From = EveryRank>
+WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
+                                      bool selfInScratch, Own&& own, Add&& add, Finish&& finish,
                                       From&& from = EveryRank{}) {
-  const uint32_t flag = exchangeFlag(seq, sig);
+  const uint32_t flag = flagOf(seq);
   auto fromScratch = [&](int src) { return src != v.rank || selfInScratch; };
   auto waitFor = [&](int src, uint64_t k, uint64_t* x) {
-    return llWait<false>(v, flaggedPair(v, seq, v.rank, src, k), flag, x,
-                         WaitSite{seq.op, item, src, WaitWhat::kInboxData});
+    return llWait<kPeerCheck>(v, flaggedPair(v, seq, v.rank, src, k), flag, x,
+                              WaitSite{seq.op, item, src, WaitWhat::kInboxData});
   };
   Status st = Status::kOk;
   for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += static_cast<uint64_t>(c.size())) {
@@ -162,15 +173,12 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
 }
 
-// Both steps in one item. checkWord (nonzero at the op's checking item): this rank's signature
-// word, compared with every peer's between the push and the reduction, while the lines fly.
+// Both steps in one item, the waits checking the peers' words (the one-shot AllReduce).
 template <class Acc, class Coop, class Own, class Add, class Finish>
-WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig, uint32_t item,
-                                        Range r, uint64_t checkWord, Own&& own, Add&& add, Finish&& finish) {
-  if (const Status st = pushFlagged(c, v, seq, sig, r, false, own, item); st != Status::kOk) return st;
-  if (checkWord != 0)
-    if (const Status st = itemSigs(c, v, checkWord, seq.op, item, false, true); st != Status::kOk) return st;
-  return reduceFlagged<Acc, 1>(c, v, seq, sig, item, r, false, own, add, finish);
+WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
+                                        Own&& own, Add&& add, Finish&& finish) {
+  if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
+  return reduceFlagged<Acc, 1, true>(c, v, seq, item, r, false, own, add, finish);
 }
 
 }  // namespace weft::dev

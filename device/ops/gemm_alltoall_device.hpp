@@ -197,9 +197,9 @@ struct GemmAllToAllOp {
       row[n + kRouteSig] = static_cast<int64_t>(d.sig);
     }
     c.sync();
-    // Under the plain flag (signature 0): the route carries the signature in its row instead, so
-    // that every rank reads every row and reaches the same verdict (gemm_route_device.hpp).
-    return pushFlagged(c, v, seq, /*sig=*/0, Range{0, static_cast<uint64_t>(n) + kRouteExtra}, /*toSelf=*/true,
+    // Under the plain flag (signature 0, opSeq): the route carries the signature in its row
+    // instead, so that every rank reads every row and reaches the same verdict (gemm_route_device.hpp).
+    return pushFlagged(c, v, seq, Range{0, static_cast<uint64_t>(n) + kRouteExtra}, /*toSelf=*/true,
                        [&](uint64_t k) { return static_cast<uint64_t>(row[k]); });
   }
 

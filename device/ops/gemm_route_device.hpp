@@ -67,7 +67,7 @@ template <class Coop>
 WEFT_HOST_DEVICE Status readRoute(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, const RouteView& r,
                                   RouteVerdict* verdict) {
   const int n = v.nranks;
-  const uint32_t flag = exchangeFlag(seq, /*sig=*/0);  // as the route was pushed
+  const uint32_t flag = flagOf(seq);
   Status st = Status::kOk;
   auto get = [&](int sender, int k) {
     uint64_t x = 0;

@@ -80,8 +80,7 @@ struct GemvAllReduceOp {
     auto ownerOf = [=](uint64_t slice) { return sliceOwner(slice, nranks); };
     if (item < items) {
       const Range mine = itemSlices(s.n, items, item);
-      return owners ? computeAndPush<true>(c, v, seq, d.sig, dt, s, mine)
-                    : computeAndPush<false>(c, v, seq, d.sig, dt, s, mine);
+      return owners ? computeAndPush<true>(c, v, seq, dt, s, mine) : computeAndPush<false>(c, v, seq, dt, s, mine);
     }
     // The first reduce item checks the op (the compute items have no register to spare on a GPU):
     // it publishes this rank's signature word and compares every peer's before it reduces
@@ -93,7 +92,7 @@ struct GemvAllReduceOp {
     const Range slices = itemSlices(s.n, items, item - items);
     const uint32_t batch = s.batch;
     const uint64_t n = s.n, pairsPerSlice = sliceFloats / 2;
-    const uint32_t sig = d.sig, flag = exchangeFlag(seq, sig);
+    const uint32_t flag = flagOf(seq);
     struct Acc {
       float v[2];
     };
@@ -126,16 +125,16 @@ struct GemvAllReduceOp {
       if (owners && proxyOf(v) != nullptr) {
         for (uint64_t slice = slices.lo; slice < slices.hi; ++slice) {
           Status st =
-              reduceFlagged<Acc, 4>(c, v, seq, sig, item, Range{slice * pairsPerSlice, (slice + 1) * pairsPerSlice},
-                                    /*selfInScratch=*/true, own, add, finish, from);
+              reduceFlagged<Acc, 4, false>(c, v, seq, item, Range{slice * pairsPerSlice, (slice + 1) * pairsPerSlice},
+                                           /*selfInScratch=*/true, own, add, finish, from);
           if (st == Status::kOk && ownerOf(slice) == me) st = deliverSums(c, v, seq, item, slice, pairsPerSlice);
           if (st != Status::kOk) return st;
         }
         return Status::kOk;
       }
     }
-    return reduceFlagged<Acc, 4>(c, v, seq, sig, item, Range{slices.lo * pairsPerSlice, slices.hi * pairsPerSlice},
-                                 /*selfInScratch=*/true, own, add, finish, from);
+    return reduceFlagged<Acc, 4, false>(c, v, seq, item, Range{slices.lo * pairsPerSlice, slices.hi * pairsPerSlice},
+                                        /*selfInScratch=*/true, own, add, finish, from);
   }
 
   // The owner's sums of `slice`, stored into its mirrors of the peers reached through the proxy,
@@ -190,8 +189,8 @@ struct GemvAllReduceOp {
   // kernel's stack frame from 384 to 1320 bytes and made the one-shot path a quarter slower at
   // batch 1 on 4 ranks (docs/archive/perf-journal-2026-11.md).
   template <bool kToOwner, class Coop>
-  WEFT_HOST_DEVICE static Status computeAndPush(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t sig,
-                                                DType dt, const GemvShape& s, Range slices) {
+  WEFT_HOST_DEVICE static Status computeAndPush(const Coop& c, const CommView& v, const OpSeq& seq, DType dt,
+                                                const GemvShape& s, Range slices) {
     const uint64_t sliceFloats = gemvSliceFloats(s.batch);  // even
     streamSlices(c, dt, s, slices, [=, &c](Range rows, auto&& part) {
       const uint64_t slice = rows.lo / kGemvSliceRows, base = slice * sliceFloats;
@@ -206,10 +205,9 @@ struct GemvAllReduceOp {
       // reduce items' waits then return; the status is not carried out of the stream, whose
       // registers the GEMV needs (docs/perf.md).
       if constexpr (kToOwner) {
-        (void)pushFlaggedTo(c, v, seq, sig, pairs, (sliceOwner(slice, v.nranks) - v.rank + v.nranks) % v.nranks, 1,
-                            pair);
+        (void)pushFlaggedTo(c, v, seq, pairs, (sliceOwner(slice, v.nranks) - v.rank + v.nranks) % v.nranks, 1, pair);
       } else {
-        (void)pushFlagged(c, v, seq, sig, pairs, /*toSelf=*/true, pair);
+        (void)pushFlagged(c, v, seq, pairs, /*toSelf=*/true, pair);
       }
     });
     return Status::kOk;
