@@ -190,24 +190,29 @@ WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const WaitSite& site, uin
   return (*theirs >> 32) == (*mine >> 32) && *mine != *theirs;
 }
 
-// What a wait checks every 64 polls, besides its clock: the communicator's stop reason, then
-// whether its peer disagrees on the op (a mismatch is recorded here). Out of line on a GPU: it runs
-// only on the slow path, and inlined into every wait it raised the op kernel's registers (ptxas
-// -v). The view goes by address, which costs nothing because every kernel takes it as a
-// __grid_constant__ parameter (gpu/kernels.hpp): without that, taking its address made each
-// kernel copy it to its stack. The site goes by value for the same reason.
-WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status waitSlowPath(const CommView& v, WaitSite site) {
-  const Status st = stopReason(v);
+// Whether the wait's peer has published its word of this op and disagrees (peerDisagrees); a
+// mismatch is recorded here. Out of line on a GPU: it runs only on the slow path, and inlined into
+// every wait it raised the op kernel's registers (ptxas -v). The view goes by address, which costs
+// nothing because every kernel takes it as a __grid_constant__ parameter (gpu/kernels.hpp):
+// without that, taking its address made each kernel copy it to its stack. The site goes by value
+// for the same reason.
+WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status peerCheck(const CommView& v, WaitSite site) {
   uint64_t mine = 0, theirs = 0;
-  if (st != Status::kOk || !peerDisagrees(v, site, &mine, &theirs)) return st;
+  if (!peerDisagrees(v, site, &mine, &theirs)) return Status::kOk;
   site.what = WaitWhat::kSignature;
   recordFailure(v, site, Status::kMismatch, mine, theirs);
   return Status::kMismatch;
 }
 
+// How often a wait checks its stop reason and clock (every 64 polls), and its peer's signature
+// word (every 1024): the word is two dependent loads, which every 64 polls held the one-shot
+// AllReduce's line waits long enough to cost 16 KB 0.8 us on 2 H200, where its lines land within
+// a few dozen polls; a peer that disagrees is still found within a millisecond or so.
+constexpr uint32_t kStopCheckPolls = 64, kPeerCheckPolls = 1024;
+
 // Polls `ready(&seen)` until it returns true, the timeout expires, or the communicator stops;
-// abort, the clock and (kPeerCheck) the peer's signature word are checked every 64 polls
-// (waitSlowPath). A failure is recorded with `expected` and the last `seen`.
+// abort and the clock are checked every kStopCheckPolls polls and (kPeerCheck) the peer's
+// signature word every kPeerCheckPolls. A failure is recorded with `expected` and the last `seen`.
 //
 // kPeerCheck false: the fused GEMV's reduction, at its register limit, whose op is checked once
 // instead, by one item that compares every peer's word (flagged_exchange_device.hpp); a
@@ -220,12 +225,10 @@ WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint6
   for (uint32_t spins = 1;; ++spins) {
     gpu::relax(spins);
     if (ready(&seen)) return Status::kOk;
-    if ((spins & 63) != 0) continue;
-    Status st = Status::kOk;
+    if (spins % kStopCheckPolls != 0) continue;
+    Status st = stopReason(v);
     if constexpr (kPeerCheck)
-      st = waitSlowPath(v, site);
-    else
-      st = stopReason(v);
+      if (st == Status::kOk && spins % kPeerCheckPolls == 0) st = peerCheck(v, site);
     if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     if (st != Status::kOk) {
       if (st != Status::kPeerFailed && st != Status::kMismatch) recordFailure(v, site, st, expected, seen);
@@ -264,7 +267,7 @@ WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t
 // only keeps step), polls its lines with one load each, and gets one status: the line's lanes read
 // in one instruction, so the flag lane seeing `flag` vouches for the others' words. The stop and
 // timeout checks are lane 0's, handed to the warp, so that no lane leaves the loop alone, and so
-// is the comparison of the peer's signature word (waitSlowPath).
+// is the comparison of the peer's signature word (peerCheck).
 WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64_t flag, LineShare* s,
                                  const WaitSite& site) {
 #if defined(WEFT_DEVICE_PASS)
@@ -276,10 +279,11 @@ WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64
   for (uint32_t spins = 1;; ++spins) {
     gpu::relax(spins);
     if (landed()) return Status::kOk;
-    if ((spins & 63) != 0) continue;
+    if (spins % kStopCheckPolls != 0) continue;
     auto st = Status::kOk;
     if (lane == 0) {
-      st = waitSlowPath(v, site);
+      st = stopReason(v);
+      if (st == Status::kOk && spins % kPeerCheckPolls == 0) st = peerCheck(v, site);
       if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     }
     st = static_cast<Status>(gpu::warpBroadcast(static_cast<uint32_t>(st), 0));

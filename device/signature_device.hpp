@@ -93,7 +93,7 @@ WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status publishSigEverywhere(const CommView& v,
 // name this op where it does not yet (the proxy's messages, or a flagged exchange, may carry it
 // after the data). A difference is recorded (both words) and fails the op. Out of line on a GPU:
 // once per peer and op, and inlined into the waits of the op kernel's protocols it raised that
-// kernel's registers (ptxas -v); the view goes by address at no cost (waitSlowPath says why).
+// kernel's registers (ptxas -v); the view goes by address at no cost (peerCheck says why).
 WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status checkSig(const CommView& v, int peer, uint64_t mine, uint64_t op,
                                                   uint32_t item) {
   const uint64_t* word = v.signal(v.rank, v.layout.sigOffset(peer, sigMeet(mine)));
