@@ -454,7 +454,7 @@ Code Comm::submitHere(const dev::OpDesc& d, uint64_t bytes, void* stream, bool c
     status::OpRow row{};
     if (page_) row = page_->submitted(ticket, d, bytes, !kHostSeesEnd, engine_->itemsOf(d));
     st = engine_->enqueue(ticket, d, stream, timeoutNs_);
-    if (watch_ && st == Status::kOk) watch_->submitted(ticket, row, engine_->itemsOf(d));
+    if (watch_ && st == Status::kOk) watch_->submitted(row);
   }
   if (st == Status::kOk) st = engine_->finish(ticket, stallNs());
   if (page_ && (kHostSeesEnd || st != Status::kOk)) page_->ended(ticket, st, queue_->header());

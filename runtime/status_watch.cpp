@@ -29,9 +29,9 @@ void StatusWatch::run(std::chrono::milliseconds interval) {
   }
 }
 
-void StatusWatch::submitted(uint64_t ticket, const status::OpRow& row, uint32_t items) {
+void StatusWatch::submitted(const status::OpRow& row) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ops_.push_back(Op{ticket, row, items, 0, 0});
+  ops_.push_back(Op{row, 0, 0});
 }
 
 size_t StatusWatch::inFlight() const {
@@ -59,7 +59,7 @@ void StatusWatch::progressed(Op& op, uint64_t itemsDone, uint64_t now) {
   if (itemsDone > 0 && op.startNs == 0) op.startNs = now;
   if (itemsDone == op.itemsDone && op.startNs == 0) return;
   op.itemsDone = itemsDone;
-  page_.progressed(op.ticket, op.itemsDone, op.startNs);
+  page_.progressed(op.row.ticket, op.itemsDone, op.startNs);
 }
 
 // Each op from its own slot: the engine writes `finished` per item and `done` (after `status`)
@@ -69,16 +69,17 @@ void StatusWatch::pollPersistent(uint64_t now) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto it = ops_.begin(); it != ops_.end();) {
     Op& op = *it;
-    dev::QueueSlot& s = queue_.slots()[op.ticket % queue_.depth()];
+    dev::QueueSlot& s = queue_.slots()[op.row.ticket % queue_.depth()];
     const uint64_t done = gpu::atomicLoad<gpu::Order::kAcquire>(&s.done);
-    if (done >= op.ticket + 1) {
-      const auto slotStatus =
-          done == op.ticket + 1 ? static_cast<Status>(gpu::atomicLoad<gpu::Order::kRelaxed>(&s.status)) : Status::kOk;
-      page_.ended(op.ticket, statusOf(op.ticket, slotStatus), queue_.header(), &op.row);
+    if (done >= op.row.ticket + 1) {
+      const auto slotStatus = done == op.row.ticket + 1
+                                  ? static_cast<Status>(gpu::atomicLoad<gpu::Order::kRelaxed>(&s.status))
+                                  : Status::kOk;
+      page_.ended(op.row.ticket, statusOf(op.row.ticket, slotStatus), queue_.header(), &op.row);
       it = ops_.erase(it);
       continue;
     }
-    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == op.ticket + 1) {
+    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == op.row.ticket + 1) {
       const uint64_t finished = gpu::atomicLoad<gpu::Order::kRelaxed>(&s.finished);
       const uint64_t claimed = gpu::atomicLoad<gpu::Order::kRelaxed>(&s.claim) & 0xffffffffu;
       if (claimed > 0 && op.startNs == 0) op.startNs = now;
@@ -106,15 +107,16 @@ void StatusWatch::pollLaunched(uint64_t now) {
   bool first = true;
   while (!ops_.empty()) {
     Op& op = ops_.front();
-    if (left >= op.items) {
-      left -= op.items;
-      counted_ += op.items;
-      page_.ended(op.ticket, Status::kOk, queue_.header(), &op.row);
+    if (left >= op.row.nitems) {
+      left -= op.row.nitems;
+      counted_ += op.row.nitems;
+      page_.ended(op.row.ticket, Status::kOk, queue_.header(), &op.row);
       ops_.pop_front();
       continue;
     }
     if (failed != Status::kOk) {
-      page_.ended(op.ticket, statusOf(op.ticket, first ? failed : Status::kPeerFailed), queue_.header(), &op.row);
+      page_.ended(op.row.ticket, statusOf(op.row.ticket, first ? failed : Status::kPeerFailed), queue_.header(),
+                  &op.row);
       ops_.pop_front();
       first = false;
       continue;

@@ -37,9 +37,9 @@ class StatusWatch {
   StatusWatch(const StatusWatch&) = delete;
   StatusWatch& operator=(const StatusWatch&) = delete;
 
-  // Op `ticket` is on its way to the engine: `row` as the page recorded it at submit, `items` the
-  // items the engine runs it as (Engine::itemsOf). Called in ticket order.
-  void submitted(uint64_t ticket, const status::OpRow& row, uint32_t items);
+  // An op is on its way to the engine: its row as the page recorded it at submit (its ticket, and
+  // in nitems the items the engine runs it as, Engine::itemsOf). Called in ticket order.
+  void submitted(const status::OpRow& row);
   // Brings the page up to date once.
   void poll();
   // Ops submitted and not yet seen to end.
@@ -47,9 +47,7 @@ class StatusWatch {
 
  private:
   struct Op {
-    uint64_t ticket;
-    status::OpRow row;
-    uint32_t items;
+    status::OpRow row;  // as submitted: its ticket, and its items in nitems
     uint64_t itemsDone;
     uint64_t startNs;
   };

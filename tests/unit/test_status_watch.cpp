@@ -45,7 +45,7 @@ struct Fixture {
     d.kind = static_cast<uint32_t>(kind);
     d.nitems = items;
     d.count = 100 + ticket;
-    w.submitted(ticket, page->submitted(ticket, d, 4 * (100 + ticket), /*onStream=*/true, items), items);
+    w.submitted(page->submitted(ticket, d, 4 * (100 + ticket), /*onStream=*/true, items));
   }
   Snapshot read() const {
     const status::Listing l = status::readDirectory(root + "/pages");
