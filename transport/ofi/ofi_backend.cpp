@@ -21,6 +21,7 @@
 #include "common/log.hpp"
 #include "device/gpu.hpp"
 #include "transport/net/backend.hpp"
+#include "transport/p2p/shm_segment.hpp"
 
 namespace weft::transport {
 namespace {
@@ -115,6 +116,7 @@ class OfiBackend final : public NetBackend {
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
   fid_ep* ep_ = nullptr;
+  bool enabled_ = false;
   fid_cq* cq_ = nullptr;
   fid_av* av_ = nullptr;
   fid_mr* heapMr_ = nullptr;
@@ -195,7 +197,17 @@ void OfiBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const s
   if (const int r = fi_endpoint(domain_, info_, &ep_, nullptr); r != 0) fail("fi_endpoint", r);
   if (const int r = fi_ep_bind(ep_, &av_->fid, 0); r != 0) fail("binding the address vector", r);
   if (const int r = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV); r != 0) fail("binding the queue", r);
+  if (provider_ == "shm") {
+    // shm names its region after the process id unless told otherwise, and refuses a name that a
+    // killed process of an earlier job left behind when this process got its pid. A name of
+    // weft's own never repeats, and the sweep of weft's leftovers (ShmSegment) removes it once
+    // its process is gone.
+    const std::string name = ShmSegment::uniqueName("ofi").substr(1);
+    if (const int r = fi_setname(&ep_->fid, const_cast<char*>(name.c_str()), name.size() + 1); r != 0)
+      fail("naming the shm endpoint", r);
+  }
   if (const int r = fi_enable(ep_); r != 0) fail("fi_enable", r);
+  enabled_ = true;
 
   // Keys this process picks where the provider does not: the heap 1, the message buffers 2,
   // peer p's mirror 3 + p.
@@ -255,7 +267,7 @@ OfiBackend::~OfiBackend() {
   auto close = [](fid* f) {
     if (f) fi_close(f);
   };
-  if (ep_) fi_cancel(&ep_->fid, nullptr);
+  if (enabled_) fi_cancel(&ep_->fid, nullptr);  // a provider may crash on one never enabled
   close(ep_ ? &ep_->fid : nullptr);
   for (auto& p : peers_) close(p.mirrorMr ? &p.mirrorMr->fid : nullptr);
   close(msgMr_ ? &msgMr_->fid : nullptr);
