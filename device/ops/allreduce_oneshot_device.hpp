@@ -46,14 +46,9 @@ struct AllReduceOneShotOp {
   template <bool kLines, class Coop>
   WEFT_HOST_DEVICE static Status runIn(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                        uint32_t item) {
-    // Item 0 publishes this rank's signature word (no signal of the exchange could carry it); the
-    // waits compare the peers' on their slow path (flagged_exchange_device.hpp). An empty op sends
-    // nothing else, so it meets its peers through the words alone, checked or not.
+    // An empty op sends nothing else, so it meets its peers through the signature words alone,
+    // checked or not. Other ops publish theirs after the push (publishWord).
     if (d.count == 0) return itemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item, item == 0, true);
-    if (item == 0 && d.sig != 0)
-      if (const Status st = itemSigs(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item, true, false);
-          st != Status::kOk)
-        return st;
     return withDType(static_cast<DType>(d.dtype), [&](auto tag) {
       constexpr DType T = decltype(tag)::value;
       if constexpr (kLines)
@@ -69,6 +64,22 @@ struct AllReduceOneShotOp {
   // never land.
   WEFT_HOST_DEVICE static uint64_t lineFlag(const OpSeq& seq, uint32_t sig) {
     return seq.epoch ^ (uint64_t{sigFlagBits(sig)} << 32);
+  }
+  // Item 0 publishes this rank's signature word (no signal of the exchange could carry it); the
+  // waits compare the peers' on their slow path (flagged_exchange_device.hpp). It goes once the
+  // item's own data has left, since nothing consumes it on the fast path, and where every peer is
+  // mapped it is a store to each, which cannot fail: the group's last thread, which has the least
+  // of a small op to push, makes it alone, and no thread waits for it. Before the push, with a
+  // barrier, it was most of what the check cost the 16 KB AllReduce (docs/perf.md). Through
+  // the proxy the posts can fail, so the group learns how they went.
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status publishWord(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                             uint32_t item) {
+    if (item != 0 || d.sig == 0) return Status::kOk;
+    const uint64_t word = sigWord(runningOpMeet(), d.sig);
+    if (proxyOf(v) != nullptr) return itemSigs(c, v, word, seq.op, item, true, false);
+    if (c.rank() == c.size() - 1) (void)publishSigEverywhere(v, word, seq.op, item);
+    return Status::kOk;
   }
   // Bytes [8k, 8k + 8) of a buffer of `bytes`, zero past its end.
   WEFT_HOST_DEVICE static uint64_t loadPair(const uint8_t* p, uint64_t bytes, uint64_t k) {
@@ -92,9 +103,12 @@ struct AllReduceOneShotOp {
     const uint64_t bytes = d.count * dtypeSize(T);
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
-    return exchangeFlagged<Acc>(
-        c, v, seq, item, itemUnits(bytes, false, d.nitems, item), [&](uint64_t k) { return loadPair(send, bytes, k); },
-        [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
+    const Range r = itemUnits(bytes, false, d.nitems, item);
+    auto own = [&](uint64_t k) { return loadPair(send, bytes, k); };
+    if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
+    if (const Status st = publishWord(c, v, d, seq, item); st != Status::kOk) return st;
+    return reduceFlagged<Acc, 1, true>(
+        c, v, seq, item, r, false, own, [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
         [&](uint64_t k, const Acc& acc) { storePair(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
   }
 
@@ -143,7 +157,8 @@ struct AllReduceOneShotOp {
         for (int p = 1; p < v.nranks; ++p)
           lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);
     }
-    Status st = Status::kOk;
+    Status st = publishWord(c, v, d, seq, item);
+    if (st != Status::kOk) return st;
     for (uint64_t base = first; base < r.hi && st == Status::kOk; base += step) {
       const uint64_t k = lineOf(base);
       float acc[kLanesPerThread][8] = {};

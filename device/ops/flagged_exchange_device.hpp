@@ -173,12 +173,4 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
 }
 
-// Both steps in one item, the waits checking the peers' words (the one-shot AllReduce).
-template <class Acc, class Coop, class Own, class Add, class Finish>
-WEFT_HOST_DEVICE Status exchangeFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
-                                        Own&& own, Add&& add, Finish&& finish) {
-  if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
-  return reduceFlagged<Acc, 1, true>(c, v, seq, item, r, false, own, add, finish);
-}
-
 }  // namespace weft::dev

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -42,12 +44,35 @@ inline double rounding(const Type& t) {
 }
 
 // A report's rows as a JSON array in o.json (nothing when it is empty). Every object starts with
-// what all reports share (op, graph, ranks, dtype); add(f) appends one, f(stream) writing the
-// rest of its fields as `, "key": value`.
+// what all reports share (op, graph, ranks, dtype, and where it ran: the GPU model, the transport
+// asked for, the baseline's collective and NCCL's path settings, the UTC date and the build's
+// commit), so that a kept file says what it measured (scripts/results-table.py makes the README's
+// table from such files); add(f) appends one, f(stream) writing the rest of its fields as
+// `, "key": value`.
 class JsonRows {
  public:
   JsonRows(const Context& c, const Options& o, const std::string& op) : c_(c), o_(o), op_(op) {
-    if (!o.json.empty()) out_.open(o.json);
+    if (o.json.empty()) return;
+    out_.open(o.json);
+    cudaDeviceProp prop{};
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) gpu_ = prop.name;
+    const char* transport = std::getenv("WEFT_TRANSPORT");
+    const char* nodeRanks = std::getenv("WEFT_NODE_RANKS");
+    transport_ = transport && *transport ? transport : "auto";
+    if (nodeRanks && *nodeRanks) transport_ += ", node_ranks " + std::string(nodeRanks);
+    if (transport_ != "auto" || (nodeRanks && *nodeRanks)) {
+      const char* backend = std::getenv("WEFT_PROXY_BACKEND");
+      transport_ += std::string(", proxy_backend ") + (backend && *backend ? backend : "ucx");
+    }
+    // The NCCL settings that choose its path (its socket transport, for the proxy's rows).
+    for (const char* var : {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NET", "NCCL_NVLS_ENABLE"})
+      if (const char* v = std::getenv(var); v && *v)
+        ncclEnv_ += (ncclEnv_.empty() ? "" : " ") + std::string(var) + "=" + v;
+    const std::time_t now = std::time(nullptr);
+    char day[16];
+    std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
+    date_ = day;
     if (out_) out_ << "[";
   }
   ~JsonRows() {
@@ -57,7 +82,9 @@ class JsonRows {
   void add(F&& fields) {
     if (!out_) return;
     out_ << (first_ ? "\n" : ",\n") << "  {\"op\": \"" << op_ << "\", \"graph\": " << (o_.graph ? "true" : "false")
-         << ", \"ranks\": " << c_.nranks << ", \"dtype\": \"" << o_.dtype << "\"";
+         << ", \"ranks\": " << c_.nranks << ", \"dtype\": \"" << o_.dtype << "\", \"gpu\": \"" << gpu_
+         << "\", \"baseline\": \"" << o_.baseline << "\", \"nccl_env\": \"" << ncclEnv_ << "\", \"transport\": \""
+         << transport_ << "\", \"date\": \"" << date_ << "\", \"commit\": \"" << WEFT_BENCH_COMMIT << "\"";
     fields(out_);
     out_ << "}";
     first_ = false;
@@ -66,7 +93,7 @@ class JsonRows {
  private:
   const Context& c_;
   const Options& o_;
-  std::string op_;
+  std::string op_, gpu_, transport_, ncclEnv_, date_;
   std::ofstream out_;
   bool first_ = true;
 };
