@@ -21,6 +21,7 @@ RESULTS = os.path.join(ROOT, "docs", "results")
 README = os.path.join(ROOT, "README.md")
 BEGIN, END = "<!-- results-table: begin -->", "<!-- results-table: end -->"
 KEPT_BYTES = {16 << 10, 1 << 20, 64 << 20}
+ORDER = ["gemv_allreduce", "gemm_alltoall", "embedding_alltoall", "allreduce", "alltoall"]
 
 
 def size(n):
@@ -61,7 +62,7 @@ def baseline(row):
     if row.get("baseline") == "weft":
         name = name.replace("NCCL", "weft's All-to-All")
     elif "NCCL_NET=Socket" in row.get("nccl_env", ""):
-        name += " (socket)"
+        name = name.replace("NCCL", "NCCL socket")
     return name
 
 
@@ -80,6 +81,8 @@ def rows():
                 if row["op"] in ("allreduce", "alltoall") and row["bytes"] not in KEPT_BYTES:
                     continue
                 out.append((os.path.basename(path), row))
+    # The fused ops first, then the collectives; within an op, p2p before the proxy.
+    out.sort(key=lambda fr: (ORDER.index(fr[1]["op"]), fr[1].get("transport", "auto") != "auto"))
     return out
 
 
