@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,7 +46,36 @@ struct Conn {
   bool detached = false;
   uint64_t commId = 0;
   int rank = -1, nranks = 0;
+  // The attached rank's process (pidfd), readable once it has ended. The connection alone does not
+  // say so where the rank forked a child that kept the socket open.
+  int pidFd = -1;
+
+  Conn() = default;
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+  ~Conn() { closePidFd(); }
+  void closePidFd() {
+    if (pidFd >= 0) ::close(pidFd);
+    pidFd = -1;
+  }
 };
+
+// A pidfd of `pid`, or -1 where the kernel has none (before Linux 5.3) or the pid is not of this
+// pid namespace (SO_PEERCRED gives 0): the connection closing is then the only sign of its end.
+int openPidFd(pid_t pid) {
+#if defined(SYS_pidfd_open)
+  if (pid > 0) {
+    const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+      ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+      return static_cast<int>(fd);
+    }
+  }
+#else
+  (void)pid;
+#endif
+  return -1;
+}
 
 // Queued: the loop sends it when the socket takes it (POLLOUT) and never waits for it.
 void reply(Conn& c, MsgType type, const void* body, size_t bytes, const std::vector<int>& fds = {}) {
@@ -261,6 +291,7 @@ void Daemon::Impl::handle(Conn& c, Frame& f) {
       c.commId = a.commId;
       c.rank = a.rank;
       c.nranks = a.nranks;
+      c.pidFd = openPidFd(c.cred.pid);
       reply(c, MsgType::kAttached, &out, sizeof out, fds);
       return;
     }
@@ -314,6 +345,7 @@ void Daemon::Impl::sendStatus(Conn& c) {
 }
 
 void Daemon::Impl::loseRank(Conn& c) {
+  c.closePidFd();
   if (!c.attached || c.detached) return;
   registry.lost(c.cred.uid, c.commId, c.rank);
   c.attached = false;
@@ -382,6 +414,8 @@ void Daemon::serve(int stopFd) {
       const short events = static_cast<short>((c->closing ? 0 : POLLIN) | (c->ch.queuedBytes() > 0 ? POLLOUT : 0));
       fds.push_back({c->ch.fd(), events, 0});
     }
+    // Then each attached rank's process (conns[i]'s at kFirstConn + conns.size() + i; -1 is ignored).
+    for (const auto& c : d.conns) fds.push_back({c->pidFd, POLLIN, 0});
     // Every wait below is this one: the loop blocks on no connection and on no engine.
     if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throwSystemError("weftd: poll");
     const uint64_t now = status::monotonicNs();
@@ -402,9 +436,19 @@ void Daemon::serve(int stopFd) {
       return;
     }
     if (d.listenFd >= 0 && (fds[1].revents & POLLIN)) d.acceptAll();
-    for (size_t i = 0; i < d.conns.size() && i + kFirstConn < fds.size(); ++i) {
+    const size_t polled = (fds.size() - kFirstConn) / 2;  // accepted connections come next turn
+    for (size_t i = 0; i < d.conns.size() && i < polled; ++i) {
       Conn& c = *d.conns[i];
       const short revents = fds[i + kFirstConn].revents;
+      if (c.pidFd >= 0 && (fds[kFirstConn + polled + i].revents & POLLIN)) {
+        // The rank's process has ended, but its connection is open: a child it forked holds it.
+        WEFT_LOG(kWarn, kService,
+                 "pid {} (rank {} of communicator {:016x}) has ended with its connection still open "
+                 "(a child it forked holds it)",
+                 c.cred.pid, c.rank, c.commId);
+        d.closeConn(c, "the rank's process has ended");
+        continue;
+      }
       try {
         if (c.closing && (revents & (POLLHUP | POLLERR))) {
           d.closeConn(c, "closed by the client before its refusal was read");

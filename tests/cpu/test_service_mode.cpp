@@ -3,6 +3,7 @@
 // identical, bit for bit, to the same ops in embedded mode; a rank that dies fails its peers' ops
 // at once with a named error while weftd serves on and lets the memory go; a weftd that dies fails
 // its ranks' ops at once, naming it (or stops nothing, where the ranks run their own engines).
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -213,6 +214,51 @@ TEST(ServiceMode, ARankThatDiesFailsItsPeersAtOnce) {
   clearService();
   EXPECT_TRUE(releasesEverything(d));
   EXPECT_NE(d.output().find("rank 2 (pid"), std::string::npos) << d.output();
+}
+
+// A rank that forked a child (without exec) and then died: the child holds the rank's connection
+// to weftd open, so only the rank's process ending says it is gone. Its peers fail at once all
+// the same, not at their timeout.
+TEST(ServiceMode, ARankWhoseChildHoldsItsConnectionFailsItsPeersAtOnceWhenItDies) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  useService(d, "on");
+  const double timeoutS = 30;  // far longer than the failure may take
+  const std::vector<RankExit> exits = forkRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = timeoutS;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    if (rank == 1) {
+      const pid_t parent = ::getpid();
+      if (::fork() == 0) {
+        // The child: every descriptor of the rank, weftd's connection among them, until its
+        // parent is gone and then a while longer (at most 15 s), outside the test's output.
+        const int null = ::open("/dev/null", O_WRONLY);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        while (::getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::this_thread::sleep_for(std::chrono::seconds(15));
+        ::_exit(0);
+      }
+      ::kill(::getpid(), SIGKILL);
+      return;
+    }
+    std::vector<float> x(100000, 1.0f);
+    const auto start = Clock::now();
+    EXPECT_TRUE(failsWith(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr), WEFT_ERR_TRANSPORT,
+                          "rank 1's process"));
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
+    EXPECT_EQ(weft_comm_destroy(comm), WEFT_SUCCESS);
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[0].exited && exits[0].code == 0);
+  EXPECT_TRUE(!exits[1].exited && exits[1].code == SIGKILL);
+  clearService();
+  EXPECT_TRUE(releasesEverything(d));
+  EXPECT_NE(d.output().find("a child it forked holds it"), std::string::npos) << d.output();
 }
 
 TEST(ServiceMode, OnWithoutAWeftdNamesTheDirectory) {
