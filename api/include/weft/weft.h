@@ -162,11 +162,9 @@ WEFT_API weft_result_t weft_alltoall(weft_comm_t comm, const void* sendbuf, void
  * row-major, on the device; y: [batch, n] in the symmetric heap, the full sum on every rank when
  * the stream gets past the op. batch is 1..64; n and k_local may be 0 (y is then zeros, or
  * nothing). Accumulation is float32; every rank ends with identical bits. x and w must not
- * overlap y. The path table (conf/path_table.tsv, or `path_table_file`; `gemv_path` forces a
- * path) picks, per GPU model, world size and shape: fused (one kernel computes and exchanges float32 partial
- * sums, while they fit `gemv_scratch_bytes`), or a GEMV writing y in dtype (weft's, or on CUDA
- * builds under the launched engine cuBLAS's: the `blas` path, the table's choice from batch 9)
- * followed by weft_allreduce of y. */
+ * overlap y. How it runs (one fused kernel, or a GEMV followed by an AllReduce of y) is chosen per
+ * GPU model, world size and shape, the same on every rank; the README's "Retuning for your
+ * machine" says how to see and change the choice. */
 WEFT_API weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w, void* y, int64_t batch,
                                            int64_t n, int64_t k_local, weft_dtype_t dtype, void* stream);
 
@@ -209,9 +207,7 @@ WEFT_API weft_result_t weft_embedding_alltoall(weft_comm_t comm, const void* wei
  * offset), also a rank that receives nothing; recv_capacity may differ between ranks.
  * recv_counts (int64 [nranks], device) gets the rows from each source, or may be NULL.
  * k and h are multiples of 8, and a and w start on 16 bytes (as cudaMalloc, weft_mem_alloc and
- * torch allocate: the tile loads them 16 bytes at a time); any size may be 0 (the call is still
- * collective). Each output tile is stored by the kernel that computes it straight into its rows'
- * owners (no staging copy, no separate communication kernel).
+ * torch allocate); any size may be 0 (the call is still collective).
  * Checked on the device, before anything is stored anywhere: send_counts are non-negative and sum
  * to `tokens`, every rank's recv is the same block, and no rank receives more rows than its
  * recv_capacity. If any rank's check fails, the op fails on every rank with
