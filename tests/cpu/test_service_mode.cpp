@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -170,32 +172,38 @@ TEST(ServiceMode, TwoJobsRunEveryOpIdenticallyToEmbedded) {
   EXPECT_NE(d.output().find("engine in weftd"), std::string::npos) << d.output();
 }
 
-TEST(ServiceMode, ARankThatDiesFailsItsPeersAtOnce) {
-  WeftdProcess d;
-  ASSERT_TRUE(d.started()) << d.output();
-  useService(d, "on");
-  const double timeoutS = 60;  // far longer than the failure may take
-  const std::vector<RankExit> exits = forkRanks(3, [&](int rank, int n, const weft_unique_id_t& id) {
+// `n` ranks through weftd (service on), whose timeout is far longer than a failure may take: the
+// last one runs `die`, which ends its process, and every other rank's next op must then fail at
+// once, naming the last rank's process. How each rank ended.
+std::vector<RankExit> lastRankDies(int n, const std::function<void()>& die) {
+  return forkRanks(n, [&](int rank, int nranks, const weft_unique_id_t& id) {
     weft_config_t config = WEFT_CONFIG_INITIALIZER;
-    config.timeout_s = timeoutS;
-    weft_comm_t comm = initRank(rank, n, id, &config);
+    config.timeout_s = 60;
+    weft_comm_t comm = initRank(rank, nranks, id, &config);
     ASSERT_NE(comm, nullptr);
     void* y = nullptr;
     WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
-    if (rank == 2) {
-      ::kill(::getpid(), SIGKILL);
+    if (rank == nranks - 1) {
+      die();
       return;
     }
     std::vector<float> x(100000, 1.0f);
     const auto start = Clock::now();
     EXPECT_TRUE(failsWith(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr), WEFT_ERR_TRANSPORT,
-                          "rank 2's process"));
+                          "rank " + std::to_string(nranks - 1) + "'s process"));
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
     weft_result_t async = WEFT_SUCCESS;
     WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
     EXPECT_EQ(async, WEFT_ERR_TRANSPORT);
     EXPECT_EQ(weft_comm_destroy(comm), WEFT_SUCCESS);
   });
+}
+
+TEST(ServiceMode, ARankThatDiesFailsItsPeersAtOnce) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  useService(d, "on");
+  const std::vector<RankExit> exits = lastRankDies(3, [] { ::kill(::getpid(), SIGKILL); });
   ASSERT_EQ(exits.size(), 3u);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
   EXPECT_TRUE(!exits[2].exited && exits[2].code == SIGKILL);
@@ -223,35 +231,19 @@ TEST(ServiceMode, ARankWhoseChildHoldsItsConnectionFailsItsPeersAtOnceWhenItDies
   WeftdProcess d;
   ASSERT_TRUE(d.started()) << d.output();
   useService(d, "on");
-  const double timeoutS = 30;  // far longer than the failure may take
-  const std::vector<RankExit> exits = forkRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_config_t config = WEFT_CONFIG_INITIALIZER;
-    config.timeout_s = timeoutS;
-    weft_comm_t comm = initRank(rank, n, id, &config);
-    ASSERT_NE(comm, nullptr);
-    void* y = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
-    if (rank == 1) {
-      const pid_t parent = ::getpid();
-      if (::fork() == 0) {
-        // The child: every descriptor of the rank, weftd's connection among them, until its
-        // parent is gone and then a while longer (at most 15 s), outside the test's output.
-        const int null = ::open("/dev/null", O_WRONLY);
-        ::dup2(null, 1);
-        ::dup2(null, 2);
-        while (::getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        std::this_thread::sleep_for(std::chrono::seconds(15));
-        ::_exit(0);
-      }
-      ::kill(::getpid(), SIGKILL);
-      return;
+  const std::vector<RankExit> exits = lastRankDies(2, [] {
+    const pid_t parent = ::getpid();
+    if (::fork() == 0) {
+      // The child: every descriptor of the rank, weftd's connection among them, until its parent
+      // is gone and then a while longer (at most 15 s), outside the test's output.
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      while (::getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::this_thread::sleep_for(std::chrono::seconds(15));
+      ::_exit(0);
     }
-    std::vector<float> x(100000, 1.0f);
-    const auto start = Clock::now();
-    EXPECT_TRUE(failsWith(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr), WEFT_ERR_TRANSPORT,
-                          "rank 1's process"));
-    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
-    EXPECT_EQ(weft_comm_destroy(comm), WEFT_SUCCESS);
+    ::kill(::getpid(), SIGKILL);
   });
   ASSERT_EQ(exits.size(), 2u);
   EXPECT_TRUE(exits[0].exited && exits[0].code == 0);
