@@ -2,8 +2,10 @@
 // block peers write into) fail that op on every rank with WEFT_ERR_INVALID_USAGE, naming both ranks
 // and what differs, and nothing is written into any output (issue 33). Every case runs over each
 // protocol its op can take.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -28,7 +30,7 @@ void PrintTo(const Protocol& p, std::ostream* os) { *os << p.name; }
 const Protocol kProtocols[] = {{"OneShotLl", "64K", "ll"}, {"OneShotLl128", "64K", "ll128"}, {"Rsag", "0", "ll"}};
 
 class Disagree : public ::testing::TestWithParam<Protocol> {
- protected:
+ public:
   // A communicator with a short timeout (a case that hangs fails fast) and this protocol.
   static weft_comm_t init(int rank, int n, const weft_unique_id_t& id) {
     setenv("WEFT_ONESHOT_MAX_BYTES", GetParam().oneShotMax, 1);
@@ -57,92 +59,83 @@ bool allPoisoned(const void* p, size_t bytes) {
   return ::testing::AssertionSuccess();
 }
 
-// Rank 0 asks for 0 elements, rank 1 for 100: today rank 0 returned at once and its next op mixed
-// in rank 1's data.
-TEST_P(Disagree, AllReduceCountZeroAgainstHundred) {
-  const uint64_t seed = freshSeed();
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_comm_t comm = init(rank, n, id);
-    ASSERT_NE(comm, nullptr);
-    void* out = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &out));
-    std::vector<float> x(100);
-    fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
-    poison(out, 4096);
-    EXPECT_TRUE(failsNaming(weft_allreduce(comm, x.data(), out, rank == 0 ? 0 : 100, WEFT_FLOAT32, nullptr), "count"));
-    EXPECT_TRUE(allPoisoned(out, 4096));
-    weft_result_t async = WEFT_SUCCESS;
-    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
-    EXPECT_EQ(async, kUsage);
-    weft_comm_destroy(comm);
-  };
-  EXPECT_TRUE(runRanks(2, body, 60));
+// Every case's check, on `comm` (which it destroys): two poisoned heap blocks of `bytes`, and
+// op(comm, a, b), this rank's side of an op the ranks disagree on. It must fail naming both ranks,
+// `field` and each of `mentions`, leave the communicator's error INVALID_USAGE, and write neither
+// block.
+void expectRejected(weft_comm_t comm, size_t bytes, const std::string& field,
+                    const std::function<weft_result_t(weft_comm_t, void*, void*)>& op,
+                    const std::vector<std::string>& mentions = {}) {
+  ASSERT_NE(comm, nullptr);
+  void* a = nullptr;
+  void* b = nullptr;
+  WEFT_ASSERT_OK(weft_mem_alloc(comm, bytes, &a));
+  WEFT_ASSERT_OK(weft_mem_alloc(comm, bytes, &b));
+  poison(a, bytes);
+  poison(b, bytes);
+  EXPECT_TRUE(failsNaming(op(comm, a, b), field));
+  const std::string msg = weft_get_last_error(nullptr);
+  for (const std::string& word : mentions) EXPECT_NE(msg.find(word), std::string::npos) << msg;
+  weft_result_t async = WEFT_SUCCESS;
+  WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+  EXPECT_EQ(async, kUsage);
+  EXPECT_TRUE(allPoisoned(a, bytes));
+  EXPECT_TRUE(allPoisoned(b, bytes));
+  weft_comm_destroy(comm);
 }
 
-// float32 against bfloat16 of the same count: today SUCCESS with half the elements wrong.
+// A communicator with a short timeout (a case that hangs fails fast).
+weft_comm_t shortTimeout(int rank, int n, const weft_unique_id_t& id) {
+  weft_config_t config = WEFT_CONFIG_INITIALIZER;
+  config.timeout_s = 10;
+  return initRank(rank, n, id, &config);
+}
+
+// One AllReduce whose two ranks disagree: rank r passes count[r] elements of dtype[r] into the
+// first block (both ranks), or (ownBlocks) rank 1 into the second.
+struct AllReduceMismatch {
+  int64_t count[2];
+  weft_dtype_t dtype[2];
+  bool ownBlocks;
+  const char* field;
+  std::vector<std::string> mentions;
+};
+
+void runMismatch(const AllReduceMismatch& m) {
+  const uint64_t seed = freshSeed();
+  EXPECT_TRUE(runRanks(
+      2,
+      [&](int rank, int n, const weft_unique_id_t& id) {
+        std::vector<float> x(std::max(m.count[0], m.count[1]));
+        fillInput(x.data(), m.dtype[rank], seed, rank, 0, x.size());
+        expectRejected(
+            Disagree::init(rank, n, id), 4096, m.field,
+            [&](weft_comm_t comm, void* a, void* b) {
+              return weft_allreduce(comm, x.data(), m.ownBlocks && rank == 1 ? b : a, m.count[rank], m.dtype[rank],
+                                    nullptr);
+            },
+            m.mentions);
+      },
+      60));
+}
+
+constexpr weft_dtype_t kF32 = WEFT_FLOAT32;
+
+// Rank 0 asks for 0 elements, rank 1 for 100: rank 0 used to return at once, and its next op
+// mixed in rank 1's data.
+TEST_P(Disagree, AllReduceCountZeroAgainstHundred) { runMismatch({{0, 100}, {kF32, kF32}, false, "count", {}}); }
+
+// float32 against bfloat16 of the same count: SUCCESS, with half the elements wrong, before.
 TEST_P(Disagree, AllReduceDtype) {
-  const uint64_t seed = freshSeed();
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_comm_t comm = init(rank, n, id);
-    ASSERT_NE(comm, nullptr);
-    void* out = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &out));
-    const weft_dtype_t dt = rank == 0 ? WEFT_FLOAT32 : WEFT_BFLOAT16;
-    std::vector<float> x(256);
-    fillInput(x.data(), dt, seed, rank, 0, x.size());
-    poison(out, 4096);
-    const weft_result_t r = weft_allreduce(comm, x.data(), out, 256, dt, nullptr);
-    EXPECT_TRUE(failsNaming(r, "dtype"));
-    const std::string msg = weft_get_last_error(nullptr);
-    EXPECT_NE(msg.find("float32"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("bfloat16"), std::string::npos) << msg;
-    EXPECT_TRUE(allPoisoned(out, 4096));
-    weft_comm_destroy(comm);
-  };
-  EXPECT_TRUE(runRanks(2, body, 60));
+  runMismatch({{256, 256}, {kF32, WEFT_BFLOAT16}, false, "dtype", {"float32", "bfloat16"}});
 }
 
-// Counts 100 against 200: today the smaller rank succeeded and the larger timed out, one op late.
-TEST_P(Disagree, AllReduceCounts) {
-  const uint64_t seed = freshSeed();
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_comm_t comm = init(rank, n, id);
-    ASSERT_NE(comm, nullptr);
-    void* out = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &out));
-    std::vector<float> x(200);
-    fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
-    poison(out, 4096);
-    EXPECT_TRUE(
-        failsNaming(weft_allreduce(comm, x.data(), out, rank == 0 ? 100 : 200, WEFT_FLOAT32, nullptr), "count"));
-    EXPECT_TRUE(allPoisoned(out, 4096));
-    weft_comm_destroy(comm);
-  };
-  EXPECT_TRUE(runRanks(2, body, 60));
-}
+// Counts 100 against 200: the smaller rank succeeded and the larger timed out, one op late, before.
+TEST_P(Disagree, AllReduceCounts) { runMismatch({{100, 200}, {kF32, kF32}, false, "count", {}}); }
 
-// Each rank passes a different, locally valid output block: today SUCCESS on both, with results
+// Each rank passes a different, locally valid output block: SUCCESS on both before, with results
 // written into the block the rank did not pass.
-TEST_P(Disagree, AllReduceRecvBlocks) {
-  const uint64_t seed = freshSeed();
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_comm_t comm = init(rank, n, id);
-    ASSERT_NE(comm, nullptr);
-    void* a = nullptr;
-    void* b = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &a));
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &b));
-    std::vector<float> x(1000);
-    fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
-    poison(a, 4096);
-    poison(b, 4096);
-    EXPECT_TRUE(failsNaming(weft_allreduce(comm, x.data(), rank == 0 ? a : b, 1000, WEFT_FLOAT32, nullptr), "recv"));
-    EXPECT_TRUE(allPoisoned(a, 4096));
-    EXPECT_TRUE(allPoisoned(b, 4096));
-    weft_comm_destroy(comm);
-  };
-  EXPECT_TRUE(runRanks(2, body, 60));
-}
+TEST_P(Disagree, AllReduceRecvBlocks) { runMismatch({{1000, 1000}, {kF32, kF32}, true, "recv", {}}); }
 
 // A matching op after many mismatching-looking but agreeing ones (every count, both dtypes) still
 // passes: the check never fires where ranks agree, including on empty ops.
@@ -173,104 +166,75 @@ INSTANTIATE_TEST_SUITE_P(Protocols, Disagree, ::testing::ValuesIn(kProtocols),
 // All-to-All with different output blocks, and with different counts.
 TEST(DisagreeAllToAll, RecvBlocksAndCounts) {
   const uint64_t seed = freshSeed();
-  for (int which = 0; which < 2; ++which) {
-    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-      weft_config_t config = WEFT_CONFIG_INITIALIZER;
-      config.timeout_s = 10;
-      weft_comm_t comm = initRank(rank, n, id, &config);
-      ASSERT_NE(comm, nullptr);
-      void* a = nullptr;
-      void* b = nullptr;
-      WEFT_ASSERT_OK(weft_mem_alloc(comm, 8192, &a));
-      WEFT_ASSERT_OK(weft_mem_alloc(comm, 8192, &b));
-      std::vector<float> x(2 * 500);
-      fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
-      poison(a, 8192);
-      poison(b, 8192);
-      void* recv = which == 0 && rank == 1 ? b : a;
-      const int64_t count = which == 1 && rank == 1 ? 0 : 500;
-      EXPECT_TRUE(failsNaming(weft_alltoall(comm, x.data(), recv, count, WEFT_FLOAT32, nullptr),
-                              which == 0 ? "recv" : "count"));
-      EXPECT_TRUE(allPoisoned(a, 8192));
-      EXPECT_TRUE(allPoisoned(b, 8192));
-      weft_comm_destroy(comm);
-    };
-    EXPECT_TRUE(runRanks(2, body, 60)) << (which == 0 ? "recv blocks" : "counts");
+  for (const bool blocks : {true, false}) {
+    EXPECT_TRUE(runRanks(
+        2,
+        [&](int rank, int n, const weft_unique_id_t& id) {
+          std::vector<float> x(2 * 500);
+          fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
+          expectRejected(shortTimeout(rank, n, id), 8192, blocks ? "recv" : "count",
+                         [&](weft_comm_t comm, void* a, void* b) {
+                           return weft_alltoall(comm, x.data(), blocks && rank == 1 ? b : a,
+                                                !blocks && rank == 1 ? 0 : 500, WEFT_FLOAT32, nullptr);
+                         });
+        },
+        60))
+        << (blocks ? "recv blocks" : "counts");
   }
 }
 
 // Different ops at the same point: an AllReduce against an All-to-All.
 TEST(DisagreeKinds, AllReduceAgainstAllToAll) {
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_config_t config = WEFT_CONFIG_INITIALIZER;
-    config.timeout_s = 10;
-    weft_comm_t comm = initRank(rank, n, id, &config);
-    ASSERT_NE(comm, nullptr);
-    void* out = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 8192, &out));
-    std::vector<float> x(1000, 1.f);
-    poison(out, 8192);
-    const weft_result_t r = rank == 0 ? weft_allreduce(comm, x.data(), out, 1000, WEFT_FLOAT32, nullptr)
-                                      : weft_alltoall(comm, x.data(), out, 500, WEFT_FLOAT32, nullptr);
-    EXPECT_TRUE(failsNaming(r, "kind"));
-    EXPECT_TRUE(allPoisoned(out, 8192));
-    weft_comm_destroy(comm);
-  };
-  EXPECT_TRUE(runRanks(2, body, 60));
+  EXPECT_TRUE(runRanks(
+      2,
+      [&](int rank, int n, const weft_unique_id_t& id) {
+        std::vector<float> x(1000, 1.f);
+        expectRejected(shortTimeout(rank, n, id), 8192, "kind", [&](weft_comm_t comm, void* a, void*) {
+          return rank == 0 ? weft_allreduce(comm, x.data(), a, 1000, WEFT_FLOAT32, nullptr)
+                           : weft_alltoall(comm, x.data(), a, 500, WEFT_FLOAT32, nullptr);
+        });
+      },
+      60));
 }
 
 // The fused GEMV + AllReduce with different n.
 TEST(DisagreeGemv, DifferentRows) {
   const uint64_t seed = freshSeed();
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    setenv("WEFT_GEMV_PATH", "fused", 1);
-    weft_config_t config = WEFT_CONFIG_INITIALIZER;
-    config.timeout_s = 10;
-    weft_comm_t comm = initRank(rank, n, id, &config);
-    ASSERT_NE(comm, nullptr);
-    const int64_t k = 64, rows = rank == 0 ? 64 : 96;
-    std::vector<float> x(k), w(96 * k);
-    fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
-    fillInput(w.data(), WEFT_FLOAT32, gemvWeightSeed(seed), rank, 0, w.size());
-    void* y = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &y));
-    poison(y, 4096);
-    EXPECT_TRUE(
-        failsNaming(weft_gemv_allreduce(comm, x.data(), w.data(), y, 1, rows, k, WEFT_FLOAT32, nullptr), "shape"));
-    EXPECT_TRUE(allPoisoned(y, 4096));
-    weft_comm_destroy(comm);
-  };
-  EXPECT_TRUE(runRanks(2, body, 60));
+  EXPECT_TRUE(runRanks(
+      2,
+      [&](int rank, int n, const weft_unique_id_t& id) {
+        setenv("WEFT_GEMV_PATH", "fused", 1);
+        const int64_t k = 64, rows = rank == 0 ? 64 : 96;
+        std::vector<float> x(k), w(96 * k);
+        fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
+        fillInput(w.data(), WEFT_FLOAT32, gemvWeightSeed(seed), rank, 0, w.size());
+        expectRejected(shortTimeout(rank, n, id), 4096, "shape", [&](weft_comm_t comm, void* y, void*) {
+          return weft_gemv_allreduce(comm, x.data(), w.data(), y, 1, rows, k, WEFT_FLOAT32, nullptr);
+        });
+      },
+      60));
 }
 
 // The embedding op with different output blocks, and with different local batches.
 TEST(DisagreeEmbedding, RecvBlocksAndBatch) {
   const uint64_t seed = freshSeed();
-  for (int which = 0; which < 2; ++which) {
-    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-      weft_config_t config = WEFT_CONFIG_INITIALIZER;
-      config.timeout_s = 10;
-      weft_comm_t comm = initRank(rank, n, id, &config);
-      ASSERT_NE(comm, nullptr);
-      void* a = nullptr;
-      void* b = nullptr;
-      WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &a));
-      WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &b));
-      poison(a, 4096);
-      poison(b, 4096);
-      const EmbeddingCase c{seed, n, 2, 8, WEFT_FLOAT32, 0, false};
-      const EmbeddingInputs in = embeddingInputs(c, rank);
-      void* recv = which == 0 && rank == 1 ? b : a;
-      const int64_t batch = which == 1 && rank == 1 ? 1 : 2;
-      const weft_result_t r = weft_embedding_alltoall(comm, in.weights.data(), in.tableOffsets.data(), c.tables(rank),
-                                                      in.indices.data(), in.offsets.data(), nullptr, WEFT_POOL_SUM, recv, batch,
-                                                      c.totalTables(), c.tableBase(rank), 8, WEFT_FLOAT32, nullptr);
-      EXPECT_TRUE(failsNaming(r, which == 0 ? "recv" : "local_batch"));
-      EXPECT_TRUE(allPoisoned(a, 4096));
-      EXPECT_TRUE(allPoisoned(b, 4096));
-      weft_comm_destroy(comm);
-    };
-    EXPECT_TRUE(runRanks(2, body, 60)) << (which == 0 ? "recv blocks" : "local batch");
+  for (const bool blocks : {true, false}) {
+    EXPECT_TRUE(runRanks(
+        2,
+        [&](int rank, int n, const weft_unique_id_t& id) {
+          const EmbeddingCase c{seed, n, 2, 8, WEFT_FLOAT32, 0, false};
+          const EmbeddingInputs in = embeddingInputs(c, rank);
+          expectRejected(shortTimeout(rank, n, id), 4096, blocks ? "recv" : "local_batch",
+                         [&](weft_comm_t comm, void* a, void* b) {
+                           return weft_embedding_alltoall(comm, in.weights.data(), in.tableOffsets.data(),
+                                                          c.tables(rank), in.indices.data(), in.offsets.data(), nullptr,
+                                                          WEFT_POOL_SUM, blocks && rank == 1 ? b : a,
+                                                          !blocks && rank == 1 ? 1 : 2, c.totalTables(),
+                                                          c.tableBase(rank), 8, WEFT_FLOAT32, nullptr);
+                         });
+        },
+        60))
+        << (blocks ? "recv blocks" : "local batch");
   }
 }
 
