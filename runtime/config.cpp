@@ -138,6 +138,14 @@ const std::vector<SettingSpec>& settingSpecs() {
        0, 68719476736.0},
       {"service_drain_s", SettingType::kDouble, "30",
        "weftd: on SIGTERM, how long it waits for attached communicators to end before it exits", 0, 86400},
+      {"service_user_clients", SettingType::kInt, "256",
+       "weftd: the most connections one user may hold open at once (a connection past it is refused, naming "
+       "this setting)",
+       1, 1024},
+      {"service_user_bytes", SettingType::kSize, "0",
+       "weftd: the most memory (heaps and staging segments) weftd holds for one user's communicators at once; an "
+       "attach past it is refused, naming this setting; 0: half of the node's physical memory",
+       0, 1125899906842624.0},
       {"log_level", SettingType::kString, "warn", "error, warn, info, debug or trace"},
       {"log_subsys", SettingType::kString, "all",
        "Comma list of init,bootstrap,heap,queue,engine,p2p,proxy,ucx,ofi,api,config,service or all"},

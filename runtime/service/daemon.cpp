@@ -109,6 +109,12 @@ DaemonOptions DaemonOptions::from(const Settings& s) {
   o.allowUids = parseIdList("service_allow_uids", s.getString("service_allow_uids"));
   o.allowGids = parseIdList("service_allow_gids", s.getString("service_allow_gids"));
   o.drainS = s.getDouble("service_drain_s");
+  o.userClients = static_cast<int>(s.getInt("service_user_clients"));
+  o.userBytes = static_cast<uint64_t>(s.getInt("service_user_bytes"));
+  if (o.userBytes == 0) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    o.userBytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 : 0;
+  }
   o.mps = std::string(WEFT_BUILD_GPU) == "cpu" ? "none (CPU backend: no GPU kernels to share)" : "not managed yet";
   if ((!o.allowUids.empty() || !o.allowGids.empty()) && o.dir == status::directory(s.getString("status_dir")))
     throw Error(Code::kInvalidArgument,
@@ -154,6 +160,7 @@ Daemon::Daemon(const DaemonOptions& o) : impl_(std::make_unique<Impl>()) {
   d.opts = o;
   d.shared = !o.allowUids.empty() || !o.allowGids.empty();
   d.instance = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  d.registry.limitUserBytes(o.userBytes);
   d.prepareDirectory();
   d.takeLock();
   d.socket = socketPath(o.dir);
@@ -254,6 +261,18 @@ void Daemon::Impl::acceptAll() {
     }
     if (conns.size() >= kMaxConnections) {
       refuse(*c, Code::kOutOfMemory, "weftd has " + std::to_string(kMaxConnections) + " connections already");
+      flushOnce(*c);
+      continue;
+    }
+    // One user's connections, greeted or not, leave room for the others'.
+    const auto held =
+        std::count_if(conns.begin(), conns.end(), [&](const auto& k) { return k->cred.uid == c->cred.uid; });
+    if (held >= opts.userClients) {
+      WEFT_LOG(kWarn, kService, "refused pid {} of uid {}: the user holds {} connections (service_user_clients)",
+               c->cred.pid, c->cred.uid, held);
+      refuse(*c, Code::kOutOfMemory,
+             "uid " + std::to_string(c->cred.uid) + " holds " + std::to_string(held) +
+                 " connections to weftd already, its limit (service_user_clients)");
       flushOnce(*c);
       continue;
     }

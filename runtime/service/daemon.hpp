@@ -22,6 +22,10 @@ struct DaemonOptions {
   double drainS = 30;               // SIGTERM: how long attached communicators may take to end
   double ioTimeoutS = 5;            // a message begun must be whole within this
   std::string mps;                  // MPS state, in words, for status
+  // What one user may hold: connections open at once, and bytes of memory weftd makes for its
+  // communicators (service_user_clients, service_user_bytes; 0 bytes: half the physical memory).
+  int userClients = 256;
+  uint64_t userBytes = 0;
 
   static DaemonOptions from(const Settings& s);
 };

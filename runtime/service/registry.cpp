@@ -62,6 +62,16 @@ void CommRegistry::release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word,
 
 std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, Attached* out) {
   const Key key{uid, a.commId};
+  // What this attach would make: every rank's heap with the communicator's first rank, and the
+  // rank's staging segment where weftd runs its engine (sizes as attach() itself checks them).
+  const bool first = comms_.find(key) == comms_.end();
+  const uint64_t adds =
+      (first ? static_cast<uint64_t>(a.nranks) * a.heapBytes : 0) + (uid == ::geteuid() ? a.stagingBytes : 0);
+  if (userBytes_ > 0 && heldBytes(uid) + adds > userBytes_)
+    throw Error(Code::kOutOfMemory, "attach: uid " + std::to_string(uid) + "'s communicators hold " +
+                                        std::to_string(heldBytes(uid)) + " bytes of weftd's memory; " +
+                                        std::to_string(adds) + " more would pass its limit of " +
+                                        std::to_string(userBytes_) + " (service_user_bytes)");
   auto [it, fresh] = comms_.try_emplace(key);
   Comm& c = it->second;
   Rank* made = nullptr;  // this attach's rank, once it is known to be one nobody else holds
@@ -203,11 +213,23 @@ void CommRegistry::dropIfIdle(const Key& k) {
   comms_.erase(it);
 }
 
+uint64_t CommRegistry::bytesOf(const Comm& c) {
+  uint64_t total = 0;
+  for (const Rank& r : c.ranks)
+    total += (r.heap ? r.heap->size() : 0) + r.staging.size() + (r.queue ? r.queue->bytes() : 0);
+  return total;
+}
+
 uint64_t CommRegistry::heldBytes() const {
   uint64_t total = 0;
+  for (const auto& [k, c] : comms_) total += bytesOf(c);
+  return total;
+}
+
+uint64_t CommRegistry::heldBytes(uint32_t uid) const {
+  uint64_t total = 0;
   for (const auto& [k, c] : comms_)
-    for (const Rank& r : c.ranks)
-      total += (r.heap ? r.heap->size() : 0) + r.staging.size() + (r.queue ? r.queue->bytes() : 0);
+    if (k.first == uid) total += bytesOf(c);
   return total;
 }
 

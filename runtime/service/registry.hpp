@@ -52,6 +52,11 @@ class CommRegistry {
 
   uint32_t comms() const { return static_cast<uint32_t>(comms_.size()); }
   uint64_t heldBytes() const;
+  // What one user's communicators hold (their heaps, staging segments and queues).
+  uint64_t heldBytes(uint32_t uid) const;
+  // The most one user's heaps and staging segments may take (0: no limit): an attach that would
+  // make more throws weft::Error (kOutOfMemory) naming service_user_bytes, and makes nothing.
+  void limitUserBytes(uint64_t bytes) { userBytes_ = bytes; }
 
  private:
   enum class RankState { kNever, kAttached, kGone };
@@ -76,6 +81,8 @@ class CommRegistry {
   };
   using Key = std::pair<uint32_t, uint64_t>;
 
+  // Bytes of the heaps, staging segments and queues a communicator holds.
+  static uint64_t bytesOf(const Comm& c);
   // Writes the failure (rank `c.lostRank` gone) into rank r's queue and engine control words.
   static void failRank(Comm& c, int r);
   static void startEngine(Comm& c, int r);
@@ -89,6 +96,7 @@ class CommRegistry {
 
   Reaper reaper_;  // outlives comms_: its jobs hold what their workers touch
   std::map<Key, Comm> comms_;
+  uint64_t userBytes_ = 0;
 };
 
 }  // namespace weft::service

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -332,6 +333,56 @@ TEST(Weftd, ADisagreeingAttachIsRefusedAndTheCommunicatorStaysWhole) {
   first->detach();
   second->detach();
   EXPECT_TRUE(answers(d));
+}
+
+// One user may hold at most service_user_clients connections and service_user_bytes of weftd's
+// memory: past either, weftd refuses, naming the setting, and goes on serving (a closed
+// connection makes room again).
+TEST(Weftd, OneUserCannotTakeEveryConnectionOrAllTheMemory) {
+  setenv("WEFT_SERVICE_USER_CLIENTS", "3", 1);
+  setenv("WEFT_SERVICE_USER_BYTES", "96M", 1);
+  WeftdProcess d;
+  unsetenv("WEFT_SERVICE_USER_CLIENTS");
+  unsetenv("WEFT_SERVICE_USER_BYTES");
+  ASSERT_TRUE(d.started()) << d.output();
+  ConnectStatus st;
+  std::string why;
+  const auto refusal = [&](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // Two heaps of 64 MiB would pass 96 MiB; two of 32 MiB do not.
+  auto tooBig = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(tooBig) << why;
+  EXPECT_NE(refusal([&] { (void)tooBig->attach(attachOf(0x51, 2, 64 << 20, 1, 0)); }).find("service_user_bytes"),
+            std::string::npos);
+  tooBig.reset();
+  auto lib = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(lib) << why;
+  EXPECT_EQ(lib->attach(attachOf(0x52, 2, 32 << 20, 1, 0)).heaps.size(), 2u);
+  // The attached rank and two more connections are three: a fourth is refused.
+  auto second = connectTo(d, &st, &why);
+  ASSERT_TRUE(second) << why;
+  auto third = connectTo(d, &st, &why);
+  ASSERT_TRUE(third) << why;
+  std::unique_ptr<Client> fourth;
+  EXPECT_NE(refusal([&] { fourth = connectTo(d, &st, &why); }).find("service_user_clients"), std::string::npos);
+  // One closed, a new one is served (once weftd has seen the close).
+  third.reset();
+  bool served = false;
+  for (int i = 0; i < 200 && !served; ++i) {
+    try {
+      served = answers(d);
+    } catch (const Error&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  EXPECT_TRUE(served);
+  lib->detach();
 }
 
 // Runs `body` as user `uid` (group `gid`) in a child; returns its exit status.
