@@ -7,7 +7,9 @@
 
 Every row is one row of a kept file, as weft-bench wrote it: nothing is typed in by hand. A file
 holds one weft-bench run (`weft-bench ... --json docs/results/NAME.json`); the table keeps every
-row of the fused ops and, of the plain collectives, the sizes in KEPT_BYTES. Ratios are the
+row of the fused ops and, of the plain collectives, the sizes in KEPT_BYTES. weft-bench takes its
+commit when CMake configures it: configure again (`cmake -S . -B build-cuda`) after committing,
+before building the weft-bench whose runs are kept. Ratios are the
 baseline's time over weft's (above 1: weft is faster). The table sits in README.md between the two
 marker lines below.
 """
