@@ -320,6 +320,7 @@ void Daemon::Impl::handle(Conn& c, Frame& f) {
       // rank then completes what they left unfinished, which must never race them.
       c.detached = true;
       c.detachPending = true;
+      c.closePidFd();  // the rank is no longer weftd's to lose
       registry.detach(c.cred.uid, c.commId, c.rank, c.id);
       return;
     default:
@@ -459,15 +460,6 @@ void Daemon::serve(int stopFd) {
     for (size_t i = 0; i < d.conns.size() && i < polled; ++i) {
       Conn& c = *d.conns[i];
       const short revents = fds[i + kFirstConn].revents;
-      if (c.pidFd >= 0 && (fds[kFirstConn + polled + i].revents & POLLIN)) {
-        // The rank's process has ended, but its connection is open: a child it forked holds it.
-        WEFT_LOG(kWarn, kService,
-                 "pid {} (rank {} of communicator {:016x}) has ended with its connection still open "
-                 "(a child it forked holds it)",
-                 c.cred.pid, c.rank, c.commId);
-        d.closeConn(c, "the rank's process has ended");
-        continue;
-      }
       try {
         if (c.closing && (revents & (POLLHUP | POLLERR))) {
           d.closeConn(c, "closed by the client before its refusal was read");
@@ -503,6 +495,17 @@ void Daemon::serve(int stopFd) {
         d.closeConn(c, e.what());  // the client has gone: nothing to tell it
       }
       if (!c.ch.midMessage() && c.greeted) c.idleSinceNs = now;
+      // The rank's process has ended and its connection showed nothing this turn (a process that
+      // ends closes its socket first, and that close was handled above): a child it forked holds
+      // the connection.
+      if (c.ch.valid() && c.pidFd >= 0 && (fds[kFirstConn + polled + i].revents & POLLIN) &&
+          !(revents & (POLLIN | POLLHUP | POLLERR))) {
+        WEFT_LOG(kWarn, kService,
+                 "pid {} (rank {} of communicator {:016x}) has ended with its connection still open "
+                 "(a child it forked holds it)",
+                 c.cred.pid, c.rank, c.commId);
+        d.closeConn(c, "the rank's process has ended");
+      }
     }
     d.conns.erase(std::remove_if(d.conns.begin(), d.conns.end(), [](const auto& c) { return !c->ch.valid(); }),
                   d.conns.end());

@@ -63,14 +63,15 @@ void CommRegistry::release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word,
 std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, Attached* out) {
   const Key key{uid, a.commId};
   // What this attach would make: every rank's heap with the communicator's first rank, and the
-  // rank's staging segment where weftd runs its engine (sizes as attach() itself checks them).
-  const bool first = comms_.find(key) == comms_.end();
-  const uint64_t adds =
-      (first ? static_cast<uint64_t>(a.nranks) * a.heapBytes : 0) + (uid == ::geteuid() ? a.stagingBytes : 0);
-  if (userBytes_ > 0 && heldBytes(uid) + adds > userBytes_)
+  // rank's staging segment where weftd runs its engine (queues, a few pages each, are not
+  // charged). decodeAttach bounds the sizes (62 ranks, 2^42-byte heaps), so the sum cannot wrap.
+  const bool newComm = comms_.find(key) == comms_.end();
+  const uint64_t addedBytes =
+      (newComm ? static_cast<uint64_t>(a.nranks) * a.heapBytes : 0) + (uid == ::geteuid() ? a.stagingBytes : 0);
+  if (userBytes_ > 0 && heldBytes(uid) + addedBytes > userBytes_)
     throw Error(Code::kOutOfMemory, "attach: uid " + std::to_string(uid) + "'s communicators hold " +
                                         std::to_string(heldBytes(uid)) + " bytes of weftd's memory; " +
-                                        std::to_string(adds) + " more would pass its limit of " +
+                                        std::to_string(addedBytes) + " more would pass its limit of " +
                                         std::to_string(userBytes_) + " (service_user_bytes)");
   auto [it, fresh] = comms_.try_emplace(key);
   Comm& c = it->second;
