@@ -69,20 +69,39 @@ def baseline(row):
 
 
 def where(row):
-    t = row.get("transport", "auto")
-    mode = "graph" if row["graph"] else "eager"
-    path = "p2p" if t == "auto" else t.replace("proxy, proxy_backend", "proxy")
-    return f"{path}, {mode}"
+    """p2p, or the proxy and its back-end ("2x2" where node_ranks splits the host), and the mode."""
+    parts = [p.strip() for p in row.get("transport", "auto").split(",")]
+    backend = next((p.split()[1] for p in parts if p.startswith("proxy_backend ")), "")
+    nodes = next((p.split()[1] for p in parts if p.startswith("node_ranks ")), "")
+    if parts[0] == "auto" and not nodes:
+        path = "p2p"
+    else:
+        path = f"proxy {backend}".strip() + (f", nodes of {nodes} ranks" if nodes else "")
+    return f"{path}, {'graph' if row['graph'] else 'eager'}"
+
+
+def wrong(row):
+    """Elements weft got wrong (against the float64 reference, or against the baseline)."""
+    return row.get("weft_wrong", 0) + max(row.get("differing", 0), 0)
 
 
 def rows():
+    """Every kept row, as (file, row); a row weft got wrong, or one missing a field, is refused."""
     out = []
     for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+        name = os.path.basename(path)
         with open(path) as f:
-            for row in json.load(f):
-                if row["op"] in ("allreduce", "alltoall") and row["bytes"] not in KEPT_BYTES:
-                    continue
-                out.append((os.path.basename(path), row))
+            for i, row in enumerate(json.load(f)):
+                try:
+                    if row["op"] in ("allreduce", "alltoall") and row["bytes"] not in KEPT_BYTES:
+                        continue
+                    # Every field the table reads: a KeyError names the one missing.
+                    _ = (shape(row), weft_us(row), row["baseline_us"], row["gpu"], row["date"], row["commit"])
+                except (KeyError, ValueError) as e:
+                    sys.exit(f"results-table: {name}, row {i}: no {e} (not a weft-bench --json row?)")
+                if wrong(row):
+                    sys.exit(f"results-table: {name}, row {i}: weft's result was wrong ({wrong(row)} elements)")
+                out.append((name, row))
     # The fused ops first, then the collectives; within an op, p2p before the proxy.
     out.sort(key=lambda fr: (ORDER.index(fr[1]["op"]), fr[1].get("transport", "auto") != "auto"))
     return out

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -43,10 +44,28 @@ inline double rounding(const Type& t) {
                                          : std::ldexp(1.0, -8);
 }
 
+// `text` as a JSON string, quotes included: a GPU's name or a variable's value may hold anything.
+inline std::string jsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char code[8];
+      std::snprintf(code, sizeof code, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+      out += code;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
 // A report's rows as a JSON array in o.json (nothing when it is empty). Every object starts with
 // what all reports share (op, graph, ranks, dtype, and where it ran: the GPU model, the transport
-// asked for, the baseline's collective and NCCL's path settings, the UTC date and the build's
-// commit), so that a kept file says what it measured (scripts/results-table.py makes the README's
+// the environment asks for (not a config file's), the baseline's collective and NCCL's path
+// settings, the UTC date and the build's commit), so that a kept file says what it measured (scripts/results-table.py makes the README's
 // table from such files); add(f) appends one, f(stream) writing the rest of its fields as
 // `, "key": value`.
 class JsonRows {
@@ -63,7 +82,7 @@ class JsonRows {
     if (nodeRanks && *nodeRanks) transport_ += ", node_ranks " + std::string(nodeRanks);
     if (transport_ != "auto" || (nodeRanks && *nodeRanks)) {
       const char* backend = std::getenv("WEFT_PROXY_BACKEND");
-      transport_ += std::string(", proxy_backend ") + (backend && *backend ? backend : "ucx");
+      transport_ += std::string(", proxy_backend ") + (backend && *backend ? backend : "auto");
     }
     // The NCCL settings that choose its path (its socket transport, for the proxy's rows).
     for (const char* var : {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NET", "NCCL_NVLS_ENABLE"})
@@ -81,10 +100,12 @@ class JsonRows {
   template <typename F>
   void add(F&& fields) {
     if (!out_) return;
-    out_ << (first_ ? "\n" : ",\n") << "  {\"op\": \"" << op_ << "\", \"graph\": " << (o_.graph ? "true" : "false")
-         << ", \"ranks\": " << c_.nranks << ", \"dtype\": \"" << o_.dtype << "\", \"gpu\": \"" << gpu_
-         << "\", \"baseline\": \"" << o_.baseline << "\", \"nccl_env\": \"" << ncclEnv_ << "\", \"transport\": \""
-         << transport_ << "\", \"date\": \"" << date_ << "\", \"commit\": \"" << WEFT_BENCH_COMMIT << "\"";
+    out_ << (first_ ? "\n" : ",\n") << "  {\"op\": " << jsonString(op_)
+         << ", \"graph\": " << (o_.graph ? "true" : "false") << ", \"ranks\": " << c_.nranks
+         << ", \"dtype\": " << jsonString(o_.dtype) << ", \"gpu\": " << jsonString(gpu_)
+         << ", \"baseline\": " << jsonString(o_.baseline) << ", \"nccl_env\": " << jsonString(ncclEnv_)
+         << ", \"transport\": " << jsonString(transport_) << ", \"date\": " << jsonString(date_)
+         << ", \"commit\": " << jsonString(WEFT_BENCH_COMMIT);
     fields(out_);
     out_ << "}";
     first_ = false;
