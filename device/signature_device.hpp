@@ -174,6 +174,22 @@ WEFT_HOST_DEVICE Status itemSigs(const Coop& c, const CommView& v, uint64_t word
   return c.broadcast(st) != Status::kOk ? Status::kPeerFailed : Status::kOk;
 }
 
+// The group, at the item that publishes for an op whose protocol has no signal to carry its word
+// (the flagged exchanges: the one-shot AllReduce's lines, the GEMM's route): this rank's word
+// everywhere, once the item's own data has left, since nothing consumes the word on the fast path
+// (the waits compare it on their slow path, flagged_exchange_device.hpp). Where every peer is
+// mapped it is a store to each, which cannot fail: the group's last thread, which has the least
+// of a small op to push, makes it alone, and no thread waits for it. Before the push, with a
+// barrier, it was most of what the check cost the 16 KB AllReduce (docs/perf.md). Through the
+// proxy the posts can fail, so the group learns how they went.
+template <class Coop>
+WEFT_HOST_DEVICE Status publishSigAfterData(const Coop& c, const CommView& v, uint64_t word, uint64_t op,
+                                            uint32_t item) {
+  if (proxyOf(v) != nullptr) return itemSigs(c, v, word, op, item, true, false);
+  if (c.rank() == c.size() - 1) (void)publishSigEverywhere(v, word, op, item);
+  return Status::kOk;
+}
+
 // wait() on a peer's signal, then (the leader, where the op is checked: mine != 0) the peer's word.
 template <class Coop>
 WEFT_HOST_DEVICE Status waitChecked(const Coop& c, const CommView& v, const uint64_t* flag, uint64_t atLeast,

@@ -65,21 +65,12 @@ struct AllReduceOneShotOp {
   WEFT_HOST_DEVICE static uint64_t lineFlag(const OpSeq& seq, uint32_t sig) {
     return seq.epoch ^ (uint64_t{sigFlagBits(sig)} << 32);
   }
-  // Item 0 publishes this rank's signature word (no signal of the exchange could carry it); the
-  // waits compare the peers' on their slow path (flagged_exchange_device.hpp). It goes once the
-  // item's own data has left, since nothing consumes it on the fast path, and where every peer is
-  // mapped it is a store to each, which cannot fail: the group's last thread, which has the least
-  // of a small op to push, makes it alone, and no thread waits for it. Before the push, with a
-  // barrier, it was most of what the check cost the 16 KB AllReduce (docs/perf.md). Through
-  // the proxy the posts can fail, so the group learns how they went.
+  // Item 0 publishes this rank's signature word once its lines have left (publishSigAfterData).
   template <class Coop>
   WEFT_HOST_DEVICE static Status publishWord(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                              uint32_t item) {
     if (item != 0 || d.sig == 0) return Status::kOk;
-    const uint64_t word = sigWord(runningOpMeet(), d.sig);
-    if (proxyOf(v) != nullptr) return itemSigs(c, v, word, seq.op, item, true, false);
-    if (c.rank() == c.size() - 1) (void)publishSigEverywhere(v, word, seq.op, item);
-    return Status::kOk;
+    return publishSigAfterData(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item);
   }
   // Bytes [8k, 8k + 8) of a buffer of `bytes`, zero past its end.
   WEFT_HOST_DEVICE static uint64_t loadPair(const uint8_t* p, uint64_t bytes, uint64_t k) {

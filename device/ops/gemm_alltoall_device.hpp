@@ -199,8 +199,12 @@ struct GemmAllToAllOp {
     c.sync();
     // Under the plain flag (signature 0, opSeq): the route carries the signature in its row
     // instead, so that every rank reads every row and reaches the same verdict (gemm_route_device.hpp).
-    return pushFlagged(c, v, seq, Range{0, static_cast<uint64_t>(n) + kRouteExtra}, /*toSelf=*/true,
-                       [&](uint64_t k) { return static_cast<uint64_t>(row[k]); });
+    const Status st = pushFlagged(c, v, seq, Range{0, static_cast<uint64_t>(n) + kRouteExtra}, /*toSelf=*/true,
+                                  [&](uint64_t k) { return static_cast<uint64_t>(row[k]); });
+    // The route's verdict finds a GEMM peer that disagrees; the word is for a peer that runs
+    // another op here, whose waits compare it (without it, that peer waited for its timeout).
+    if (st != Status::kOk || d.sig == 0) return st;
+    return publishSigAfterData(c, v, sigWord(runningOpMeet(), d.sig), seq.op, 0);
   }
 
   WEFT_HOST_DEVICE static uint64_t expertEnd(const GemmArgs& g, uint64_t e) {

@@ -257,6 +257,27 @@ TEST(DisagreeGemm, RecvBlocks) {
       60));
 }
 
+// A GEMM + All-to-All against an AllReduce: the GEMM's route has no signal to carry its word, so
+// it publishes the word after the route; without it, the AllReduce rank waited for its timeout.
+TEST(DisagreeKinds, GemmAgainstAllReduce) {
+  const uint64_t seed = freshSeed();
+  EXPECT_TRUE(runRanks(
+      2,
+      [&](int rank, int n, const weft_unique_id_t& id) {
+        const int64_t capacity = 200;
+        const GemmCase c{seed, n, 60, 8, 16, WEFT_BFLOAT16, 2};
+        const GemmInputs in = gemmInputs(c, rank);
+        std::vector<float> x(1000, 1.f);
+        expectRejected(shortTimeout(rank, n, id), capacity * 16 * 2, "kind", [&](weft_comm_t comm, void* a, void*) {
+          if (rank == 1) return weft_allreduce(comm, x.data(), a, 1000, WEFT_FLOAT32, nullptr);
+          return weft_grouped_gemm_alltoall(comm, in.a.data(), in.w.data(), 2, in.expertOffsets.data(),
+                                            in.sendCounts.data(), a, capacity, nullptr, c.tokens(rank), 8, 16,
+                                            WEFT_BFLOAT16, nullptr);
+        });
+      },
+      60));
+}
+
 // With the check off, ranks that agree still run every op (the empty ones still meet), and the
 // descriptors carry no signature.
 TEST(DisagreeSetting, OffStillRunsAgreeingOps) {
