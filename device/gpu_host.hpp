@@ -51,6 +51,19 @@ Outcome relaxCaptureMode();
 Outcome ipcExport(IpcHandle* handle, void* ptr);
 Outcome ipcImport(void** ptr, const IpcHandle& handle);
 Outcome ipcClose(void* ptr);
+// Device memory that other processes of the host map by a file descriptor (service mode: weftd
+// makes every rank's heap, the ranks map theirs and their peers'). sharedDeviceCreate makes at
+// least `bytes` on `device` (*mapped: the size, rounded up to the driver's granularity), mapped
+// here at *ptr for `device` and every device of this process that reaches it; *fd is its
+// descriptor (close-on-exec, the caller's to close). The memory is not zeroed.
+Outcome sharedDeviceCreate(int device, size_t bytes, void** ptr, size_t* mapped, int* fd);
+// Maps the memory behind `fd` (sharedDeviceCreate's, from another process; `bytes` its mapped
+// size) at *ptr, for the current device.
+Outcome sharedDeviceMap(int fd, size_t bytes, void** ptr);
+// Unmaps what either made; the memory goes once no process maps it.
+Outcome sharedDeviceUnmap(void* ptr, size_t bytes);
+// The device at PCI location `pciId` (devicePciId's form), in this process's numbering.
+Outcome deviceByPciId(const std::string& pciId, int* device);
 // Pins host memory and maps it into the device; *devicePtr is its address there.
 Outcome hostRegister(void* ptr, size_t bytes, void** devicePtr);
 Outcome hostUnregister(void* ptr);
