@@ -25,9 +25,11 @@ class HeapMemory {
   // Throws weft::Error.
   HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes, uint64_t controlBytes,
              const transport::ProxyOptions& proxy);
-  // Over segments another process made (weftd): segments[r] is rank r's, already mapped here.
-  // Every peer is mapped (service mode serves one node). CPU backend only (kNotSupported else).
-  HeapMemory(int rank, std::vector<transport::ShmSegment> segments);
+  // Over segments another process made (weftd), each `bytes` long: fds[r] is rank r's descriptor
+  // (the caller's; mapped here, then no longer needed). Every peer is mapped (service mode serves
+  // one node). CPU backend: shared memory; GPU backends: device memory (transport/p2p,
+  // DeviceSegment), each rank's on its own GPU. Throws weft::Error.
+  HeapMemory(int rank, const std::vector<int>& fds, uint64_t bytes);
   ~HeapMemory();
   HeapMemory(const HeapMemory&) = delete;
   HeapMemory& operator=(const HeapMemory&) = delete;
@@ -38,6 +40,32 @@ class HeapMemory {
   uint8_t* const* engineBases() const;
   // The host proxy, or null where every peer is mapped.
   transport::Proxy* proxy() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Service mode, in weftd: one rank's heap segment, made to be passed by descriptor. CPU backend:
+// shared memory with no name (memfd); GPU backends: device memory on the rank's GPU
+// (transport/p2p, DeviceSegment), which weftd maps for every GPU that reaches it.
+class ServedHeap {
+ public:
+  // `gpuPciId`: the rank's GPU (gpu::devicePciId's form; "" on the CPU backend). The first
+  // `zeroBytes` (the control area) read as zero. *fd receives the descriptor (the caller's to
+  // close). Throws weft::Error, kInvalidUsage where the backend cannot make this kind of heap.
+  ServedHeap(const std::string& gpuPciId, uint64_t bytes, uint64_t zeroBytes, const std::string& what, int* fd);
+  ~ServedHeap();
+  ServedHeap(const ServedHeap&) = delete;
+  ServedHeap& operator=(const ServedHeap&) = delete;
+
+  // Where weftd sees the segment (a device address on a GPU backend).
+  uint8_t* data() const;
+  uint64_t size() const;
+  // Raises the engine's `error` word (the first failure, dev::EngineControl) in the segment's
+  // control area to `status` where it is still 0, so that the rank's engine stops waiting. On a
+  // GPU the store is a copy, bounded by a second.
+  void failEngine(uint32_t status);
 
  private:
   struct Impl;

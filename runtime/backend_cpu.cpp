@@ -24,11 +24,32 @@ HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& path
   impl_->peers = std::make_unique<transport::PeerTable>(ex, paths, bytes, proxy);
 }
 
-HeapMemory::HeapMemory(int rank, std::vector<transport::ShmSegment> segments) : impl_(std::make_unique<Impl>()) {
+HeapMemory::HeapMemory(int rank, const std::vector<int>& fds, uint64_t bytes) : impl_(std::make_unique<Impl>()) {
+  std::vector<transport::ShmSegment> segments;
+  for (size_t r = 0; r < fds.size(); ++r)
+    segments.push_back(transport::ShmSegment::map(fds[r], bytes, "weftd's heap segment of rank " + std::to_string(r)));
   impl_->peers = std::make_unique<transport::PeerTable>(rank, std::move(segments));
 }
 
 HeapMemory::~HeapMemory() = default;
+
+struct ServedHeap::Impl {
+  transport::ShmSegment shm;
+};
+
+ServedHeap::ServedHeap(const std::string& gpuPciId, uint64_t bytes, uint64_t, const std::string& what, int* fd)
+    : impl_(std::make_unique<Impl>()) {
+  if (!gpuPciId.empty())
+    throw Error(Code::kInvalidUsage, "attach: this weftd serves the CPU backend; it cannot make heaps on GPUs");
+  impl_->shm = transport::ShmSegment::createAnonymous(what, bytes, fd);  // zero-filled
+}
+ServedHeap::~ServedHeap() = default;
+uint8_t* ServedHeap::data() const { return static_cast<uint8_t*>(impl_->shm.data()); }
+uint64_t ServedHeap::size() const { return impl_->shm.size(); }
+void ServedHeap::failEngine(uint32_t status) {
+  uint32_t none = 0;
+  gpu::atomicCas<gpu::Order::kAcqRel>(&reinterpret_cast<dev::EngineControl*>(data())->error, none, status);
+}
 uint8_t* HeapMemory::base(int rank) const { return impl_->peers->base(rank); }
 uint8_t* const* HeapMemory::engineBases() const { return impl_->peers->engineBases(); }
 transport::Proxy* HeapMemory::proxy() const { return impl_->peers->proxy(); }

@@ -20,6 +20,7 @@
 #include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/gemm_alltoall_device.hpp"
 #include "transport/p2p/device_heap.hpp"
+#include "transport/p2p/device_segment.hpp"
 #include "transport/peers.hpp"
 
 namespace weft {
@@ -60,6 +61,7 @@ Undo(F) -> Undo<F>;
 struct HeapMemory::Impl {
   std::unique_ptr<transport::DeviceHeap> deviceHeap;  // every peer mapped: device memory by IPC
   std::unique_ptr<transport::PeerTable> peers;        // proxy peers: host memory (and the proxy)
+  std::vector<transport::DeviceSegment> segments;     // service mode: every rank's heap, made by weftd
   std::vector<void*> registered;                      // host memory mapped into the device
   void* proxyWords = nullptr;                         // device memory: the ring's head, its cached tail, the ProxyView
   std::vector<uint8_t*> bases;
@@ -68,6 +70,7 @@ struct HeapMemory::Impl {
   ~Impl() {
     if (deviceBases) gpu::deviceFree(deviceBases);
     deviceHeap.reset();
+    segments.clear();
     if (proxyWords) gpu::deviceFree(proxyWords);
     // Unregistered before the peer table unmaps the memory (the proxy has stopped: Comm::~Comm).
     for (void* p : registered) gpu::hostUnregister(p);
@@ -75,6 +78,11 @@ struct HeapMemory::Impl {
   }
 
   void mapDevice(Bootstrap& boot, uint64_t bytes, uint64_t controlBytes);
+  // The bases, where the kernels read them (deviceBases).
+  void uploadBases() {
+    require(gpu::deviceMalloc(&deviceBases, bases.size() * sizeof(uint8_t*)), "the table of heap bases");
+    require(gpu::copyToDevice(deviceBases, bases.data(), bases.size() * sizeof(uint8_t*)), "the table of heap bases");
+  }
   void mapHost(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
                const transport::ProxyOptions& proxy);
   // Registers host memory; the device must address it where the host does (the heap's pointers
@@ -104,9 +112,7 @@ HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& path
     impl_->mapHost(boot, paths, bytes, proxy);
   else
     impl_->mapDevice(boot, bytes, controlBytes);
-  require(gpu::deviceMalloc(&impl_->deviceBases, impl_->bases.size() * sizeof(uint8_t*)), "the table of heap bases");
-  require(gpu::copyToDevice(impl_->deviceBases, impl_->bases.data(), impl_->bases.size() * sizeof(uint8_t*)),
-          "the table of heap bases");
+  impl_->uploadBases();
   // No rank's op may reach a peer's control area before the peer zeroed it.
   boot.barrier();
 }
@@ -186,11 +192,51 @@ void HeapMemory::Impl::mapHost(Bootstrap& boot, const std::vector<transport::Pat
   bases[n] = reinterpret_cast<uint8_t*>(&onDevice->view);
 }
 
-HeapMemory::HeapMemory(int, std::vector<transport::ShmSegment>) {
-  throw Error(Code::kNotSupported, "service: weftd serves the CPU backend only so far (set service=off)");
+HeapMemory::HeapMemory(int, const std::vector<int>& fds, uint64_t bytes) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  const auto n = static_cast<int>(fds.size());
+  m.bases.assign(n + 1, nullptr);  // no proxy view
+  for (int r = 0; r < n; ++r) {
+    m.segments.push_back(transport::DeviceSegment::map(fds[r], bytes, "weftd's heap of rank " + std::to_string(r)));
+    m.bases[r] = static_cast<uint8_t*>(m.segments.back().data());
+  }
+  m.uploadBases();
 }
 
 HeapMemory::~HeapMemory() = default;
+
+struct ServedHeap::Impl {
+  transport::DeviceSegment segment;
+  int device = 0;
+};
+
+ServedHeap::ServedHeap(const std::string& gpuPciId, uint64_t bytes, uint64_t zeroBytes, const std::string& what,
+                       int* fd)
+    : impl_(std::make_unique<Impl>()) {
+  if (gpuPciId.empty()) throw Error(Code::kInvalidUsage, "attach: this weftd serves GPUs; a rank must name its GPU");
+  require(gpu::deviceByPciId(gpuPciId, &impl_->device), "attach: finding the GPU at " + gpuPciId, Code::kInvalidUsage);
+  impl_->segment = transport::DeviceSegment::create(impl_->device, bytes, zeroBytes, fd, what);
+}
+ServedHeap::~ServedHeap() {
+  // Unmapped on the device it was made for, whose granularity it was rounded to.
+  if (impl_->segment.data() && gpu::setDevice(impl_->device)) impl_->segment.reset();
+}
+uint8_t* ServedHeap::data() const { return static_cast<uint8_t*>(impl_->segment.data()); }
+uint64_t ServedHeap::size() const { return impl_->segment.size(); }
+void ServedHeap::failEngine(uint32_t status) {
+  // A plain store of the word: another failure the device recorded at the same moment is
+  // overwritten, and the communicator has failed either way.
+  void* stream = nullptr;
+  gpu::Outcome o = gpu::setDevice(impl_->device);
+  if (o) o = gpu::streamCreateNonBlocking(&stream);
+  if (o) {
+    auto* control = reinterpret_cast<dev::EngineControl*>(data());
+    o = gpu::copyToDeviceAsync(&control->error, &status, sizeof status, stream);
+    if (o) o = gpu::streamDrain(stream, 1.0);  // before `status` goes
+    gpu::streamDestroy(stream);
+  }
+  if (!o) WEFT_LOG(kError, kService, "could not fail a rank's engine on its GPU: {}", o.message);
+}
 uint8_t* HeapMemory::base(int rank) const { return impl_->bases[rank]; }
 transport::Proxy* HeapMemory::proxy() const { return impl_->peers ? impl_->peers->proxy() : nullptr; }
 uint8_t* const* HeapMemory::engineBases() const { return static_cast<uint8_t* const*>(impl_->deviceBases); }

@@ -256,11 +256,17 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     a.oneShotBytes = c->layout_.oneShotBytes;
     a.timeoutNs = c->timeoutNs_;
     a.stagingBytes = static_cast<uint64_t>(s.getInt("service_staging_bytes"));
+    // On a GPU backend weftd makes each rank's heap on the rank's GPU, so the attach names them.
+    a.deviceHeaps = mine.device[0] != '\0' ? 1 : 0;
+    for (int r = 0; r < nranks && a.deviceHeaps; ++r)
+      if ((a.gpus[r] = service::packPciId(std::string(all[r].device, strnlen(all[r].device, sizeof all[r].device)))) ==
+          0)
+        throw Error(Code::kInvalidUsage, "service: rank " + std::to_string(r) + " named no GPU weftd can find");
     service::Client::Attachment got = c->daemon_->attach(a);
     // No rank goes on (and could end) before every rank has attached: weftd lets a communicator
     // go once none of its ranks is attached.
     c->boot_->barrier();
-    c->heap_ = std::make_unique<SymmetricHeap>(rank, std::move(got.heaps), mine.heapBytes, c->layout_);
+    c->heap_ = std::make_unique<SymmetricHeap>(rank, got.heapFds, mine.heapBytes, c->layout_);
     c->queue_ = std::make_unique<WorkQueue>(depth, std::move(got.queue));
     if (got.engineInWeftd) {
       c->staging_ = std::make_unique<service::Staging>(std::move(got.staging), got.weftdStagingBase,

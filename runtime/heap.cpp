@@ -14,11 +14,10 @@ SymmetricHeap::SymmetricHeap(Bootstrap& boot, const std::vector<transport::Path>
   WEFT_LOG(kInfo, kHeap, "heap of {} bytes after a control area of {} bytes", bytes, layout.controlBytes());
 }
 
-SymmetricHeap::SymmetricHeap(int rank, std::vector<transport::ShmSegment> segments, uint64_t bytes,
-                             const dev::HeapLayout& layout)
+SymmetricHeap::SymmetricHeap(int rank, const std::vector<int>& fds, uint64_t bytes, const dev::HeapLayout& layout)
     : rank_(rank),
       bytes_(layout.controlBytes() + bytes),
-      mem_(rank, std::move(segments)),
+      mem_(rank, fds, layout.controlBytes() + bytes),
       alloc_(layout.controlBytes(), bytes_) {
   WEFT_LOG(kInfo, kHeap, "heap of {} bytes after a control area of {} bytes, made by weftd", bytes,
            layout.controlBytes());

@@ -22,7 +22,7 @@ class SymmetricHeap {
   SymmetricHeap(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
                 const dev::HeapLayout& layout, const transport::ProxyOptions& proxy);
   // Over every rank's segment, made by weftd and mapped here (service mode).
-  SymmetricHeap(int rank, std::vector<transport::ShmSegment> segments, uint64_t bytes, const dev::HeapLayout& layout);
+  SymmetricHeap(int rank, const std::vector<int>& fds, uint64_t bytes, const dev::HeapLayout& layout);
 
   uint8_t* const* engineBases() const { return mem_.engineBases(); }
   uint8_t* base(int rank) const { return mem_.base(rank); }

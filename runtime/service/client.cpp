@@ -69,7 +69,9 @@ Client::Status Client::status() {
 
 Client::Attachment Client::attach(const Attach& a) {
   ch_.send(MsgType::kAttach, &a, sizeof a, net::deadlineIn(timeoutS_));
-  const Frame f = expect(MsgType::kAttached);
+  Attachment out;
+  out.reply = expect(MsgType::kAttached);
+  const Frame& f = out.reply;
   Attached got{};
   std::string bad;
   if (!decodeAttached(f, &got, &bad)) throw Error(Code::kTransport, "weftd's attach reply: " + bad);
@@ -77,10 +79,8 @@ Client::Attachment Client::attach(const Attach& a) {
     throw Error(Code::kTransport, "weftd attached another communicator rank than asked for");
   // Descriptors: this rank's heap, its queue, its staging (engine in weftd), then the other ranks'
   // heaps in rank order.
-  Attachment out;
-  out.heaps.resize(static_cast<size_t>(a.nranks));
-  out.heaps[a.rank] =
-      transport::ShmSegment::map(f.fds[0], a.heapBytes, "weftd's heap segment of rank " + std::to_string(a.rank));
+  out.heapFds.assign(static_cast<size_t>(a.nranks), -1);
+  out.heapFds[a.rank] = f.fds[0];
   out.queue = transport::ShmSegment::map(f.fds[1], WorkQueue::bytesFor(a.queueDepth), "weftd's work queue");
   int i = 2;
   if (got.engineInWeftd) {
@@ -90,10 +90,8 @@ Client::Attachment Client::attach(const Attach& a) {
     out.weftdStagingBase = got.stagingBase;
   }
   for (int r = 0; r < a.nranks; ++r)
-    if (r != a.rank)
-      out.heaps[r] =
-          transport::ShmSegment::map(f.fds[i++], a.heapBytes, "weftd's heap segment of rank " + std::to_string(r));
-  return out;  // the Frame closes the descriptors; the mappings stay
+    if (r != a.rank) out.heapFds[r] = f.fds[i++];
+  return out;
 }
 
 void Client::watch(std::function<void()> onGone) {

@@ -35,10 +35,12 @@ class Client {
   };
   Status status();
 
-  // This rank's memory, mapped: heaps[r] is rank r's heap segment; where weftd runs the engine,
-  // the staging segment and where weftd sees this rank's heap and staging.
+  // This rank's memory: heapFds[r] is rank r's heap segment's descriptor (held open by `reply`
+  // until the Attachment goes; the backend maps them: HeapMemory); the queue, mapped; where weftd
+  // runs the engine, the staging segment and where weftd sees this rank's heap and staging.
   struct Attachment {
-    std::vector<transport::ShmSegment> heaps;
+    Frame reply;
+    std::vector<int> heapFds;
     transport::ShmSegment queue;
     bool engineInWeftd = false;
     transport::ShmSegment staging;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstring>
+
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "device/comm_device.hpp"
@@ -22,7 +24,8 @@ dev::HeapLayout layoutOf(const Attach& a) {
 bool sameShape(const Attach& x, const Attach& y) {
   return x.nranks == y.nranks && x.heapBytes == y.heapBytes && x.queueDepth == y.queueDepth && x.workers == y.workers &&
          x.inboxSlots == y.inboxSlots && x.tileBytes == y.tileBytes && x.oneShotBytes == y.oneShotBytes &&
-         x.timeoutNs == y.timeoutNs && x.stagingBytes == y.stagingBytes;
+         x.timeoutNs == y.timeoutNs && x.stagingBytes == y.stagingBytes && x.deviceHeaps == y.deviceHeaps &&
+         memcmp(x.gpus, y.gpus, sizeof x.gpus) == 0;
 }
 
 }  // namespace
@@ -40,7 +43,7 @@ void CommRegistry::release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word,
   if (r.engine) {
     // The workers give up every wait on the word and leave; nothing else frees them. Until they
     // have, they may touch every rank's heap (through the bases), this rank's queue and staging.
-    auto* control = static_cast<dev::EngineControl*>(r.heap->data());
+    auto* control = reinterpret_cast<dev::EngineControl*>(r.heap->data());
     gpu::atomicStore<gpu::Order::kRelease>(&(control->*word), 1u);
     gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
     job.join = [engine = std::shared_ptr<dev::CpuEngine>(std::move(r.engine))] { engine->join(); };
@@ -82,16 +85,18 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
         throw Error(Code::kInvalidUsage, "attach: the heap is smaller than its control area");
       c.first = a;
       // Only weftd's own user's descriptors are followed by an engine in weftd: another user's
-      // pointers would reach into weftd's address space (design-notes, "weftd").
-      c.engineInWeftd = a.stagingBytes > 0 && uid == ::geteuid();
+      // pointers would reach into weftd's address space (design-notes, "weftd"). On GPUs the
+      // ranks run their engines over the device heaps weftd makes.
+      c.engineInWeftd = a.stagingBytes > 0 && uid == ::geteuid() && a.deviceHeaps == 0;
       c.ranks.resize(static_cast<size_t>(a.nranks));
       c.bases = std::make_shared<std::vector<uint8_t*>>(static_cast<size_t>(a.nranks) + 1, nullptr);
       // Every rank's heap at once: a rank maps its peers' as soon as it attaches. The segments
       // are sparse until written.
       for (int r = 0; r < a.nranks; ++r) {
-        c.ranks[r].heap = std::make_shared<transport::ShmSegment>(
-            transport::ShmSegment::createAnonymous("heap" + std::to_string(r), a.heapBytes, &c.ranks[r].heapFd));
-        (*c.bases)[r] = static_cast<uint8_t*>(c.ranks[r].heap->data());
+        c.ranks[r].heap =
+            std::make_shared<ServedHeap>(a.deviceHeaps ? unpackPciId(a.gpus[r]) : std::string(), a.heapBytes,
+                                         layoutOf(a).controlBytes(), "heap" + std::to_string(r), &c.ranks[r].heapFd);
+        (*c.bases)[r] = c.ranks[r].heap->data();
       }
     }
     if (!sameShape(c.first, a))
@@ -154,7 +159,7 @@ void CommRegistry::startEngine(Comm& c, int r) {
   v.queue = me.queue->header();
   v.slots = me.queue->slots();
   v.alive = me.queue->alive();
-  v.control = static_cast<dev::EngineControl*>(me.heap->data());
+  v.control = reinterpret_cast<dev::EngineControl*>(me.heap->data());
   v.timeoutNs = c.first.timeoutNs;
   v.idleNs = 0;  // threads block no device-wide synchronisation: they stay
   me.engine = std::make_unique<dev::CpuEngine>();
@@ -194,14 +199,16 @@ void CommRegistry::lost(uint32_t uid, uint64_t commId, int rank) {
 }
 
 void CommRegistry::failRank(Comm& c, int r) {
-  // The same record a failing wait writes, where that rank's engine and host waits look first.
+  // The same record a failing wait writes, in the rank's queue header, where its host waits and
+  // weft_comm_get_async_error look; then the engine's own word, where its waits look (on a GPU
+  // that is device memory, which only a copy reaches).
   dev::CommView v;
   v.rank = r;
   v.nranks = static_cast<int>(c.ranks.size());
   v.queue = c.ranks[r].queue->header();
-  v.control = static_cast<dev::EngineControl*>(c.ranks[r].heap->data());
   dev::recordFailure(v, dev::WaitSite{0, 0, c.lostRank, dev::WaitWhat::kPeerGone}, dev::Status::kTransport, 0,
                      static_cast<uint64_t>(c.lostPid));
+  c.ranks[r].heap->failEngine(static_cast<uint32_t>(dev::Status::kTransport));
 }
 
 void CommRegistry::dropIfIdle(const Key& k) {

@@ -18,6 +18,7 @@
 
 #include "device/cpu/cpu_engine.hpp"
 #include "reaper.hpp"
+#include "runtime/backend.hpp"
 #include "runtime/work_queue.hpp"
 #include "transport/p2p/shm_segment.hpp"
 #include "wire.hpp"
@@ -64,7 +65,7 @@ class CommRegistry {
     RankState state = RankState::kNever;
     pid_t pid = 0;
     int heapFd = -1, queueFd = -1, stagingFd = -1;
-    std::shared_ptr<transport::ShmSegment> heap;  // shared with the reaper's jobs (any rank's workers store here)
+    std::shared_ptr<ServedHeap> heap;  // shared with the reaper's jobs (any rank's workers store here)
     transport::ShmSegment staging;
     std::unique_ptr<WorkQueue> queue;
     std::unique_ptr<dev::CpuEngine> engine;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 namespace weft::service {
@@ -203,7 +204,7 @@ bool decodeAttach(const Frame& f, Attach* out, std::string* why) {
   if (!bodyAs(f, MsgType::kAttach, out, why)) return false;
   constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 42;  // the heap_bytes setting's bound, and then some
   // The reply carries the heap, the queue, the staging segment and every peer's heap: nranks + 2.
-  constexpr int32_t kMaxRanks = static_cast<int32_t>(kMaxFds) - 2;
+  constexpr int32_t kMaxRanks = kMaxNodeRanks;
   if (out->nranks < 1 || out->nranks > kMaxRanks || out->rank < 0 || out->rank >= out->nranks) {
     *why = "attach: rank " + std::to_string(out->rank) + " of " + std::to_string(out->nranks) +
            " is out of range (at most " + std::to_string(kMaxRanks) + " ranks per node)";
@@ -217,7 +218,27 @@ bool decodeAttach(const Frame& f, Attach* out, std::string* why) {
     *why = "attach: a size, depth, worker count or timeout is out of range";
     return false;
   }
+  bool gpusOk = out->deviceHeaps <= 1;
+  for (int r = 0; r < kMaxNodeRanks; ++r) gpusOk &= (out->gpus[r] != 0) == (out->deviceHeaps == 1 && r < out->nranks);
+  if (!gpusOk) {
+    *why = "attach: the ranks' GPUs are missing or given past the communicator's ranks";
+    return false;
+  }
   return true;
+}
+
+uint32_t packPciId(const std::string& id) {
+  unsigned domain = 0, bus = 0, device = 0;
+  char end = 0;
+  if (std::sscanf(id.c_str(), "%4x:%2x:%2x%c", &domain, &bus, &device, &end) != 3 || device >= 32) return 0;
+  // The top bit marks a location, so that the first slot of the first bus is not "none".
+  return 1u << 31 | domain << 13 | bus << 5 | device;
+}
+
+std::string unpackPciId(uint32_t packed) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%04x:%02x:%02x", (packed >> 13) & 0xffff, (packed >> 5) & 0xff, packed & 31);
+  return text;
 }
 
 bool decodeAttached(const Frame& f, Attached* out, std::string* why) {

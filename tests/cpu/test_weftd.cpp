@@ -303,7 +303,7 @@ TEST(Weftd, ADisagreeingAttachIsRefusedAndTheCommunicatorStaysWhole) {
   auto first = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
   ASSERT_TRUE(first) << why;
   const Client::Attachment rank0 = first->attach(a);
-  ASSERT_EQ(rank0.heaps.size(), 2u);
+  ASSERT_EQ(rank0.heapFds.size(), 2u);
   const auto refusedFor = [&](service::Attach bad) {
     auto c = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
     if (!c) return std::string("no connection: ") + why;
@@ -327,9 +327,13 @@ TEST(Weftd, ADisagreeingAttachIsRefusedAndTheCommunicatorStaysWhole) {
   service::Attach rank1 = a;
   rank1.rank = 1;
   const Client::Attachment got = second->attach(rank1);
-  ASSERT_EQ(got.heaps.size(), 2u);
-  static_cast<volatile uint8_t*>(rank0.heaps[0].data())[4096] = 0x5a;
-  EXPECT_EQ(static_cast<volatile uint8_t*>(got.heaps[0].data())[4096], 0x5a);
+  ASSERT_EQ(got.heapFds.size(), 2u);
+  const auto heap0 = [&](const Client::Attachment& at) {
+    return transport::ShmSegment::map(at.heapFds[0], a.heapBytes, "rank 0's heap");
+  };
+  const transport::ShmSegment seen0 = heap0(rank0), seen1 = heap0(got);
+  static_cast<volatile uint8_t*>(seen0.data())[4096] = 0x5a;
+  EXPECT_EQ(static_cast<volatile uint8_t*>(seen1.data())[4096], 0x5a);
   first->detach();
   second->detach();
   EXPECT_TRUE(answers(d));
@@ -363,7 +367,7 @@ TEST(Weftd, OneUserCannotTakeEveryConnectionOrAllTheMemory) {
   tooBig.reset();
   auto lib = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
   ASSERT_TRUE(lib) << why;
-  EXPECT_EQ(lib->attach(attachOf(0x52, 2, 32 << 20, 1, 0)).heaps.size(), 2u);
+  EXPECT_EQ(lib->attach(attachOf(0x52, 2, 32 << 20, 1, 0)).heapFds.size(), 2u);
   // The attached rank and two more connections are three: a fourth is refused.
   auto second = connectTo(d, &st, &why);
   ASSERT_TRUE(second) << why;

@@ -72,7 +72,9 @@ TEST(ServiceWire, BadHeadersAreRefusedBeforeTheirBody) {
     return why;
   };
   EXPECT_NE(refusal({1, kWireVersion, 1, 40, 0}).find("bad magic"), std::string::npos);
-  EXPECT_NE(refusal({kWireMagic, 2, 1, 40, 0}).find("protocol version 2"), std::string::npos);
+  const uint16_t other = kWireVersion + 1;
+  EXPECT_NE(refusal({kWireMagic, other, 1, 40, 0}).find("protocol version " + std::to_string(other)),
+            std::string::npos);
   EXPECT_NE(refusal({kWireMagic, kWireVersion, 0, 0, 0}).find("unknown message type 0"), std::string::npos);
   EXPECT_NE(refusal({kWireMagic, kWireVersion, 1, kMaxBodyBytes + 1, 0}).find("over the limit"), std::string::npos);
   EXPECT_NE(refusal({kWireMagic, kWireVersion, 1, 39, 0}).find("expected 40"), std::string::npos);
@@ -135,9 +137,37 @@ TEST(ServiceWire, BodiesAreCheckedFieldByField) {
   a.tileBytes = 65536;
   memcpy(f.body.data(), &a, sizeof a);
   EXPECT_TRUE(decodeAttach(f, &out, &why)) << why;
+  // Device heaps name every rank's GPU, and nothing past the communicator's ranks.
+  a.deviceHeaps = 1;
+  for (int r = 0; r < 3; ++r) a.gpus[r] = packPciId("0000:1" + std::to_string(r) + ":00");
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttach(f, &out, &why));  // rank 3's GPU is missing
+  EXPECT_NE(why.find("GPUs"), std::string::npos);
+  a.gpus[3] = packPciId("0001:ff:1f");
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_TRUE(decodeAttach(f, &out, &why)) << why;
+  a.gpus[4] = 1;  // past nranks
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttach(f, &out, &why));
+  a.gpus[4] = 0;
+  a.deviceHeaps = 2;
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttach(f, &out, &why));
   // A message of another type is not read as this one.
   Welcome w{};
   EXPECT_FALSE(decodeWelcome(f, &w, &why));
+}
+
+// A GPU's PCI location survives the wire as one word; other forms pack to 0 (no GPU).
+TEST(ServiceWire, PciLocationsPackIntoOneWord) {
+  EXPECT_EQ(unpackPciId(packPciId("0000:19:00")), "0000:19:00");
+  EXPECT_EQ(unpackPciId(packPciId("0001:ff:1f")), "0001:ff:1f");
+  EXPECT_NE(packPciId("0000:00:00"), 0u);
+  EXPECT_EQ(unpackPciId(packPciId("0000:00:00")), "0000:00:00");
+  EXPECT_EQ(packPciId(""), 0u);
+  EXPECT_EQ(packPciId("cpu"), 0u);
+  EXPECT_EQ(packPciId("0000:19:00x"), 0u);
+  EXPECT_EQ(packPciId("0000:19:20"), 0u);  // PCI has 32 devices a bus
 }
 
 }  // namespace
