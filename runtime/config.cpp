@@ -136,6 +136,9 @@ const std::vector<SettingSpec>& settingSpecs() {
        "Service mode: a rank's staging segment, through which weftd's engine reads the inputs of an op that are "
        "not in the symmetric heap; 0: the rank runs its engine itself (weftd then only makes the memory)",
        0, 68719476736.0},
+      {"service_mps", SettingType::kString, "auto",
+       "weftd on GPUs: auto (use the MPS control daemon at CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps, if one "
+       "answers; else start one with pipe and log directories under service_dir, quit when weftd exits) or off"},
       {"service_drain_s", SettingType::kDouble, "30",
        "weftd: on SIGTERM, how long it waits for attached communicators to end before it exits", 0, 86400},
       {"service_user_clients", SettingType::kInt, "256",
@@ -286,6 +289,8 @@ void validate(const SettingSpec& s, const SettingValue& v) {
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ucx or ofi");
       if (std::string(s.name) == "service" && v.text != "auto" && v.text != "on" && v.text != "off")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, on or off");
+      if (std::string(s.name) == "service_mps" && v.text != "auto" && v.text != "off")
+        throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto or off");
       if (std::string(s.name) == "service_allow_uids" || std::string(s.name) == "service_allow_gids" ||
           std::string(s.name) == "service_trust_uids")
         parseIdList(where, v.text);

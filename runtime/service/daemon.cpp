@@ -17,6 +17,7 @@
 #include "channel.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "mps.hpp"
 #include "paths.hpp"
 #include "registry.hpp"
 #include "runtime/status_page.hpp"
@@ -115,7 +116,7 @@ DaemonOptions DaemonOptions::from(const Settings& s) {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     o.userBytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 : 0;
   }
-  o.mps = std::string(WEFT_BUILD_GPU) == "cpu" ? "none (CPU backend: no GPU kernels to share)" : "not managed yet";
+  o.mpsMode = std::string(WEFT_BUILD_GPU) == "cpu" ? "cpu" : s.getString("service_mps");
   if ((!o.allowUids.empty() || !o.allowGids.empty()) && o.dir == status::directory(s.getString("status_dir")))
     throw Error(Code::kInvalidArgument,
                 "service_allow_uids/service_allow_gids: other users need a service_dir of its own (mode 0711); the "
@@ -132,10 +133,12 @@ struct Daemon::Impl {
   uint64_t startNs = status::monotonicNs();
   uint64_t instance = 0;
   std::vector<std::unique_ptr<Conn>> conns;
+  std::unique_ptr<Mps> mps;  // outlives the registry: the GPU memory goes before a daemon weftd started quits
   CommRegistry registry;
   bool draining = false;
   uint64_t acceptPausedUntilNs = 0;  // out of descriptors: the listener rests until then
   uint64_t nextConnId = 1;
+  std::string mpsText;  // for status
 
   void prepareDirectory();
   void takeLock();
@@ -168,6 +171,11 @@ Daemon::Daemon(const DaemonOptions& o) : impl_(std::make_unique<Impl>()) {
   if (::unlink(d.socket.c_str()) != 0 && errno != ENOENT)
     throw Error(Code::kSystem, systemErrorMessage("weftd: cannot remove the stale socket '" + d.socket + "'", errno));
   d.listenFd = listenUnix(d.socket, d.shared ? 0666 : 0600);
+  // Under the lock only: a second weftd of this directory must not start a daemon of its own.
+  if (o.mpsMode == "cpu")
+    d.mpsText = "none (CPU backend: no GPU kernels to share)";
+  else
+    d.mpsText = (d.mps = std::make_unique<Mps>(o.mpsMode, o.dir))->describe();
   WEFT_LOG(kInfo, kService, "weftd {} (pid {}) serves {}{}", WEFT_VERSION_STRING, getpid(), d.socket,
            d.shared ? " (other users allowed by the configuration)" : "");
 }
@@ -337,7 +345,7 @@ void Daemon::Impl::sendStatus(Conn& c) {
   h.comms = registry.comms();
   h.heldBytes = registry.heldBytes();
   putText(h.version, WEFT_VERSION_STRING);
-  putText(h.mps, opts.mps);
+  putText(h.mps, mpsText);
   putText(h.dir, opts.dir);
   std::vector<StatusRow> rows;
   const uint64_t now = status::monotonicNs();

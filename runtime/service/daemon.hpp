@@ -21,7 +21,7 @@ struct DaemonOptions {
   std::vector<uint32_t> allowGids;  // primary or supplementary group of the peer
   double drainS = 30;               // SIGTERM: how long attached communicators may take to end
   double ioTimeoutS = 5;            // a message begun must be whole within this
-  std::string mps;                  // MPS state, in words, for status
+  std::string mpsMode;              // service_mps (auto, off), or "cpu" where the build has no GPU
   // What one user may hold: connections open at once, and bytes of memory weftd makes for its
   // communicators (service_user_clients, service_user_bytes; 0 bytes: half the physical memory).
   int userClients = 256;
