@@ -43,7 +43,9 @@ WeftdProcess::WeftdProcess(const std::vector<std::string>& args, const std::stri
   root_ = root;
   dir_ = dir.empty() ? root_ + "/svc" : dir;
   log_ = root_ + "/weftd.log";
-  std::vector<std::string> argv{WEFT_TEST_WEFTD, "--dir", dir_, "--log-level", "info"};
+  // WEFT_TEST_WEFTD in the environment: a weftd elsewhere than the build's (a bundle on a GPU host).
+  const char* binary = std::getenv("WEFT_TEST_WEFTD");
+  std::vector<std::string> argv{binary ? binary : WEFT_TEST_WEFTD, "--dir", dir_, "--log-level", "info"};
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = ::fork();
   if (pid_ == 0) {

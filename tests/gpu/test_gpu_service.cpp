@@ -1,0 +1,141 @@
+// Service mode on GPUs: weftd makes every rank's heap on the rank's GPU (device memory passed by
+// file descriptor) and the ranks run their engines over it, behind the unchanged C API. The ops
+// give embedded mode's results, eagerly and replayed from a graph; weftd holds the communicator's
+// memory while it lives and lets it go after; a rank that dies fails its peer's ops, naming it,
+// long before the timeout.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "gpu_support.hpp"
+#include "runtime/service/client.hpp"
+#include "support/multirank.hpp"
+#include "support/oracle.hpp"
+#include "support/weftd_process.hpp"
+
+namespace weft::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class GpuService : public GpusAndEngine {
+ protected:
+  void TearDown() override {
+    unsetenv("WEFT_SERVICE_DIR");
+    unsetenv("WEFT_SERVICE");
+  }
+  // The ranks this test forks find `d`, and must use it (service=on fails init otherwise).
+  static void useService(const WeftdProcess& d) {
+    setenv("WEFT_SERVICE_DIR", d.dir().c_str(), 1);
+    setenv("WEFT_SERVICE", "on", 1);
+  }
+};
+
+service::Client::Status statusOf(const WeftdProcess& d) {
+  service::ConnectStatus st;
+  std::string why;
+  auto c = service::Client::connect(d.dir(), service::Role::kCtl, 5, {}, &st, &why);
+  if (!c) throw Error(Code::kSystem, why);
+  return c->status();
+}
+
+// weftd lets a communicator go once its ranks have closed their connections: waits (at most
+// 10 s) for it to hold nothing.
+bool releasesEverything(const WeftdProcess& d) {
+  for (int i = 0; i < 1000; ++i) {
+    const auto s = statusOf(d);
+    if (s.head.comms == 0 && s.head.heldBytes == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+std::vector<uint8_t> input(uint64_t seed, int rank, uint64_t count) {
+  std::vector<uint8_t> v(count * sizeof(float));
+  fillInput(v.data(), WEFT_FLOAT32, seed, rank, 0, count);
+  return v;
+}
+
+TEST_P(GpuService, OpsRunOverHeapsWeftdMakesOnEachGpu) {
+  WEFT_REQUIRE_GPUS(gpus());
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  useService(d);
+  const uint64_t seed = freshSeed();
+  constexpr uint64_t kCount = 50000;
+  const int n = gpus();
+  const RankBody body = [&](int rank, int nranks, const weft_unique_id_t& id) {
+    Rank r = setUp(rank, nranks, id, kCount * nranks * sizeof(float));
+    ASSERT_NE(r.comm, nullptr) << weft_get_last_error(nullptr);
+    // weftd holds every rank's heap while the communicator lives.
+    if (rank == 0) {
+      const auto s = statusOf(d);
+      EXPECT_EQ(s.head.comms, 1u);
+      EXPECT_GE(s.head.heldBytes, uint64_t{kCount} * sizeof(float) * nranks);
+    }
+    toDevice(r.input, input(seed, rank, kCount * nranks));
+    WEFT_ASSERT_OK(weft_allreduce(r.comm, r.input, r.heap, kCount, WEFT_FLOAT32, r.stream));
+    WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+    EXPECT_TRUE(checkAllReduce(toHost(r.heap, kCount * sizeof(float)).data(), WEFT_FLOAT32, seed, nranks, kCount));
+    WEFT_ASSERT_OK(weft_alltoall(r.comm, r.input, r.heap, kCount, WEFT_FLOAT32, r.stream));
+    WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+    EXPECT_TRUE(checkAllToAll(toHost(r.heap, kCount * nranks * sizeof(float)).data(), WEFT_FLOAT32, seed, rank, nranks,
+                              kCount));
+    // A captured AllReduce, replayed twice.
+    WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kCount * sizeof(float)));
+    cudaGraphExec_t exec = captureGraph(r.stream, [&] {
+      EXPECT_EQ(weft_allreduce(r.comm, r.input, r.heap, kCount, WEFT_FLOAT32, r.stream), WEFT_SUCCESS);
+    });
+    ASSERT_NE(exec, nullptr);
+    for (int i = 0; i < 2; ++i) WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
+    WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+    cudaGraphExecDestroy(exec);
+    EXPECT_TRUE(checkAllReduce(toHost(r.heap, kCount * sizeof(float)).data(), WEFT_FLOAT32, seed, nranks, kCount));
+    tearDown(r);
+  };
+  EXPECT_TRUE(runRanks(n, body));
+  EXPECT_TRUE(releasesEverything(d));
+}
+
+// Rank 1 is killed after init; rank 0's next op waits for it. weftd sees the rank's process end
+// and fails rank 0's engine: its op ends within seconds (the timeout is 60), naming rank 1's
+// process, and weftd lets the memory go.
+TEST_P(GpuService, ARankThatDiesFailsItsPeerNamingIt) {
+  WEFT_REQUIRE_GPUS(gpus());
+  if (gpus() != 2) GTEST_SKIP() << "two ranks make the case";
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  useService(d);
+  const std::vector<RankExit> exits = forkRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 60;
+    Rank r = setUp(rank, n, id, 1 << 20, &config);
+    ASSERT_NE(r.comm, nullptr) << weft_get_last_error(nullptr);
+    if (rank == 1) ::kill(::getpid(), SIGKILL);
+    const auto start = Clock::now();
+    (void)weft_allreduce(r.comm, r.input, r.heap, 1 << 16, WEFT_FLOAT32, r.stream);
+    (void)cudaStreamSynchronize(r.stream);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 20.0);
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(r.comm, &async));
+    EXPECT_EQ(async, WEFT_ERR_TRANSPORT) << weft_get_last_error(r.comm);
+    EXPECT_NE(std::string(weft_get_last_error(r.comm)).find("rank 1's process"), std::string::npos)
+        << weft_get_last_error(r.comm);
+    EXPECT_EQ(weft_comm_destroy(r.comm), WEFT_SUCCESS);
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[0].exited && exits[0].code == 0);
+  EXPECT_TRUE(!exits[1].exited && exits[1].code == SIGKILL);
+  EXPECT_TRUE(releasesEverything(d));
+}
+
+WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuService);
+
+}  // namespace
+}  // namespace weft::test
