@@ -62,6 +62,12 @@ Outcome sharedDeviceCreate(int device, size_t bytes, void** ptr, size_t* mapped,
 Outcome sharedDeviceMap(int fd, size_t bytes, void** ptr);
 // Unmaps what either made; the memory goes once no process maps it.
 Outcome sharedDeviceUnmap(void* ptr, size_t bytes);
+// The allocation of device memory that holds `ptr`: its IPC handle (for another process to map
+// it), its base and size, and the driver's id of the allocation, which no later allocation at the
+// same address shares (a mapping cached by it never outlives what it maps). kNotSupported where
+// the memory cannot be exported so (memory from a pool or the virtual memory calls, managed
+// memory; on HIP, which has no such id).
+Outcome ipcRange(const void* ptr, IpcHandle* handle, uint64_t* base, uint64_t* size, uint64_t* bufferId);
 // The device at PCI location `pciId` (devicePciId's form), in this process's numbering.
 Outcome deviceByPciId(const std::string& pciId, int* device);
 // Pins host memory and maps it into the device; *devicePtr is its address there.

@@ -72,6 +72,46 @@ class ServedHeap {
   std::unique_ptr<Impl> impl_;
 };
 
+// Service mode, in weftd: the engine of one rank over memory weftd made (the rank's queue, every
+// rank's heap). CPU backend: worker threads (dev::CpuEngine); GPU backends: the persistent kernel
+// on the rank's GPU (Engine), which reads the rank's inputs where weftd maps them (mapInput).
+class ServedEngine {
+ public:
+  // `view`: the rank's, in weftd's addresses, its `heap` a host array of every rank's base then
+  // null; `gpuPciId`: the rank's GPU ("" on the CPU backend); `sharers`: ranks of the
+  // communicator on that GPU (each kernel takes its share of the blocks). Throws weft::Error.
+  ServedEngine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& gpuPciId, int sharers);
+  ~ServedEngine();
+  ServedEngine(const ServedEngine&) = delete;
+  ServedEngine& operator=(const ServedEngine&) = delete;
+
+  // Raises `word` (stop or abort) of the engine's control block, where its workers look; the
+  // caller raises the queue's stop word too. Never waits on the workers.
+  void raise(uint32_t dev::EngineControl::*word);
+  // Waits for the workers to leave, after raise (weftd's reaper thread), and lets go of what the
+  // engine mapped. Bounded on a GPU (10 s); a kernel that did not stop keeps its memory.
+  void join();
+  // GPU backends: maps an allocation of the rank's device memory into weftd (`handle`, its IPC
+  // handle) and returns its base here; it stays mapped until join. Throws weft::Error:
+  // kInvalidUsage on the CPU backend or past the engine's limit of mappings.
+  uint64_t mapInput(const unsigned char (&handle)[64], uint64_t bytes);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The allocation of this process's device memory that holds `ptr`, as another process maps it
+// (service mode with weftd's GPU engine): its base and size, the driver's id of the allocation
+// (never shared by a later one at the same address) and its IPC handle. Throws weft::Error
+// (kInvalidArgument naming `arg`) where the memory cannot be exported so, and kNotSupported on
+// the CPU backend.
+struct DeviceAllocation {
+  uint64_t base = 0, size = 0, id = 0;
+  unsigned char handle[64] = {};
+};
+DeviceAllocation deviceAllocationOf(const void* ptr, const char* arg);
+
 // A GEMV's operands: y[batch, n] = x[batch, k] . w[n, k]^T, row-major, in `dt`.
 struct GemvOperands {
   const void* x = nullptr;

@@ -33,6 +33,32 @@ HeapMemory::HeapMemory(int rank, const std::vector<int>& fds, uint64_t bytes) : 
 
 HeapMemory::~HeapMemory() = default;
 
+DeviceAllocation deviceAllocationOf(const void*, const char* arg) {
+  throw Error(Code::kNotSupported, std::string(arg) + ": the CPU backend has no device memory to map");
+}
+
+struct ServedEngine::Impl {
+  dev::CpuEngine threads;
+  dev::EngineControl* control = nullptr;
+};
+
+ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue&, int workers, const std::string& gpuPciId, int)
+    : impl_(std::make_unique<Impl>()) {
+  if (!gpuPciId.empty()) throw Error(Code::kInvalidUsage, "attach: this weftd serves the CPU backend");
+  impl_->control = view.control;
+  dev::CommView v = view;
+  v.idleNs = 0;  // threads block no device-wide synchronisation: they stay
+  impl_->threads.start(v, workers, 0);
+}
+ServedEngine::~ServedEngine() = default;
+void ServedEngine::raise(uint32_t dev::EngineControl::*word) {
+  gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
+}
+void ServedEngine::join() { impl_->threads.join(); }
+uint64_t ServedEngine::mapInput(const unsigned char (&)[64], uint64_t) {
+  throw Error(Code::kInvalidUsage, "map memory: the CPU backend's engine in weftd reads inputs through staging");
+}
+
 struct ServedHeap::Impl {
   transport::ShmSegment shm;
 };

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "backend.hpp"
@@ -205,6 +206,73 @@ HeapMemory::HeapMemory(int, const std::vector<int>& fds, uint64_t bytes) : impl_
 
 HeapMemory::~HeapMemory() = default;
 
+DeviceAllocation deviceAllocationOf(const void* ptr, const char* arg) {
+  DeviceAllocation a;
+  gpu::IpcHandle h{};
+  const gpu::Outcome o = gpu::ipcRange(ptr, &h, &a.base, &a.size, &a.id);
+  if (!o)
+    throw Error(Code::kInvalidArgument,
+                std::string(arg) + ": weftd's engine cannot map this memory (" + o.message +
+                    "); pass memory from cudaMalloc or weft_mem_alloc, or set service_staging_bytes=0 to run the "
+                    "engine in the rank");
+  std::memcpy(a.handle, h.bytes, sizeof a.handle);
+  return a;
+}
+
+struct ServedEngine::Impl {
+  int device = 0;
+  void* deviceBases = nullptr;  // the view's table of heap bases, on the rank's GPU
+  std::unique_ptr<Engine> engine;
+  std::vector<void*> mapped;  // the rank's inputs, mapped by IPC handle
+  static constexpr size_t kMaxMapped = 4096;
+};
+
+ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& gpuPciId,
+                           int sharers)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& e = *impl_;
+  if (gpuPciId.empty()) throw Error(Code::kInvalidUsage, "attach: this weftd serves GPUs; a rank must name its GPU");
+  require(gpu::deviceByPciId(gpuPciId, &e.device), "attach: finding the GPU at " + gpuPciId, Code::kInvalidUsage);
+  require(gpu::setDevice(e.device), "attach: selecting the rank's GPU");
+  const size_t bytes = (static_cast<size_t>(view.nranks) + 1) * sizeof(uint8_t*);
+  require(gpu::deviceMalloc(&e.deviceBases, bytes), "the engine's table of heap bases");
+  Undo freeBases{[&] { gpu::deviceFree(e.deviceBases); }};
+  require(gpu::copyToDevice(e.deviceBases, view.heap, bytes), "the engine's table of heap bases");
+  dev::CommView v = view;
+  v.heap = static_cast<uint8_t* const*>(e.deviceBases);
+  v.idleNs = 0;  // nothing of weftd's waits on a device-wide synchronisation: the kernel stays
+  e.engine = std::make_unique<Engine>(v, queue, workers, "persistent", sharers, /*proxied=*/false);
+  freeBases.armed = false;
+}
+
+ServedEngine::~ServedEngine() = default;
+
+void ServedEngine::raise(uint32_t dev::EngineControl::*word) { impl_->engine->raise(word); }
+
+void ServedEngine::join() {
+  Impl& e = *impl_;
+  (void)gpu::setDevice(e.device);
+  if (!e.engine->stop()) return;  // the kernel may still use what it maps: keep it
+  for (void* p : e.mapped) gpu::ipcClose(p);
+  e.mapped.clear();
+  gpu::deviceFree(e.deviceBases);
+  e.deviceBases = nullptr;
+}
+
+uint64_t ServedEngine::mapInput(const unsigned char (&handle)[64], uint64_t) {
+  Impl& e = *impl_;
+  if (e.mapped.size() >= Impl::kMaxMapped)
+    throw Error(Code::kInvalidUsage, "map memory: the rank's engine in weftd maps " + std::to_string(Impl::kMaxMapped) +
+                                         " allocations already; pass inputs in fewer allocations (or the heap)");
+  require(gpu::setDevice(e.device), "map memory: selecting the rank's GPU");
+  gpu::IpcHandle h{};
+  std::memcpy(h.bytes, handle, sizeof h.bytes);
+  void* p = nullptr;
+  require(gpu::ipcImport(&p, h), "map memory: opening the rank's IPC handle", Code::kInvalidArgument);
+  e.mapped.push_back(p);
+  return reinterpret_cast<uint64_t>(p);
+}
+
 struct ServedHeap::Impl {
   transport::DeviceSegment segment;
   int device = 0;
@@ -246,6 +314,7 @@ struct Engine::Impl {
   uint8_t* queueDevice = nullptr;  // the queue's shared memory as the GPU addresses it
   dev::CommView view;              // with device addresses
   bool persistent = false;
+  bool remote = false;     // "weftd": the persistent kernel is weftd's (service mode); none runs here
   bool proxied = false;    // the kernels that post to the host proxy
   void* stream = nullptr;  // persistent: the engine's own stream
   void* lastOp = nullptr;  // event after the latest op kernel on a caller's stream (launched ops, or a
@@ -281,6 +350,7 @@ struct Engine::Impl {
   // taken its ticket (raised `tail`); if no worker is alive after a full fence, none will serve
   // it, so start the kernel again. Kernels on the one engine stream run one after another.
   gpu::Outcome ensureRunning() {
+    if (remote) return {};  // weftd's kernel never leaves while the rank is attached (idle time 0)
     std::lock_guard<std::mutex> lock(launchMutex);
     gpu::fenceSeqCst();
     uint32_t* alive = queue->alive();
@@ -432,7 +502,10 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.queue = &queue;
   e.workers = workers;
   e.sharers = std::max(1, deviceSharers);
-  e.persistent = mode == "persistent";
+  // "weftd": the queue is served by weftd's persistent kernel (service mode); this engine only
+  // submits, and runs the ops that are kernels of the caller's (the GEMM, captured ops).
+  e.remote = mode == "weftd";
+  e.persistent = mode == "persistent" || e.remote;
   if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
     throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));
   require(gpu::currentDevice(&e.device), "finding the current device");
@@ -476,7 +549,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     require(gpu::zeroDeviceNow(p, bytes, e.controlStream, 10.0), "zeroing the GEMM's partials buffer");
   }
   require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
-  if (e.persistent) {
+  if (e.persistent && !e.remote) {
     require(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
     Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
     require(e.launch(), "starting the persistent kernel");
@@ -512,7 +585,10 @@ bool Engine::stop() {
   Impl& e = *impl_;
   if (e.stopped) return e.released;
   e.stopped = true;
-  if (e.persistent) {
+  if (e.remote) {
+    // weftd's kernel has stopped once the rank's detach returned (Comm::~Comm).
+    e.queue->completeUnfinished();
+  } else if (e.persistent) {
     // The caller set `stop`; every wait in the kernel checks it, so it exits within milliseconds.
     gpu::Outcome o = gpu::streamDrain(e.stream, 10.0);
     // At process exit the runtime may be gone before this communicator: nothing is left to free.
@@ -651,7 +727,8 @@ std::string Engine::describe() const {
   std::string name = "?";
   gpu::deviceName(impl_->device, &name);
   const std::string how =
-      impl_->persistent
+      impl_->remote ? "weftd's persistent kernel (service mode), through the shared queue"
+      : impl_->persistent
           ? "persistent kernel of " + std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) +
                 " threads, idle exit after " + std::to_string(impl_->view.idleNs / 1000) + " us"
           : "a kernel of up to " + std::to_string(impl_->workers) + " x " + std::to_string(impl_->threads) +

@@ -15,6 +15,7 @@
 #include "device/signature_device.hpp"
 #include "service/attach.hpp"
 #include "service/staging.hpp"
+#include "service/weftd_inputs.hpp"
 #include "signature.hpp"
 #include "status_page.hpp"
 #include "status_watch.hpp"
@@ -268,12 +269,21 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     c->boot_->barrier();
     c->heap_ = std::make_unique<SymmetricHeap>(rank, got.heapFds, mine.heapBytes, c->layout_);
     c->queue_ = std::make_unique<WorkQueue>(depth, std::move(got.queue));
-    if (got.engineInWeftd) {
+    if (got.engineInWeftd == 2)
+      c->weftdInputs_ =
+          std::make_unique<service::WeftdInputs>(*c->daemon_, c->heap_->base(rank), a.heapBytes, got.weftdHeapBase);
+    if (got.engineInWeftd == 1)
       c->staging_ = std::make_unique<service::Staging>(std::move(got.staging), got.weftdStagingBase,
                                                        c->heap_->base(rank), a.heapBytes, got.weftdHeapBase);
+    if (got.engineInWeftd) {
       // weftd runs the engine: a weftd that goes fails the ops at once instead of at the stall bound.
+      // On a GPU the ops' ends are stream waits on their slots' done words, which nothing else
+      // would write now: they are completed (as aborted) here.
       WorkQueue* queue = c->queue_.get();
-      c->daemon_->watch([queue, pid = c->daemon_->welcome().pid] { queue->failWeftdGone(pid); });
+      c->daemon_->watch([queue, pid = c->daemon_->welcome().pid] {
+        queue->failWeftdGone(pid);
+        if (!kHostSeesEnd) queue->completeUnfinished();
+      });
     }
   } else {
     c->daemon_.reset();
@@ -306,8 +316,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     sharers += mine.device[0] != '\0' && r.hostHash == mine.hostHash && strcmp(r.device, mine.device) == 0;
   }
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")),
-                                        c->staging_ ? std::string("weftd") : s.getString("engine"), sharers,
-                                        c->heap_->proxy() != nullptr);
+                                        c->staging_ || c->weftdInputs_ ? std::string("weftd") : s.getString("engine"),
+                                        sharers, c->heap_->proxy() != nullptr);
   if (s.getInt("status_pages"))
     c->startStatusPage(id, s.getString("status_dir"), std::chrono::milliseconds(s.getInt("status_interval_ms")));
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes{}", rank, nranks, c->host_.hostname,
@@ -435,6 +445,13 @@ void Comm::requireHealthy() const {
 }
 
 Code Comm::submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing) {
+  // weftd's GPU engine follows the pointers of the ops it takes from the queue; a captured op and
+  // the GEMM run as kernels of this process, with its own.
+  if (weftdInputs_ && !capturing && static_cast<dev::OpKind>(desc.kind) != dev::OpKind::kGemmAllToAll) {
+    dev::OpDesc d = desc;
+    weftdInputs_->prepare(d, nranks_);
+    return submitHere(d, bytes, stream, capturing);
+  }
   if (!staging_) return submitHere(desc, bytes, stream, capturing);
   // weftd's engine reads the op's inputs through the staging segment: one op at a time in it.
   std::lock_guard<std::mutex> lock(stagingMutex_);

@@ -29,6 +29,7 @@ namespace weft {
 namespace service {
 class Client;
 class Staging;
+class WeftdInputs;
 }  // namespace service
 
 // oneshot_protocol as a threshold on the bytes a one-shot AllReduce sends (input x peers).
@@ -125,8 +126,9 @@ class Comm {
   // outlives the engine, so that weftd hears of a clean end only once the engine has stopped.
   std::unique_ptr<service::Client> daemon_;
   // Where weftd runs the engine: how the ops' inputs outside the heap reach it (null otherwise).
-  std::unique_ptr<service::Staging> staging_;
+  std::unique_ptr<service::Staging> staging_;  // CPU backend
   std::mutex stagingMutex_;
+  std::unique_ptr<service::WeftdInputs> weftdInputs_;  // GPU backends
   HostIdentity host_;
   std::unique_ptr<Bootstrap> boot_;
   std::vector<transport::Path> paths_;

@@ -161,6 +161,29 @@ Outcome sharedDeviceUnmap(void* ptr, size_t bytes) {
   return o ? freed : o;
 }
 
+Outcome ipcRange(const void* ptr, IpcHandle* handle, uint64_t* base, uint64_t* size, uint64_t* bufferId) {
+  WEFT_DRIVER_CALL(cuMemGetAddressRange, v3020);
+  WEFT_DRIVER_CALL(cuPointerGetAttribute, v4000);
+  const auto p = reinterpret_cast<CUdeviceptr>(ptr);
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  unsigned long long id = 0;
+  Outcome o = checkDriver(cuMemGetAddressRangeEntry.fn(&b, &n, p), "cuMemGetAddressRange");
+  if (o)
+    o = checkDriver(cuPointerGetAttributeEntry.fn(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p), "cuPointerGetAttribute");
+  cudaIpcMemHandle_t h;
+  if (o) o = check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(b)), "IpcGetMemHandle");
+  if (!o) {
+    o.fault = Fault::kNotSupported;
+    return o;
+  }
+  memcpy(handle->bytes, &h, sizeof h);
+  *base = b;
+  *size = n;
+  *bufferId = id;
+  return o;
+}
+
 #undef WEFT_DRIVER_CALL
 
 #else  // HIP: the same virtual memory calls are in its runtime. Compiled, not yet run on AMD hardware.
@@ -247,6 +270,10 @@ Outcome sharedDeviceMap(int fd, size_t bytes, void** ptr) {
                                               hipMemHandleTypePosixFileDescriptor),
               "hipMemImportFromShareableHandle");
   return o ? mapHandle(h, size, -1, ptr) : o;
+}
+
+Outcome ipcRange(const void*, IpcHandle*, uint64_t*, uint64_t*, uint64_t*) {
+  return Outcome{Fault::kNotSupported, "HIP has no id of an allocation to cache a mapping by"};
 }
 
 Outcome sharedDeviceUnmap(void* ptr, size_t bytes) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "common/error.hpp"
@@ -58,6 +59,19 @@ Frame Client::expect(MsgType type) {
   return f;
 }
 
+uint64_t Client::mapMemory(const unsigned char (&handle)[64], uint64_t bytes) {
+  MapMemory m{};
+  std::memcpy(m.handle, handle, sizeof m.handle);
+  m.bytes = bytes;
+  std::lock_guard<std::mutex> lock(requestMutex_);
+  ch_.send(MsgType::kMapMemory, &m, sizeof m, net::deadlineIn(timeoutS_));
+  const Frame f = expect(MsgType::kMemoryMapped);
+  MemoryMapped got{};
+  std::string bad;
+  if (!decodeMemoryMapped(f, &got, &bad)) throw Error(Code::kTransport, "weftd's map reply: " + bad);
+  return got.address;
+}
+
 Client::Status Client::status() {
   ch_.send(MsgType::kStatusRequest, nullptr, 0, net::deadlineIn(timeoutS_));
   const Frame f = expect(MsgType::kStatusReply);
@@ -83,10 +97,10 @@ Client::Attachment Client::attach(const Attach& a) {
   out.heapFds[a.rank] = f.fds[0];
   out.queue = transport::ShmSegment::map(f.fds[1], WorkQueue::bytesFor(a.queueDepth), "weftd's work queue");
   int i = 2;
-  if (got.engineInWeftd) {
-    out.engineInWeftd = true;
+  out.engineInWeftd = got.engineInWeftd;
+  out.weftdHeapBase = got.heapBase;
+  if (got.engineInWeftd == 1) {
     out.staging = transport::ShmSegment::map(f.fds[i++], a.stagingBytes, "weftd's staging segment");
-    out.weftdHeapBase = got.heapBase;
     out.weftdStagingBase = got.stagingBase;
   }
   for (int r = 0; r < a.nranks; ++r)
@@ -99,8 +113,9 @@ void Client::watch(std::function<void()> onGone) {
   const int fd = ch_.fd();
   watcher_ = std::thread([this, fd, onGone = std::move(onGone)] {
     while (watching_.load(std::memory_order_acquire)) {
-      pollfd p{fd, POLLIN | POLLRDHUP, 0};
-      if (::poll(&p, 1, 100) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+      // The connection's end only: replies to the rank's own requests (mapMemory) are data.
+      pollfd p{fd, POLLRDHUP, 0};
+      if (::poll(&p, 1, 100) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
         onGone();
         return;
       }

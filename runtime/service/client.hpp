@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,12 +42,15 @@ class Client {
   struct Attachment {
     Frame reply;
     std::vector<int> heapFds;
+    uint32_t engineInWeftd = 0;  // Attached::engineInWeftd
     transport::ShmSegment queue;
-    bool engineInWeftd = false;
     transport::ShmSegment staging;
     uint64_t weftdHeapBase = 0, weftdStagingBase = 0;
   };
   Attachment attach(const Attach& a);
+  // Where weftd's GPU engine maps an allocation of this rank's device memory (`handle`, its IPC
+  // handle; `bytes`, its size), mapping it there first. Thread-safe; bounded by the timeout.
+  uint64_t mapMemory(const unsigned char (&handle)[64], uint64_t bytes);
   // The communicator ended cleanly here (weftd then does not fail its peers when this closes) and
   // weftd's engine of the rank has stopped once this returns (bounded by the timeout). Never
   // throws: a weftd that has gone has nothing to be told.
@@ -67,6 +71,7 @@ class Client {
   double timeoutS_;
   std::thread watcher_;
   std::atomic<bool> watching_{false};
+  std::mutex requestMutex_;  // one request and its reply at a time
   Welcome welcome_{};
 };
 

@@ -322,6 +322,19 @@ void Daemon::Impl::handle(Conn& c, Frame& f) {
       reply(c, MsgType::kAttached, &out, sizeof out, fds);
       return;
     }
+    case MsgType::kMapMemory: {
+      MapMemory m{};
+      if (!decodeMapMemory(f, &m, &why)) throw Error(Code::kInvalidArgument, why);
+      if (!c.attached || c.detached) throw Error(Code::kInvalidUsage, "map memory: nothing attached");
+      // Memory weftd cannot map fails that op on the rank, not the rank: refused, still served.
+      try {
+        const MemoryMapped out{registry.mapMemory(c.cred.uid, c.commId, c.rank, m)};
+        reply(c, MsgType::kMemoryMapped, &out, sizeof out, {});
+      } catch (const Error& e) {
+        refuse(c, e.code(), e.what());
+      }
+      return;
+    }
     case MsgType::kDetach:
       if (!c.attached || c.detached) throw Error(Code::kInvalidUsage, "detach: nothing attached");
       // Detached is sent only once the rank's workers in weftd have exited (answerDetaches): the

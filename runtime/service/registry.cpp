@@ -43,10 +43,9 @@ void CommRegistry::release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word,
   if (r.engine) {
     // The workers give up every wait on the word and leave; nothing else frees them. Until they
     // have, they may touch every rank's heap (through the bases), this rank's queue and staging.
-    auto* control = reinterpret_cast<dev::EngineControl*>(r.heap->data());
-    gpu::atomicStore<gpu::Order::kRelease>(&(control->*word), 1u);
+    r.engine->raise(word);
     gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
-    job.join = [engine = std::shared_ptr<dev::CpuEngine>(std::move(r.engine))] { engine->join(); };
+    job.join = [engine = std::shared_ptr<ServedEngine>(std::move(r.engine))] { engine->join(); };
     job.keep.push_back(c.bases);
     for (const Rank& p : c.ranks)
       if (p.heap) job.keep.push_back(p.heap);
@@ -85,9 +84,8 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
         throw Error(Code::kInvalidUsage, "attach: the heap is smaller than its control area");
       c.first = a;
       // Only weftd's own user's descriptors are followed by an engine in weftd: another user's
-      // pointers would reach into weftd's address space (design-notes, "weftd"). On GPUs the
-      // ranks run their engines over the device heaps weftd makes.
-      c.engineInWeftd = a.stagingBytes > 0 && uid == ::geteuid() && a.deviceHeaps == 0;
+      // pointers would reach into weftd's address space (design-notes, "weftd").
+      c.engineInWeftd = a.stagingBytes > 0 && uid == ::geteuid();
       c.ranks.resize(static_cast<size_t>(a.nranks));
       c.bases = std::make_shared<std::vector<uint8_t*>>(static_cast<size_t>(a.nranks) + 1, nullptr);
       // Every rank's heap at once: a rank maps its peers' as soon as it attaches. The segments
@@ -113,7 +111,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
                                                         WorkQueue::bytesFor(a.queueDepth), &queueFd);
     me.queueFd = queueFd;
     me.queue = std::make_unique<WorkQueue>(a.queueDepth, std::move(queue));
-    if (c.engineInWeftd)
+    if (c.engineInWeftd && !a.deviceHeaps)  // a GPU engine maps the inputs instead (mapMemory)
       me.staging =
           transport::ShmSegment::createAnonymous("staging" + std::to_string(a.rank), a.stagingBytes, &me.stagingFd);
     me.state = RankState::kAttached;
@@ -136,12 +134,12 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
   *out = Attached{a.commId,
                   a.rank,
                   a.nranks,
-                  c.engineInWeftd ? 1u : 0u,
+                  c.engineInWeftd ? (a.deviceHeaps ? 2u : 1u) : 0u,
                   0,
                   reinterpret_cast<uint64_t>(me.heap->data()),
                   reinterpret_cast<uint64_t>(me.staging.data())};
   std::vector<int> fds{me.heapFd, me.queueFd};
-  if (c.engineInWeftd) fds.push_back(me.stagingFd);
+  if (c.engineInWeftd && !a.deviceHeaps) fds.push_back(me.stagingFd);
   for (int r = 0; r < a.nranks; ++r)
     if (r != a.rank) fds.push_back(c.ranks[r].heapFd);
   WEFT_LOG(kInfo, kService, "rank {}/{} of communicator {:016x} (uid {}, pid {}) attached; engine in {}", a.rank,
@@ -161,9 +159,19 @@ void CommRegistry::startEngine(Comm& c, int r) {
   v.alive = me.queue->alive();
   v.control = reinterpret_cast<dev::EngineControl*>(me.heap->data());
   v.timeoutNs = c.first.timeoutNs;
-  v.idleNs = 0;  // threads block no device-wide synchronisation: they stay
-  me.engine = std::make_unique<dev::CpuEngine>();
-  me.engine->start(v, static_cast<int>(c.first.workers), 0);
+  // On a GPU the ranks of the communicator that share the rank's GPU split its blocks.
+  int sharers = 0;
+  for (int p = 0; p < v.nranks; ++p) sharers += c.first.gpus[p] == c.first.gpus[r];
+  me.engine =
+      std::make_unique<ServedEngine>(v, *me.queue, static_cast<int>(c.first.workers),
+                                     c.first.deviceHeaps ? unpackPciId(c.first.gpus[r]) : std::string(), sharers);
+}
+
+uint64_t CommRegistry::mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m) {
+  auto it = comms_.find(Key{uid, commId});
+  if (it == comms_.end() || it->second.ranks[rank].state != RankState::kAttached || !it->second.ranks[rank].engine)
+    throw Error(Code::kInvalidUsage, "map memory: weftd runs no engine for this rank");
+  return it->second.ranks[rank].engine->mapInput(m.handle, m.bytes);
 }
 
 void CommRegistry::detach(uint32_t uid, uint64_t commId, int rank, uint64_t ticket) {

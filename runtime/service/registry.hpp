@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "device/cpu/cpu_engine.hpp"
 #include "reaper.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/work_queue.hpp"
@@ -44,6 +43,9 @@ class CommRegistry {
   void detach(uint32_t uid, uint64_t commId, int rank, uint64_t ticket);
   // The rank's process went without detaching: every other rank's ops fail (named error).
   void lost(uint32_t uid, uint64_t commId, int rank);
+  // Where weftd's GPU engine of the rank maps an allocation of the rank's device memory (mapping
+  // it now). Throws weft::Error (kInvalidUsage) where weftd runs no GPU engine for the rank.
+  uint64_t mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m);
 
   // Readable while detach tickets are done and not taken.
   int doneFd() const { return reaper_.fd(); }
@@ -68,7 +70,7 @@ class CommRegistry {
     std::shared_ptr<ServedHeap> heap;  // shared with the reaper's jobs (any rank's workers store here)
     transport::ShmSegment staging;
     std::unique_ptr<WorkQueue> queue;
-    std::unique_ptr<dev::CpuEngine> engine;
+    std::unique_ptr<ServedEngine> engine;
   };
   struct Comm {
     Attach first{};  // the first rank's attach: every rank must agree with it

@@ -11,7 +11,7 @@ namespace {
 
 // The body size a type must have; for kStatusReply the smallest (rows follow).
 bool knownType(uint16_t t) {
-  return t >= static_cast<uint16_t>(MsgType::kHello) && t <= static_cast<uint16_t>(MsgType::kDetached);
+  return t >= static_cast<uint16_t>(MsgType::kHello) && t <= static_cast<uint16_t>(MsgType::kMemoryMapped);
 }
 
 size_t fixedBody(MsgType t) {
@@ -28,6 +28,10 @@ size_t fixedBody(MsgType t) {
       return 0;
     case MsgType::kStatusReply:
       return sizeof(StatusHead);
+    case MsgType::kMapMemory:
+      return sizeof(MapMemory);
+    case MsgType::kMemoryMapped:
+      return sizeof(MemoryMapped);
     case MsgType::kAttach:
       return sizeof(Attach);
     case MsgType::kAttached:
@@ -243,8 +247,9 @@ std::string unpackPciId(uint32_t packed) {
 
 bool decodeAttached(const Frame& f, Attached* out, std::string* why) {
   if (!bodyAs(f, MsgType::kAttached, out, why)) return false;
-  if (out->nranks < 1 || out->rank < 0 || out->rank >= out->nranks || out->engineInWeftd > 1 ||
-      f.fds.size() != static_cast<size_t>(out->nranks) + 1 + out->engineInWeftd) {
+  const size_t staging = out->engineInWeftd == 1 ? 1 : 0;
+  if (out->nranks < 1 || out->rank < 0 || out->rank >= out->nranks || out->engineInWeftd > 2 ||
+      f.fds.size() != static_cast<size_t>(out->nranks) + 1 + staging) {
     *why = "attached: rank, size and descriptors disagree";
     return false;
   }
@@ -264,6 +269,24 @@ bool decodeStatus(const Frame& f, StatusHead* head, std::vector<StatusRow>* rows
   }
   rows->resize(n);
   if (n) memcpy(rows->data(), f.body.data() + sizeof(StatusHead), n * sizeof(StatusRow));
+  return true;
+}
+
+bool decodeMapMemory(const Frame& f, MapMemory* out, std::string* why) {
+  if (!bodyAs(f, MsgType::kMapMemory, out, why)) return false;
+  if (out->bytes == 0 || out->bytes > (uint64_t{1} << 48)) {
+    *why = "map memory: a size of " + std::to_string(out->bytes) + " bytes";
+    return false;
+  }
+  return true;
+}
+
+bool decodeMemoryMapped(const Frame& f, MemoryMapped* out, std::string* why) {
+  if (!bodyAs(f, MsgType::kMemoryMapped, out, why)) return false;
+  if (out->address == 0) {
+    *why = "memory mapped: no address";
+    return false;
+  }
   return true;
 }
 

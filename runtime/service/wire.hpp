@@ -31,6 +31,8 @@ enum class MsgType : uint16_t {
   kAttached = 7,       // weftd -> client: its heap and queue (Attached, fds: heap, queue)
   kDetach = 8,         // client -> weftd: no body; the communicator ends cleanly (no fault when it closes)
   kDetached = 9,       // weftd -> client: no body; weftd's engine of the rank has stopped
+  kMapMemory = 10,     // client -> weftd: device memory of the rank for weftd's GPU engine (MapMemory)
+  kMemoryMapped = 11,  // weftd -> client: where weftd maps it (MemoryMapped)
 };
 
 struct Header {
@@ -127,12 +129,30 @@ struct Attached {
   uint64_t commId;
   int32_t rank;
   int32_t nranks;
-  uint32_t engineInWeftd;  // 1: weftd runs the rank's engine; 0: the rank runs it
+  // 0: the rank runs its engine; 1: weftd does, reading inputs through a staging segment (CPU
+  // backend); 2: weftd does, reading inputs where it maps them (GPU backends, MapMemory).
+  uint32_t engineInWeftd;
   uint32_t reserved;
   uint64_t heapBase;     // the rank's heap in weftd's address space (engineInWeftd)
   uint64_t stagingBase;  // its staging segment in weftd's address space (engineInWeftd)
 };
 static_assert(sizeof(Attached) == 40, "Attached is a wire struct");
+
+// Written by the library, where weftd runs a GPU engine (Attached::engineInWeftd == 2): one
+// allocation of the rank's device memory that an op reads (the engine follows the op's pointers),
+// by its IPC handle. Only an attached rank's own connection may send it, and only weftd's own
+// user's (the engine runs for no one else).
+struct MapMemory {
+  unsigned char handle[64];  // gpu::IpcHandle of the allocation
+  uint64_t bytes;            // the allocation's size, as the rank's driver reports it
+};
+static_assert(sizeof(MapMemory) == 72, "MapMemory is a wire struct");
+
+// Written by weftd.
+struct MemoryMapped {
+  uint64_t address;  // the allocation's base in weftd's address space
+};
+static_assert(sizeof(MemoryMapped) == 8, "MemoryMapped is a wire struct");
 
 // A whole message as it arrived; owns its descriptors until they are taken.
 struct Frame {
@@ -189,6 +209,8 @@ bool decodeRefused(const Frame& f, Refused* out, std::string* why);
 bool decodeAttach(const Frame& f, Attach* out, std::string* why);
 bool decodeAttached(const Frame& f, Attached* out, std::string* why);
 bool decodeStatus(const Frame& f, StatusHead* head, std::vector<StatusRow>* rows, std::string* why);
+bool decodeMapMemory(const Frame& f, MapMemory* out, std::string* why);
+bool decodeMemoryMapped(const Frame& f, MemoryMapped* out, std::string* why);
 
 // The bytes of a message (header and body); descriptors go beside them (socket.hpp).
 std::vector<uint8_t> encode(MsgType type, const void* body, size_t bodyBytes, uint32_t fdCount = 0);

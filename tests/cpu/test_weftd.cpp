@@ -339,6 +339,43 @@ TEST(Weftd, ADisagreeingAttachIsRefusedAndTheCommunicatorStaysWhole) {
   EXPECT_TRUE(answers(d));
 }
 
+// A map-memory request that weftd cannot serve is refused, naming why: from a connection with
+// nothing attached (a protocol error: that connection is dropped), and from a rank whose engine
+// reads inputs through staging (the CPU backend's), whose connection goes on: it detaches as usual.
+TEST(Weftd, AMapRequestItCannotServeIsRefusedAndTheRankStays) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  ConnectStatus st;
+  std::string why;
+  auto lone = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(lone) << why;
+  const unsigned char handle[64] = {1, 2, 3};
+  EXPECT_THROW(
+      {
+        try {
+          (void)lone->mapMemory(handle, 4096);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("nothing attached"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  auto lib = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(lib) << why;
+  const Client::Attachment got = lib->attach(attachOf(0x3a9, 1, 32 << 20, 1, 1 << 20));
+  ASSERT_EQ(got.engineInWeftd, 1u);
+  try {
+    (void)lib->mapMemory(handle, 4096);
+    ADD_FAILURE() << "mapped";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidUsage);
+    EXPECT_NE(std::string(e.what()).find("reads inputs through staging"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(lib->status().head.comms, 1u);  // still served
+  lib->detach();
+  EXPECT_TRUE(answers(d));
+}
+
 // One user may hold at most service_user_clients connections and service_user_bytes of weftd's
 // memory: past either, weftd refuses, naming the setting, and goes on serving (a closed
 // connection makes room again).

@@ -26,6 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Attach a;
       Attached d;
       StatusHead s;
+      MapMemory m;
+      MemoryMapped mm;
       std::vector<StatusRow> rows;
       decodeHello(f, &h, &why);
       decodeWelcome(f, &w, &why);
@@ -33,6 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       decodeAttach(f, &a, &why);
       decodeAttached(f, &d, &why);
       decodeStatus(f, &s, &rows, &why);
+      decodeMapMemory(f, &m, &why);
+      decodeMemoryMapped(f, &mm, &why);
       continue;
     }
     if (at >= size) return 0;

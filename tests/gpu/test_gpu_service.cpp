@@ -35,6 +35,7 @@ class GpuService : public GpusAndEngine {
     setenv("WEFT_SERVICE_DIR", d.dir().c_str(), 1);
     setenv("WEFT_SERVICE", "on", 1);
   }
+  void opsOverWeftdHeaps();
 };
 
 service::Client::Status statusOf(const WeftdProcess& d) {
@@ -62,8 +63,19 @@ std::vector<uint8_t> input(uint64_t seed, int rank, uint64_t count) {
   return v;
 }
 
+// service_staging_bytes > 0 (the default): weftd's persistent kernel runs the ranks' ops, reading
+// their inputs (cudaMalloc memory here) where weftd maps them; 0: the ranks run their engines.
 TEST_P(GpuService, OpsRunOverHeapsWeftdMakesOnEachGpu) {
   WEFT_REQUIRE_GPUS(gpus());
+  for (const char* staging : {"64M", "0"}) {
+    SCOPED_TRACE(std::string("service_staging_bytes ") + staging);
+    setenv("WEFT_SERVICE_STAGING_BYTES", staging, 1);
+    opsOverWeftdHeaps();
+  }
+  unsetenv("WEFT_SERVICE_STAGING_BYTES");
+}
+
+void GpuService::opsOverWeftdHeaps() {
   WeftdProcess d;
   ASSERT_TRUE(d.started()) << d.output();
   useService(d);
@@ -101,6 +113,7 @@ TEST_P(GpuService, OpsRunOverHeapsWeftdMakesOnEachGpu) {
   };
   EXPECT_TRUE(runRanks(n, body));
   EXPECT_TRUE(releasesEverything(d));
+  if (HasFailure()) ADD_FAILURE() << "weftd's log:\n" << d.output();
 }
 
 // Rank 1 is killed after init; rank 0's next op waits for it. weftd sees the rank's process end

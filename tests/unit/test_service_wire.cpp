@@ -158,6 +158,33 @@ TEST(ServiceWire, BodiesAreCheckedFieldByField) {
   EXPECT_FALSE(decodeWelcome(f, &w, &why));
 }
 
+// A map request names an allocation of some size; a reply names an address.
+TEST(ServiceWire, MapRequestsAndRepliesAreChecked) {
+  Frame f;
+  std::string why;
+  MapMemory m{};
+  f.type = MsgType::kMapMemory;
+  f.body.assign(reinterpret_cast<uint8_t*>(&m), reinterpret_cast<uint8_t*>(&m) + sizeof m);
+  MapMemory out{};
+  EXPECT_FALSE(decodeMapMemory(f, &out, &why));  // 0 bytes
+  m.bytes = uint64_t{1} << 49;
+  memcpy(f.body.data(), &m, sizeof m);
+  EXPECT_FALSE(decodeMapMemory(f, &out, &why));
+  m.bytes = 1 << 20;
+  memcpy(f.body.data(), &m, sizeof m);
+  EXPECT_TRUE(decodeMapMemory(f, &out, &why)) << why;
+  EXPECT_EQ(out.bytes, uint64_t{1} << 20);
+  MemoryMapped r{};
+  f.type = MsgType::kMemoryMapped;
+  f.body.assign(reinterpret_cast<uint8_t*>(&r), reinterpret_cast<uint8_t*>(&r) + sizeof r);
+  MemoryMapped got{};
+  EXPECT_FALSE(decodeMemoryMapped(f, &got, &why));  // no address
+  r.address = 0x7f0000000000;
+  memcpy(f.body.data(), &r, sizeof r);
+  EXPECT_TRUE(decodeMemoryMapped(f, &got, &why)) << why;
+  EXPECT_FALSE(decodeMapMemory(f, &out, &why));  // another type
+}
+
 // A GPU's PCI location survives the wire as one word; other forms pack to 0 (no GPU).
 TEST(ServiceWire, PciLocationsPackIntoOneWord) {
   EXPECT_EQ(unpackPciId(packPciId("0000:19:00")), "0000:19:00");

@@ -1,0 +1,65 @@
+#include "weftd_inputs.hpp"
+
+#include <string>
+
+#include "common/error.hpp"
+#include "device/dtype_device.hpp"
+#include "device/ops/embedding_alltoall_device.hpp"
+#include "runtime/backend.hpp"
+
+namespace weft::service {
+
+WeftdInputs::WeftdInputs(Client& daemon, const uint8_t* heap, uint64_t heapBytes, uint64_t weftdHeap)
+    : daemon_(daemon), heap_(heap), heapBytes_(heapBytes), weftdHeap_(weftdHeap) {}
+
+uint64_t WeftdInputs::place(uint64_t ptr, uint64_t bytes, const char* arg) {
+  if (ptr == 0) return 0;
+  const auto lo = reinterpret_cast<uint64_t>(heap_);
+  // The communicator has checked that an input touching the heap lies in one of its blocks.
+  if (ptr >= lo && ptr - lo < heapBytes_) return weftdHeap_ + (ptr - lo);
+  const DeviceAllocation a = deviceAllocationOf(reinterpret_cast<const void*>(ptr), arg);
+  if (bytes > a.size - (ptr - a.base))
+    throw Error(Code::kInvalidArgument, std::string(arg) + ": " + std::to_string(bytes) +
+                                            " bytes run past the end of its allocation (" + std::to_string(a.size) +
+                                            " bytes)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = byId_.find(a.id);
+  if (it == byId_.end() || it->second.base != a.base || it->second.size != a.size)
+    it = byId_.insert_or_assign(a.id, Mapped{a.base, a.size, daemon_.mapMemory(a.handle, a.size)}).first;
+  return it->second.weftd + (ptr - a.base);
+}
+
+void WeftdInputs::prepare(dev::OpDesc& d, int nranks) {
+  dev::OpDesc out = d;
+  const uint64_t es = dev::dtypeSize(static_cast<dev::DType>(d.dtype));
+  const auto n = static_cast<uint64_t>(nranks);
+  switch (static_cast<dev::OpKind>(d.kind)) {
+    case dev::OpKind::kAllReduce:
+    case dev::OpKind::kAllReduceOneShot:
+      out.send = place(d.send, d.count * es, "sendbuf");
+      break;
+    case dev::OpKind::kAllToAll:
+      out.send = place(d.send, d.count * es * n, "sendbuf");
+      break;
+    case dev::OpKind::kGemv:
+    case dev::OpKind::kGemvAllReduce:  // send = x [batch, k], arg[0] = w [n, k], arg[1] batch, arg[2] k
+      out.send = place(d.send, d.arg[1] * d.arg[2] * es, "x");
+      out.arg[0] = place(d.arg[0], d.count * d.arg[2] * es, "w");
+      break;
+    case dev::OpKind::kEmbeddingAllToAll:  // embedding_alltoall_device.hpp names the fields
+      // The weights' and lookups' sizes are in the rank's device memory: whole allocations are
+      // mapped, and the engine checks every index against its table (check_indices is forced on).
+      out.send = place(d.send, 0, "weights");
+      out.arg[0] = place(d.arg[0], (d.arg[4] + 1) * sizeof(int64_t), "table_offsets");
+      out.arg[1] = place(d.arg[1], 0, "indices");
+      out.arg[2] = place(d.arg[2], 0, "offsets");
+      out.arg[3] = place(d.arg[3], 0, "per_sample_weights");
+      out.arg[8] |= dev::EmbeddingAllToAllOp::kFlagCheck;
+      break;
+    default:
+      break;  // no pointers
+  }
+  d = out;
+}
+
+}  // namespace weft::service
