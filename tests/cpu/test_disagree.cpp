@@ -238,6 +238,20 @@ TEST(DisagreeEmbedding, RecvBlocksAndBatch) {
   }
 }
 
+// A rank's side of a GEMM + All-to-All of up to 60 tokens a rank (k 8, h 16, two experts, bf16,
+// capacity 200 rows).
+struct GemmSide {
+  static constexpr int64_t kCapacity = 200;
+  static constexpr size_t kRecvBytes = kCapacity * 16 * 2;
+  GemmCase c;
+  GemmInputs in;
+  GemmSide(uint64_t seed, int rank, int n) : c{seed, n, 60, 8, 16, WEFT_BFLOAT16, 2}, in(gemmInputs(c, rank)) {}
+  weft_result_t run(weft_comm_t comm, int rank, void* recv) const {
+    return weft_grouped_gemm_alltoall(comm, in.a.data(), in.w.data(), 2, in.expertOffsets.data(), in.sendCounts.data(),
+                                      recv, kCapacity, nullptr, c.tokens(rank), 8, 16, WEFT_BFLOAT16, nullptr);
+  }
+};
+
 // The GEMM + All-to-All with different output blocks: its route carries the signature, and the
 // disagreement comes before the offsets' own check (which names rank 0's block).
 TEST(DisagreeGemm, RecvBlocks) {
@@ -245,14 +259,9 @@ TEST(DisagreeGemm, RecvBlocks) {
   EXPECT_TRUE(runRanks(
       2,
       [&](int rank, int n, const weft_unique_id_t& id) {
-        const int64_t capacity = 200;
-        const GemmCase c{seed, n, 60, 8, 16, WEFT_BFLOAT16, 2};
-        const GemmInputs in = gemmInputs(c, rank);
-        expectRejected(shortTimeout(rank, n, id), capacity * 16 * 2, "recv", [&](weft_comm_t comm, void* a, void* b) {
-          return weft_grouped_gemm_alltoall(comm, in.a.data(), in.w.data(), 2, in.expertOffsets.data(),
-                                            in.sendCounts.data(), rank == 0 ? a : b, capacity, nullptr, c.tokens(rank),
-                                            8, 16, WEFT_BFLOAT16, nullptr);
-        });
+        const GemmSide g(seed, rank, n);
+        expectRejected(shortTimeout(rank, n, id), GemmSide::kRecvBytes, "recv",
+                       [&](weft_comm_t comm, void* a, void* b) { return g.run(comm, rank, rank == 0 ? a : b); });
       },
       60));
 }
@@ -264,15 +273,10 @@ TEST(DisagreeKinds, GemmAgainstAllReduce) {
   EXPECT_TRUE(runRanks(
       2,
       [&](int rank, int n, const weft_unique_id_t& id) {
-        const int64_t capacity = 200;
-        const GemmCase c{seed, n, 60, 8, 16, WEFT_BFLOAT16, 2};
-        const GemmInputs in = gemmInputs(c, rank);
+        const GemmSide g(seed, rank, n);
         std::vector<float> x(1000, 1.f);
-        expectRejected(shortTimeout(rank, n, id), capacity * 16 * 2, "kind", [&](weft_comm_t comm, void* a, void*) {
-          if (rank == 1) return weft_allreduce(comm, x.data(), a, 1000, WEFT_FLOAT32, nullptr);
-          return weft_grouped_gemm_alltoall(comm, in.a.data(), in.w.data(), 2, in.expertOffsets.data(),
-                                            in.sendCounts.data(), a, capacity, nullptr, c.tokens(rank), 8, 16,
-                                            WEFT_BFLOAT16, nullptr);
+        expectRejected(shortTimeout(rank, n, id), GemmSide::kRecvBytes, "kind", [&](weft_comm_t comm, void* a, void*) {
+          return rank == 1 ? weft_allreduce(comm, x.data(), a, 1000, WEFT_FLOAT32, nullptr) : g.run(comm, rank, a);
         });
       },
       60));

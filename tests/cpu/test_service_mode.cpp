@@ -29,25 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-service::Client::Status statusOf(const WeftdProcess& d) {
-  service::ConnectStatus st;
-  std::string why;
-  auto c = service::Client::connect(d.dir(), service::Role::kCtl, 5, {}, &st, &why);
-  if (!c) throw Error(Code::kSystem, why);
-  return c->status();
-}
-
-// weftd lets a communicator go once its ranks have closed their connections, a moment after they
-// exit: waits (at most 10 s) for it to hold no communicator.
-bool releasesEverything(const WeftdProcess& d) {
-  for (int i = 0; i < 1000; ++i) {
-    const auto s = statusOf(d);
-    if (s.head.comms == 0 && s.head.heldBytes == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 // The environment the ranks inherit: this weftd, in the given mode.
 void useService(const WeftdProcess& d, const char* mode) {
   setenv("WEFT_SERVICE_DIR", d.dir().c_str(), 1);

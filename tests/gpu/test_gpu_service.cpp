@@ -38,25 +38,6 @@ class GpuService : public GpusAndEngine {
   void opsOverWeftdHeaps();
 };
 
-service::Client::Status statusOf(const WeftdProcess& d) {
-  service::ConnectStatus st;
-  std::string why;
-  auto c = service::Client::connect(d.dir(), service::Role::kCtl, 5, {}, &st, &why);
-  if (!c) throw Error(Code::kSystem, why);
-  return c->status();
-}
-
-// weftd lets a communicator go once its ranks have closed their connections: waits (at most
-// 10 s) for it to hold nothing.
-bool releasesEverything(const WeftdProcess& d) {
-  for (int i = 0; i < 1000; ++i) {
-    const auto s = statusOf(d);
-    if (s.head.comms == 0 && s.head.heldBytes == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 std::vector<uint8_t> input(uint64_t seed, int rank, uint64_t count) {
   std::vector<uint8_t> v(count * sizeof(float));
   fillInput(v.data(), WEFT_FLOAT32, seed, rank, 0, count);

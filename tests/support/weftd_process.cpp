@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/error.hpp"
+
 namespace weft::test {
 
 namespace {
@@ -115,6 +117,23 @@ std::string runCommand(const std::string& command, double timeoutS, int* status)
   const int st = ::pclose(p);
   *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return out;
+}
+
+service::Client::Status statusOf(const WeftdProcess& d) {
+  service::ConnectStatus st;
+  std::string why;
+  auto c = service::Client::connect(d.dir(), service::Role::kCtl, 5, {}, &st, &why);
+  if (!c) throw Error(Code::kSystem, why);
+  return c->status();
+}
+
+bool releasesEverything(const WeftdProcess& d) {
+  for (int i = 0; i < 1000; ++i) {
+    const auto s = statusOf(d);
+    if (s.head.comms == 0 && s.head.heldBytes == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 }  // namespace weft::test

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/service/client.hpp"
+
 namespace weft::test {
 
 class WeftdProcess {
@@ -34,6 +36,12 @@ class WeftdProcess {
   pid_t pid_ = -1;
   bool started_ = false;
 };
+
+// weftd's answer to a status request (throws weft::Error where it does not answer).
+service::Client::Status statusOf(const WeftdProcess& d);
+// weftd lets a communicator go once its ranks have closed their connections, a moment after they
+// exit: waits (at most 10 s) for it to hold no communicator and no memory.
+bool releasesEverything(const WeftdProcess& d);
 
 // Runs `command` through the shell, at most `timeoutS`; returns its output and sets *status.
 std::string runCommand(const std::string& command, double timeoutS, int* status);
