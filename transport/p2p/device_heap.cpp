@@ -2,36 +2,23 @@
 
 #include <string>
 
-#include "common/error.hpp"
-#include "device/gpu_host.hpp"
+#include "gpu_require.hpp"
 
 namespace weft::transport {
-
-namespace {
-
-void require(const gpu::Outcome& o, const std::string& what) {
-  if (o) return;
-  const Code code = o.fault == gpu::Fault::kOutOfMemory    ? Code::kOutOfMemory
-                    : o.fault == gpu::Fault::kNotSupported ? Code::kNotSupported
-                                                           : Code::kSystem;
-  throw Error(code, what + ": " + o.message);
-}
-
-}  // namespace
 
 DeviceHeap::DeviceHeap(Exchange& ex, uint64_t bytes, uint64_t zeroBytes) {
   const int n = ex.nranks(), me = ex.rank();
   try {
-    require(gpu::deviceMalloc(&own_, bytes), "heap_bytes: the symmetric heap");
+    requireGpu(gpu::deviceMalloc(&own_, bytes), "heap_bytes: the symmetric heap");
     // Zeroed on a stream of its own and waited for: a memset on the legacy stream would not be
     // ordered before the ops that later run on callers' non-blocking streams.
     void* zeroing = nullptr;
-    require(gpu::streamCreateNonBlocking(&zeroing), "creating a stream to zero the heap's control area");
+    requireGpu(gpu::streamCreateNonBlocking(&zeroing), "creating a stream to zero the heap's control area");
     const gpu::Outcome zeroed = gpu::zeroDeviceNow(own_, zeroBytes, zeroing, 10.0);
     gpu::streamDestroy(zeroing);
-    require(zeroed, "zeroing the heap's control area");
+    requireGpu(zeroed, "zeroing the heap's control area");
     gpu::IpcHandle mine{};
-    require(gpu::ipcExport(&mine, own_), "exporting the heap to local peers");
+    requireGpu(gpu::ipcExport(&mine, own_), "exporting the heap to local peers");
     std::vector<gpu::IpcHandle> all(n);
     ex.allGather(&mine, sizeof mine, all.data());
     bases_.assign(n, nullptr);
@@ -41,7 +28,7 @@ DeviceHeap::DeviceHeap(Exchange& ex, uint64_t bytes, uint64_t zeroBytes) {
         bases_[r] = static_cast<uint8_t*>(own_);
         continue;
       }
-      require(gpu::ipcImport(&imported_[r], all[r]), "mapping rank " + std::to_string(r) + "'s heap");
+      requireGpu(gpu::ipcImport(&imported_[r], all[r]), "mapping rank " + std::to_string(r) + "'s heap");
       bases_[r] = static_cast<uint8_t*>(imported_[r]);
     }
   } catch (...) {

@@ -4,22 +4,9 @@
 
 #include <utility>
 
-#include "common/error.hpp"
-#include "device/gpu_host.hpp"
+#include "gpu_require.hpp"
 
 namespace weft::transport {
-
-namespace {
-
-void require(const gpu::Outcome& o, const std::string& what) {
-  if (o) return;
-  const Code code = o.fault == gpu::Fault::kOutOfMemory    ? Code::kOutOfMemory
-                    : o.fault == gpu::Fault::kNotSupported ? Code::kNotSupported
-                                                           : Code::kSystem;
-  throw Error(code, what + ": " + o.message);
-}
-
-}  // namespace
 
 DeviceSegment& DeviceSegment::operator=(DeviceSegment&& o) noexcept {
   if (this != &o) {
@@ -33,7 +20,7 @@ DeviceSegment& DeviceSegment::operator=(DeviceSegment&& o) noexcept {
 DeviceSegment DeviceSegment::create(int device, uint64_t bytes, uint64_t zeroBytes, int* fd, const std::string& what) {
   DeviceSegment s;
   size_t mapped = 0;
-  require(gpu::sharedDeviceCreate(device, bytes, &s.data_, &mapped, fd), what);
+  requireGpu(gpu::sharedDeviceCreate(device, bytes, &s.data_, &mapped, fd), what);
   s.size_ = mapped;
   // Zeroed on a stream of its own and waited for, as the embedded heap's control area is
   // (device_heap.cpp): no peer may reach it before it reads as zero.
@@ -48,14 +35,14 @@ DeviceSegment DeviceSegment::create(int device, uint64_t bytes, uint64_t zeroByt
     s.reset();
     ::close(*fd);
     *fd = -1;
-    require(o, what + ": zeroing its control area");
+    requireGpu(o, what + ": zeroing its control area");
   }
   return s;
 }
 
 DeviceSegment DeviceSegment::map(int fd, uint64_t bytes, const std::string& what) {
   DeviceSegment s;
-  require(gpu::sharedDeviceMap(fd, bytes, &s.data_), "mapping " + what);
+  requireGpu(gpu::sharedDeviceMap(fd, bytes, &s.data_), "mapping " + what);
   s.size_ = bytes;
   return s;
 }
