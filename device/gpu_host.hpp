@@ -78,6 +78,9 @@ Outcome streamDestroy(void* stream);
 // Waits at most `seconds`; kOther with "still running" when the stream did not drain in time.
 Outcome streamDrain(void* stream, double seconds);
 Outcome streamIsCapturing(void* stream, bool* capturing);
+// Without waiting: a failure of the stream's work (a kernel that faulted), else success (still
+// running or done).
+Outcome streamFault(void* stream);
 // Stream-ordered 64-bit store, and wait until *addr >= value; addr is a device-mapped address.
 Outcome streamWriteValue(void* stream, uint64_t* addr, uint64_t value);
 Outcome streamWaitAtLeast(void* stream, uint64_t* addr, uint64_t value);

@@ -91,10 +91,15 @@ class ServedEngine {
   // Waits for the workers to leave, after raise (weftd's reaper thread), and lets go of what the
   // engine mapped. Bounded on a GPU (10 s); a kernel that did not stop keeps its memory.
   void join();
+  // What made the engine fail on its own ("" while it has not): on a GPU, the persistent
+  // kernel's fault (an illegal address, say), after which it serves nothing more. Cheap: weftd's
+  // loop asks every turn.
+  std::string fault();
   // GPU backends: maps an allocation of the rank's device memory into weftd (`handle`, its IPC
-  // handle) and returns its base here; it stays mapped until join. Throws weft::Error:
-  // kInvalidUsage on the CPU backend or past the engine's limit of mappings.
-  uint64_t mapInput(const unsigned char (&handle)[64], uint64_t bytes);
+  // handle; [base, base + bytes) in the rank) and returns its base here; it stays mapped until
+  // join, or until the rank maps an allocation that overlaps it (the old one was freed). Throws
+  // weft::Error: kInvalidUsage on the CPU backend or past the engine's limit of mappings.
+  uint64_t mapInput(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes);
 
  private:
   struct Impl;
@@ -165,6 +170,12 @@ class Engine {
   // each op is; the CPU engine: its host waits see their ops) or the copy did not complete in
   // time. For the status watch, which alone calls it, always from its one thread.
   std::optional<uint64_t> itemsFinished(double seconds);
+  // Whether `desc` runs as a kernel of this process of its own (with this process's pointers)
+  // rather than in the engine that serves the queue: the GEMM beside a persistent kernel; under
+  // weftd's engine also the GEMV (see backend_gpu.cpp). Never on the CPU backend.
+  bool runsAlone(const dev::OpDesc& desc) const;
+  // The persistent kernel's fault, "" while it has none (and for every other engine).
+  std::string kernelFault();
   // Whether itemsFinished counts (the launched GPU engine).
   bool countsItems() const;
   // The items `desc` runs as, which itemsFinished counts for it (the GEMM's split adds some).

@@ -55,7 +55,8 @@ void ServedEngine::raise(uint32_t dev::EngineControl::*word) {
   gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
 }
 void ServedEngine::join() { impl_->threads.join(); }
-uint64_t ServedEngine::mapInput(const unsigned char (&)[64], uint64_t) {
+std::string ServedEngine::fault() { return ""; }
+uint64_t ServedEngine::mapInput(const unsigned char (&)[64], uint64_t, uint64_t) {
   throw Error(Code::kInvalidUsage, "map memory: the CPU backend's engine in weftd reads inputs through staging");
 }
 
@@ -144,6 +145,8 @@ bool Engine::quiesce(double) { return true; }
 std::optional<uint64_t> Engine::itemsFinished(double) { return std::nullopt; }
 
 bool Engine::countsItems() const { return false; }
+std::string Engine::kernelFault() { return ""; }
+bool Engine::runsAlone(const dev::OpDesc&) const { return false; }
 
 uint32_t Engine::itemsOf(const dev::OpDesc& desc) const { return desc.nitems; }
 

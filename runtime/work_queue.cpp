@@ -198,6 +198,9 @@ std::string failureText(const dev::WaitRecord& r, int self) {
     return op + "indices: " + std::to_string(static_cast<int64_t>(r.observed)) + " is not a row of table " +
            std::to_string(r.item) + " (" + std::to_string(r.expected) + " rows)";
   }
+  if (static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPeerGone && r.peer == kWeftdEngineFailed)
+    return "weftd's engine of this communicator (weftd pid " + std::to_string(r.observed) +
+           ") failed on its GPU (weftd's log says how); every op of the communicator fails";
   if (static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPeerGone && r.peer < 0)
     return "weftd (pid " + std::to_string(r.observed) +
            "), which ran this communicator's engine, has ended; every op of the communicator fails";

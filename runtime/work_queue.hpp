@@ -19,6 +19,10 @@ struct SlotProgress {
   uint64_t startNs;    // when every earlier op had completed (CLOCK_MONOTONIC); 0 before
 };
 
+// WaitRecord::peer of a kPeerGone record (observed: weftd's pid) that weftd writes when its engine
+// of the communicator failed on its own (a GPU kernel's fault); -1 is weftd's own end.
+constexpr int32_t kWeftdEngineFailed = -2;
+
 class WorkQueue {
  public:
   static constexpr uint32_t kMaxWorkers = 1024;  // the engine's `alive` words follow the slots

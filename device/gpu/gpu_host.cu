@@ -179,6 +179,11 @@ Outcome streamDrain(void* stream, double seconds) {
   }
 }
 
+Outcome streamFault(void* stream) {
+  const gpuError_t e = GPU(StreamQuery)(static_cast<gpuStream_t>(stream));
+  return e == kGpuNotReady ? Outcome{} : check(e, "StreamQuery");
+}
+
 Outcome eventDrain(void* event, double seconds) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (;;) {

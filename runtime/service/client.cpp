@@ -59,9 +59,10 @@ Frame Client::expect(MsgType type) {
   return f;
 }
 
-uint64_t Client::mapMemory(const unsigned char (&handle)[64], uint64_t bytes) {
+uint64_t Client::mapMemory(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes) {
   MapMemory m{};
   std::memcpy(m.handle, handle, sizeof m.handle);
+  m.base = base;
   m.bytes = bytes;
   std::lock_guard<std::mutex> lock(requestMutex_);
   ch_.send(MsgType::kMapMemory, &m, sizeof m, net::deadlineIn(timeoutS_));

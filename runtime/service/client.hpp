@@ -49,8 +49,9 @@ class Client {
   };
   Attachment attach(const Attach& a);
   // Where weftd's GPU engine maps an allocation of this rank's device memory (`handle`, its IPC
-  // handle; `bytes`, its size), mapping it there first. Thread-safe; bounded by the timeout.
-  uint64_t mapMemory(const unsigned char (&handle)[64], uint64_t bytes);
+  // handle; [base, base + bytes), where it lies here), mapping it there first. Thread-safe;
+  // bounded by the timeout.
+  uint64_t mapMemory(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes);
   // The communicator ended cleanly here (weftd then does not fail its peers when this closes) and
   // weftd's engine of the rank has stopped once this returns (bounded by the timeout). Never
   // throws: a weftd that has gone has nothing to be told.

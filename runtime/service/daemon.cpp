@@ -460,6 +460,7 @@ void Daemon::serve(int stopFd) {
     // Every wait below is this one: the loop blocks on no connection and on no engine.
     if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throwSystemError("weftd: poll");
     const uint64_t now = status::monotonicNs();
+    d.registry.checkEngines();
     if ((fds[0].revents & POLLIN) && !d.draining) {
       d.draining = true;
       drainEndNs = now + static_cast<uint64_t>(d.opts.drainS * 1e9);

@@ -171,7 +171,7 @@ uint64_t CommRegistry::mapMemory(uint32_t uid, uint64_t commId, int rank, const 
   auto it = comms_.find(Key{uid, commId});
   if (it == comms_.end() || it->second.ranks[rank].state != RankState::kAttached || !it->second.ranks[rank].engine)
     throw Error(Code::kInvalidUsage, "map memory: weftd runs no engine for this rank");
-  return it->second.ranks[rank].engine->mapInput(m.handle, m.bytes);
+  return it->second.ranks[rank].engine->mapInput(m.handle, m.base, m.bytes);
 }
 
 void CommRegistry::detach(uint32_t uid, uint64_t commId, int rank, uint64_t ticket) {
@@ -217,6 +217,31 @@ void CommRegistry::failRank(Comm& c, int r) {
   dev::recordFailure(v, dev::WaitSite{0, 0, c.lostRank, dev::WaitWhat::kPeerGone}, dev::Status::kTransport, 0,
                      static_cast<uint64_t>(c.lostPid));
   c.ranks[r].heap->failEngine(static_cast<uint32_t>(dev::Status::kTransport));
+}
+
+void CommRegistry::checkEngines() {
+  for (auto& [key, c] : comms_) {
+    if (!c.engineInWeftd || c.engineFailed) continue;
+    for (int r = 0; r < static_cast<int>(c.ranks.size()) && !c.engineFailed; ++r) {
+      if (!c.ranks[r].engine) continue;
+      const std::string fault = c.ranks[r].engine->fault();
+      if (fault.empty()) continue;
+      c.engineFailed = true;
+      WEFT_LOG(kError, kService, "communicator {:016x}: weftd's engine of rank {} failed: {}; failing every rank's ops",
+               key.second, r, fault);
+      // Where each rank's host waits and weft_comm_get_async_error look; the slots' done words
+      // release the streams that wait on them (the kernels that would have written them are gone).
+      for (Rank& p : c.ranks) {
+        if (!p.queue) continue;
+        dev::CommView v;
+        v.queue = p.queue->header();
+        dev::recordFailure(v, dev::WaitSite{0, 0, kWeftdEngineFailed, dev::WaitWhat::kPeerGone},
+                           dev::Status::kTransport, 0, static_cast<uint64_t>(::getpid()));
+        gpu::atomicStore<gpu::Order::kRelease>(&p.queue->header()->abort, 1u);
+        p.queue->completeUnfinished();
+      }
+    }
+  }
 }
 
 void CommRegistry::dropIfIdle(const Key& k) {

@@ -47,6 +47,11 @@ class CommRegistry {
   // it now). Throws weft::Error (kInvalidUsage) where weftd runs no GPU engine for the rank.
   uint64_t mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m);
 
+  // Fails every communicator one of whose engines in weftd has failed on its own (a GPU kernel's
+  // fault), once: every rank's ops end with an error naming it, none waits on it. The daemon's
+  // loop calls it every turn.
+  void checkEngines();
+
   // Readable while detach tickets are done and not taken.
   int doneFd() const { return reaper_.fd(); }
   std::vector<uint64_t> takeDone() { return reaper_.takeDone(); }
@@ -79,7 +84,8 @@ class CommRegistry {
     // into it, so a stopping engine's job keeps it.
     std::shared_ptr<std::vector<uint8_t*>> bases;
     std::vector<Rank> ranks;
-    int lostRank = -1;  // the first rank that died (the communicator has failed)
+    int lostRank = -1;          // the first rank that died (the communicator has failed)
+    bool engineFailed = false;  // an engine of weftd's failed on its own (checkEngines)
     pid_t lostPid = 0;
   };
   using Key = std::pair<uint32_t, uint64_t>;

@@ -1,5 +1,6 @@
 #include "weftd_inputs.hpp"
 
+#include <iterator>
 #include <string>
 
 #include "common/error.hpp"
@@ -24,8 +25,14 @@ uint64_t WeftdInputs::place(uint64_t ptr, uint64_t bytes, const char* arg) {
                                             " bytes)");
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = byId_.find(a.id);
-  if (it == byId_.end() || it->second.base != a.base || it->second.size != a.size)
-    it = byId_.insert_or_assign(a.id, Mapped{a.base, a.size, daemon_.mapMemory(a.handle, a.size)}).first;
+  if (it == byId_.end()) {
+    // A cached allocation that overlaps this live one has been freed: weftd lets its mapping go
+    // when it maps this one (the driver would refuse to map the memory twice).
+    for (auto old = byId_.begin(); old != byId_.end();)
+      old = old->second.base < a.base + a.size && a.base < old->second.base + old->second.size ? byId_.erase(old)
+                                                                                               : std::next(old);
+    it = byId_.emplace(a.id, Mapped{a.base, a.size, daemon_.mapMemory(a.handle, a.base, a.size)}).first;
+  }
   return it->second.weftd + (ptr - a.base);
 }
 

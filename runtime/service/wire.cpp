@@ -274,7 +274,7 @@ bool decodeStatus(const Frame& f, StatusHead* head, std::vector<StatusRow>* rows
 
 bool decodeMapMemory(const Frame& f, MapMemory* out, std::string* why) {
   if (!bodyAs(f, MsgType::kMapMemory, out, why)) return false;
-  if (out->bytes == 0 || out->bytes > (uint64_t{1} << 48)) {
+  if (out->bytes == 0 || out->bytes > (uint64_t{1} << 48) || out->base == 0 || out->base + out->bytes < out->base) {
     *why = "map memory: a size of " + std::to_string(out->bytes) + " bytes";
     return false;
   }

@@ -144,9 +144,10 @@ static_assert(sizeof(Attached) == 40, "Attached is a wire struct");
 // user's (the engine runs for no one else).
 struct MapMemory {
   unsigned char handle[64];  // gpu::IpcHandle of the allocation
+  uint64_t base;             // the allocation's base in the rank's address space
   uint64_t bytes;            // the allocation's size, as the rank's driver reports it
 };
-static_assert(sizeof(MapMemory) == 72, "MapMemory is a wire struct");
+static_assert(sizeof(MapMemory) == 80, "MapMemory is a wire struct");
 
 // Written by weftd.
 struct MemoryMapped {

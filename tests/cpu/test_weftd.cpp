@@ -353,7 +353,7 @@ TEST(Weftd, AMapRequestItCannotServeIsRefusedAndTheRankStays) {
   EXPECT_THROW(
       {
         try {
-          (void)lone->mapMemory(handle, 4096);
+          (void)lone->mapMemory(handle, 1 << 20, 4096);
         } catch (const Error& e) {
           EXPECT_NE(std::string(e.what()).find("nothing attached"), std::string::npos) << e.what();
           throw;
@@ -365,7 +365,7 @@ TEST(Weftd, AMapRequestItCannotServeIsRefusedAndTheRankStays) {
   const Client::Attachment got = lib->attach(attachOf(0x3a9, 1, 32 << 20, 1, 1 << 20));
   ASSERT_EQ(got.engineInWeftd, 1u);
   try {
-    (void)lib->mapMemory(handle, 4096);
+    (void)lib->mapMemory(handle, 1 << 20, 4096);
     ADD_FAILURE() << "mapped";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Code::kInvalidUsage);

@@ -167,6 +167,7 @@ TEST(ServiceWire, MapRequestsAndRepliesAreChecked) {
   f.body.assign(reinterpret_cast<uint8_t*>(&m), reinterpret_cast<uint8_t*>(&m) + sizeof m);
   MapMemory out{};
   EXPECT_FALSE(decodeMapMemory(f, &out, &why));  // 0 bytes
+  m.base = 1 << 21;
   m.bytes = uint64_t{1} << 49;
   memcpy(f.body.data(), &m, sizeof m);
   EXPECT_FALSE(decodeMapMemory(f, &out, &why));
@@ -174,6 +175,9 @@ TEST(ServiceWire, MapRequestsAndRepliesAreChecked) {
   memcpy(f.body.data(), &m, sizeof m);
   EXPECT_TRUE(decodeMapMemory(f, &out, &why)) << why;
   EXPECT_EQ(out.bytes, uint64_t{1} << 20);
+  m.base = ~uint64_t{0} - 100;  // the range wraps
+  memcpy(f.body.data(), &m, sizeof m);
+  EXPECT_FALSE(decodeMapMemory(f, &out, &why));
   MemoryMapped r{};
   f.type = MsgType::kMemoryMapped;
   f.body.assign(reinterpret_cast<uint8_t*>(&r), reinterpret_cast<uint8_t*>(&r) + sizeof r);
