@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
   app.add_option("-l,--log-level", logLevel, "error, warn, info, debug or trace (as log_level)");
   app.set_version_flag("-V,--version", std::string("weftd ") + WEFT_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
+  // weftd keeps persistent kernels resident; a kernel loaded lazily afterwards on the same GPU
+  // (CUDA's default) waits for them to leave, which they never do while a rank is attached.
+  ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   try {
     if (!configFile.empty()) ::setenv("WEFT_CONFIG_FILE", configFile.c_str(), 1);
     std::map<std::string, std::string> given;
