@@ -89,8 +89,9 @@ class ServedEngine {
   // caller raises the queue's stop word too. Never waits on the workers.
   void raise(uint32_t dev::EngineControl::*word);
   // Waits for the workers to leave, after raise (weftd's reaper thread), and lets go of what the
-  // engine mapped. Bounded on a GPU (10 s); a kernel that did not stop keeps its memory.
-  void join();
+  // engine mapped. Bounded on a GPU (10 s); returns false where a kernel did not stop (it keeps
+  // its memory, and the caller must keep what the kernel may touch).
+  bool join();
   // What made the engine fail on its own ("" while it has not): on a GPU, the persistent
   // kernel's fault (an illegal address, say), after which it serves nothing more. Cheap: weftd's
   // loop asks every turn.

@@ -54,7 +54,10 @@ ServedEngine::~ServedEngine() = default;
 void ServedEngine::raise(uint32_t dev::EngineControl::*word) {
   gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
 }
-void ServedEngine::join() { impl_->threads.join(); }
+bool ServedEngine::join() {
+  impl_->threads.join();
+  return true;
+}
 std::string ServedEngine::fault() { return ""; }
 uint64_t ServedEngine::mapInput(const unsigned char (&)[64], uint64_t, uint64_t) {
   throw Error(Code::kInvalidUsage, "map memory: the CPU backend's engine in weftd reads inputs through staging");

@@ -255,14 +255,15 @@ void ServedEngine::raise(uint32_t dev::EngineControl::*word) { impl_->engine->ra
 
 std::string ServedEngine::fault() { return impl_->engine->kernelFault(); }
 
-void ServedEngine::join() {
+bool ServedEngine::join() {
   Impl& e = *impl_;
   (void)gpu::setDevice(e.device);
-  if (!e.engine->stop()) return;  // the kernel may still use what it maps: keep it
+  if (!e.engine->stop()) return false;  // the kernel may still use what it maps: keep it
   for (const Impl::Mapped& m : e.mapped) gpu::ipcClose(m.here);
   e.mapped.clear();
   gpu::deviceFree(e.deviceBases);
   e.deviceBases = nullptr;
+  return true;
 }
 
 uint64_t ServedEngine::mapInput(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes) {
@@ -399,6 +400,13 @@ struct Engine::Impl {
     gpu::Outcome o = ensureRunning();
     if (o) o = gpu::streamWriteValue(userStream, onDevice(queue->readyWord(ticket)), ticket + 1);
     if (o) o = gpu::streamWaitAtLeast(userStream, onDevice(queue->doneWord(ticket)), ticket + 1);
+    // weftd's engine: a rank whose weftd has gone completes the unfinished slots itself (the
+    // watcher in Comm::create), raising `abort` first; an op published after that completion
+    // completes them again here, so that its stream's wait ends (a fence each side).
+    if (o && remote) {
+      gpu::fenceSeqCst();
+      if (gpu::atomicLoad<gpu::Order::kAcquire>(&queue->header()->abort) != 0) queue->completeUnfinished();
+    }
     if (!o) {
       failed(ticket);
       // The slot is published: let the engine drain it (the op fails at once) rather than wait forever.

@@ -281,8 +281,10 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
       // would write now: they are completed (as aborted) here.
       WorkQueue* queue = c->queue_.get();
       c->daemon_->watch([queue, pid = c->daemon_->welcome().pid] {
-        queue->failWeftdGone(pid);
-        if (!kHostSeesEnd) queue->completeUnfinished();
+        queue->failWeftdGone(pid);  // raises `abort`: a submit after the completion below sees it
+        if (kHostSeesEnd) return;
+        gpu::fenceSeqCst();
+        queue->completeUnfinished();
       });
     }
   } else {

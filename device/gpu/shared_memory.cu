@@ -3,6 +3,7 @@
 // descriptor. Legacy IPC handles (ipcExport) name memory by an opaque token that any process of the
 // host may open; a descriptor reaches only the process it is passed to, over weftd's checked
 // socket, which is why service mode uses these.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -127,6 +128,7 @@ Outcome sharedDeviceCreate(int device, size_t bytes, void** ptr, size_t* mapped,
     (void)cuMemReleaseEntry.fn(h);
     return o;
   }
+  (void)::fcntl(exported, F_SETFD, FD_CLOEXEC);  // the driver's descriptor is inherited otherwise
   o = mapHandle(h, size, device, ptr);
   if (!o) {
     ::close(exported);
@@ -251,6 +253,7 @@ Outcome sharedDeviceCreate(int device, size_t bytes, void** ptr, size_t* mapped,
     (void)hipMemRelease(h);
     return o;
   }
+  (void)::fcntl(exported, F_SETFD, FD_CLOEXEC);  // the driver's descriptor is inherited otherwise
   o = mapHandle(h, size, device, ptr);
   if (!o) {
     ::close(exported);

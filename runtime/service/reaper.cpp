@@ -31,12 +31,22 @@ Reaper::~Reaper() {
 
 void Reaper::finish(Job& job) {
   const auto start = std::chrono::steady_clock::now();
-  if (job.join) job.join();
+  const bool stopped = !job.join || job.join();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Workers in the middle of an op's computation see the stop or abort word only after it.
   if (took > 0.1) WEFT_LOG(kInfo, kService, "a rank's engine took {:.2f} s to stop (its op was computing)", took);
   job.join = nullptr;
-  job.keep.clear();  // the memory goes only after the workers
+  if (stopped) {
+    job.keep.clear();  // the memory goes only after the workers
+  } else {
+    // Unmapping memory a running kernel uses would fault its GPU for every job there: kept for as
+    // long as weftd lives (reachable, so no leak checker counts it).
+    WEFT_LOG(kError, kService, "a rank's engine did not stop; weftd keeps what it may touch");
+    static std::mutex keptMu;
+    static auto* kept = new std::vector<std::vector<std::shared_ptr<void>>>();
+    std::lock_guard<std::mutex> lock(keptMu);
+    kept->push_back(std::move(job.keep));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   --busy_;
   if (job.ticket != 0) {

@@ -17,7 +17,10 @@ namespace weft::service {
 class Reaper {
  public:
   struct Job {
-    std::function<void()> join;  // waits for workers told to stop; may be empty (the ticket is done at once)
+    // Waits for workers told to stop; false where they did not stop (a GPU kernel that did not
+    // leave): `keep` is then never let go, since they may still touch it. May be empty (the
+    // ticket is done at once).
+    std::function<bool()> join;
     std::vector<std::shared_ptr<void>> keep;  // what the workers may touch until joined
     uint64_t ticket = 0;                      // 0: nobody waits for it
   };

@@ -45,7 +45,7 @@ void CommRegistry::release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word,
     // have, they may touch every rank's heap (through the bases), this rank's queue and staging.
     r.engine->raise(word);
     gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
-    job.join = [engine = std::shared_ptr<ServedEngine>(std::move(r.engine))] { engine->join(); };
+    job.join = [engine = std::shared_ptr<ServedEngine>(std::move(r.engine))] { return engine->join(); };
     job.keep.push_back(c.bases);
     for (const Rank& p : c.ranks)
       if (p.heap) job.keep.push_back(p.heap);
@@ -75,6 +75,11 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
                                         std::to_string(heldBytes(uid)) + " bytes of weftd's memory; " +
                                         std::to_string(addedBytes) + " more would pass its limit of " +
                                         std::to_string(userBytes_) + " (service_user_bytes)");
+  // A job's heaps on GPUs are made where the attach says: only for weftd's own user, since another
+  // user's job would choose any GPU of the node, its own or not.
+  if (a.deviceHeaps && uid != ::geteuid())
+    throw Error(Code::kInvalidUsage, "attach: weftd makes heaps on GPUs for its own user's jobs only (uid " +
+                                         std::to_string(::geteuid()) + "); run the job embedded (service=off)");
   auto [it, fresh] = comms_.try_emplace(key);
   Comm& c = it->second;
   Rank* made = nullptr;  // this attach's rank, once it is known to be one nobody else holds
@@ -229,8 +234,10 @@ void CommRegistry::checkEngines() {
       c.engineFailed = true;
       WEFT_LOG(kError, kService, "communicator {:016x}: weftd's engine of rank {} failed: {}; failing every rank's ops",
                key.second, r, fault);
-      // Where each rank's host waits and weft_comm_get_async_error look; the slots' done words
-      // release the streams that wait on them (the kernels that would have written them are gone).
+      // The record goes where each rank's host waits and weft_comm_get_async_error look. A rank
+      // whose kernel still runs (on another GPU) is aborted: it fails its op and completes its
+      // slots itself. A rank whose kernel has gone has its slots completed here, which releases
+      // the streams that wait on their done words.
       for (Rank& p : c.ranks) {
         if (!p.queue) continue;
         dev::CommView v;
@@ -238,7 +245,12 @@ void CommRegistry::checkEngines() {
         dev::recordFailure(v, dev::WaitSite{0, 0, kWeftdEngineFailed, dev::WaitWhat::kPeerGone},
                            dev::Status::kTransport, 0, static_cast<uint64_t>(::getpid()));
         gpu::atomicStore<gpu::Order::kRelease>(&p.queue->header()->abort, 1u);
-        p.queue->completeUnfinished();
+        if (p.engine && p.engine->fault().empty()) {
+          p.engine->raise(&dev::EngineControl::abort);
+        } else {
+          gpu::fenceSeqCst();
+          p.queue->completeUnfinished();
+        }
       }
     }
   }

@@ -40,8 +40,10 @@ TEST(ServiceReaper, ASlowJoinHoldsUpNoOtherJob) {
   std::weak_ptr<int> slowSeen = slowMemory;
   const auto start = Clock::now();
   // The slow job's workers stop only when the test says (at most 10 s).
-  r.retire({[released] { (void)released.wait_for(std::chrono::seconds(10)); }, {std::move(slowMemory)}, 1});
-  r.retire({[] {}, {}, 2});
+  r.retire({[released] { return released.wait_for(std::chrono::seconds(10)) == std::future_status::ready; },
+            {std::move(slowMemory)},
+            1});
+  r.retire({[] { return true; }, {}, 2});
   r.retire({nullptr, {}, 3});
   EXPECT_LT(since(start), 0.1) << "retire waited for a join";
   std::vector<uint64_t> done = doneWithin(r, 5, 2);
@@ -66,6 +68,7 @@ TEST(ServiceReaper, DestructionWaitsForEveryJob) {
       r.retire({[&joined] {
                   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // workers finishing an item
                   ++joined;
+                  return true;
                 },
                 {memory},
                 0});
@@ -73,6 +76,19 @@ TEST(ServiceReaper, DestructionWaitsForEveryJob) {
   }
   EXPECT_EQ(joined.load(), 4);
   EXPECT_TRUE(seen.expired());
+}
+
+// Workers that did not stop (a GPU kernel that stayed) may still touch the job's memory: it is
+// never let go, while the ticket is still reported (the rank is told; weftd goes on).
+TEST(ServiceReaper, MemoryOfWorkersThatDidNotStopIsKept) {
+  auto memory = std::make_shared<int>(1);
+  std::weak_ptr<int> seen = memory;
+  {
+    Reaper r;
+    r.retire({[] { return false; }, {std::move(memory)}, 7});
+    EXPECT_EQ(doneWithin(r, 5, 1), (std::vector<uint64_t>{7}));
+  }
+  EXPECT_FALSE(seen.expired());
 }
 
 }  // namespace
