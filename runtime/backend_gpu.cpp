@@ -401,12 +401,9 @@ struct Engine::Impl {
     if (o) o = gpu::streamWriteValue(userStream, onDevice(queue->readyWord(ticket)), ticket + 1);
     if (o) o = gpu::streamWaitAtLeast(userStream, onDevice(queue->doneWord(ticket)), ticket + 1);
     // weftd's engine: a rank whose weftd has gone completes the unfinished slots itself (the
-    // watcher in Comm::create), raising `abort` first; an op published after that completion
-    // completes them again here, so that its stream's wait ends (a fence each side).
-    if (o && remote) {
-      gpu::fenceSeqCst();
-      if (gpu::atomicLoad<gpu::Order::kAcquire>(&queue->header()->abort) != 0) queue->completeUnfinished();
-    }
+    // watcher in Comm::create); an op published after that is completed here, so that its
+    // stream's wait ends.
+    if (o && remote) queue->completeIfAborted();
     if (!o) {
       failed(ticket);
       // The slot is published: let the engine drain it (the op fails at once) rather than wait forever.

@@ -282,9 +282,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
       WorkQueue* queue = c->queue_.get();
       c->daemon_->watch([queue, pid = c->daemon_->welcome().pid] {
         queue->failWeftdGone(pid);  // raises `abort`: a submit after the completion below sees it
-        if (kHostSeesEnd) return;
-        gpu::fenceSeqCst();
-        queue->completeUnfinished();
+        if (!kHostSeesEnd) queue->completeAborted();
       });
     }
   } else {

@@ -67,6 +67,16 @@ void WorkQueue::completeUnfinished() {
   gpu::atomicStore<gpu::Order::kRelease>(&header_->completed, tail);
 }
 
+void WorkQueue::completeAborted() {
+  gpu::fenceSeqCst();
+  completeUnfinished();
+}
+
+void WorkQueue::completeIfAborted() {
+  gpu::fenceSeqCst();
+  if (gpu::atomicLoad<gpu::Order::kAcquire>(&header_->abort) != 0) completeUnfinished();
+}
+
 uint64_t WorkQueue::inFlight() const {
   return gpu::atomicLoad<gpu::Order::kAcquire>(&header_->tail) -
          gpu::atomicLoad<gpu::Order::kAcquire>(&header_->completed);

@@ -52,6 +52,12 @@ class WorkQueue {
   // After the engine has stopped: completes every op it had not finished, as aborted, so that no
   // host or stream waits on it forever.
   void completeUnfinished();
+  // completeUnfinished by a thread that has raised `abort` (or seen it raised) where no engine
+  // will serve the queue again (weftd gone or its kernel dead). Its full fence pairs with the one
+  // of completeIfAborted, so that an op published meanwhile is completed by one side or the other.
+  void completeAborted();
+  // A submitter, after publishing an op for such a queue: completes the slots if `abort` is up.
+  void completeIfAborted();
   // Ops taken but not completed.
   uint64_t inFlight() const;
   void* memory() const { return shm_.data(); }

@@ -248,8 +248,7 @@ void CommRegistry::checkEngines() {
         if (p.engine && p.engine->fault().empty()) {
           p.engine->raise(&dev::EngineControl::abort);
         } else {
-          gpu::fenceSeqCst();
-          p.queue->completeUnfinished();
+          p.queue->completeAborted();
         }
       }
     }
