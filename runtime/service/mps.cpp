@@ -81,11 +81,18 @@ bool mpsAnswers(const std::string& pipeDir) {
   if (path.size() >= sizeof addr.sun_path) return false;
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size());
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  ::close(fd);
-  return ok;
+  // The control daemon's socket is not a stream one (a stream connect fails with EPROTOTYPE): each
+  // kind is tried until one is not the wrong type.
+  for (const int type : {SOCK_SEQPACKET, SOCK_STREAM, SOCK_DGRAM}) {
+    const int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (ok) return true;
+    if (err != EPROTOTYPE) return false;
+  }
+  return false;
 }
 
 Mps::Mps(const std::string& mode, const std::string& dir) {

@@ -26,14 +26,16 @@ struct TempDir {
   ~TempDir() { [[maybe_unused]] const int rc = std::system(("rm -rf '" + path + "'").c_str()); }
 };
 
-// A socket listening at dir/control, where an MPS control daemon would.
-int listenAsControl(const std::string& dir) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// A socket of `type` listening at dir/control, where an MPS control daemon would (the real one's
+// refuses a stream connect with EPROTOTYPE).
+int listenAsControl(const std::string& dir, int type = SOCK_SEQPACKET) {
+  const int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   const std::string path = dir + "/control";
   std::memcpy(addr.sun_path, path.c_str(), path.size());
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 4) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      (type != SOCK_DGRAM && ::listen(fd, 4) != 0)) {
     ::close(fd);
     return -1;
   }
@@ -75,6 +77,18 @@ TEST_F(ServiceMps, ADaemonThatAnswersIsUsed) {
   EXPECT_TRUE(mpsAnswers(pipe.path));
   ::close(fd);
   EXPECT_FALSE(mpsAnswers(pipe.path));
+}
+
+TEST_F(ServiceMps, EveryKindOfControlSocketAnswers) {
+  for (const int type : {SOCK_SEQPACKET, SOCK_STREAM, SOCK_DGRAM}) {
+    SCOPED_TRACE(type);
+    TempDir pipe;
+    const int fd = listenAsControl(pipe.path, type);
+    ASSERT_GE(fd, 0);
+    EXPECT_TRUE(mpsAnswers(pipe.path));
+    ::close(fd);
+    EXPECT_FALSE(mpsAnswers(pipe.path));  // the path is left, nobody listens
+  }
 }
 
 TEST_F(ServiceMps, WithoutOneOrTheToolWeftdSaysWhy) {
