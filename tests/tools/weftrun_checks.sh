@@ -7,6 +7,8 @@
 #   bad_addr  an address weftrun cannot bind is an error message and a non-zero status, no abort
 #   segments  shared memory a rank made and had not unlinked when it was stopped (a rank killed
 #             during init) is gone once weftrun has ended
+#   ipath     the ranks run with IPATH_NO_BACKTRACE=1 (unless the user set it), so that the
+#             libinfinipath that Debian's libfabric loads catches none of their signals
 # Waits are bounded by tens of seconds; nothing is timed.
 set -u
 weftrun=$1
@@ -94,6 +96,22 @@ case $check in
     [ $rc -eq 124 ] || { cat "$dir/err" >&2; fail "weftrun returned $rc, not 124 (its time limit)"; }
     [ "$(ls "$dir" | grep -c '^seg\.[0-9]*$')" -eq 2 ] || fail "the ranks did not make their segments"
     for f in "$dir"/seg.*; do [ -e "/dev/shm/$(cat "$f")" ] && fail "/dev/shm/$(cat "$f") outlived weftrun"; done
+    ;;
+  ipath)
+    env -u IPATH_NO_BACKTRACE "$weftrun" -n 2 -t 60 sh -c 'echo "$RANK $IPATH_NO_BACKTRACE" > "$0/env.$RANK"' "$dir" || fail "weftrun failed"
+    [ "$(cat "$dir"/env.*)" = "$(printf '0 1\n1 1')" ] || fail "the ranks saw: $(cat "$dir"/env.*)"
+    IPATH_NO_BACKTRACE=0 "$weftrun" -n 1 -t 60 sh -c 'echo "$IPATH_NO_BACKTRACE" > "$0/own"' "$dir"
+    [ "$(cat "$dir/own")" = 0 ] || fail "the user's IPATH_NO_BACKTRACE=0 became $(cat "$dir/own")"
+    # Where the library is installed: a rank that loads it catches no more signals than grep
+    # alone (which catches SIGSEGV itself).
+    lib=$(ls /usr/lib/*/libinfinipath.so.4 2>/dev/null | head -1)
+    if [ -n "$lib" ]; then
+      alone=$(grep '^SigCgt' /proc/self/status)
+      [ "$(env -u IPATH_NO_BACKTRACE LD_PRELOAD="$lib" grep '^SigCgt' /proc/self/status)" != "$alone" ] ||
+        fail "loading $lib catches no signal here: this check would prove nothing"
+      env -u IPATH_NO_BACKTRACE "$weftrun" -n 1 -t 60 env LD_PRELOAD="$lib" grep '^SigCgt' /proc/self/status > "$dir/caught"
+      [ "$(cat "$dir/caught")" = "$alone" ] || fail "a rank with $lib loaded catches $(cat "$dir/caught"), grep alone $alone"
+    fi
     ;;
   *)
     fail "no check '$check'"

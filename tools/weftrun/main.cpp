@@ -79,6 +79,11 @@ class Ranks {
       if (getppid() != parent) _exit(127);  // weftrun died before the line above
       sigprocmask(SIG_SETMASK, &unblocked, nullptr);
       for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      // Debian's libfabric loads libinfinipath, whose constructor takes SIGTERM, SIGINT, SIGSEGV
+      // and SIGBUS for a handler that mallocs a backtrace: a rank stopped by SIGTERM then died in
+      // it with heap corruption instead of exiting. The variable keeps the handler out (the user's
+      // own setting wins).
+      setenv("IPATH_NO_BACKTRACE", "1", 0);
       std::vector<char*> args;
       for (auto& a : cmd) args.push_back(a.data());
       args.push_back(nullptr);
