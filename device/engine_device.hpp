@@ -18,11 +18,34 @@ constexpr uint32_t kNoItem = 0xffffffffu;
 
 enum class Poll : uint32_t { kReady, kGone, kStop };
 
+// Whether `ticket` is complete: the device-memory mirror, and every kHostEvery-th poll the queue's
+// own word in host memory (the host completes the slots of an engine that is going away).
+constexpr uint32_t kHostEvery = 256;
+WEFT_HOST_DEVICE bool hostTurn(const CommView& v, uint32_t spins) {
+  return !v.control || spins % kHostEvery == kHostEvery - 1;
+}
+WEFT_HOST_DEVICE bool opCompleted(const CommView& v, uint64_t ticket, uint32_t spins) {
+  if (v.control && gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->completed) > ticket)
+    return true;
+  return hostTurn(v, spins) && gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->completed) > ticket;
+}
+
 // Only destroy stops the engine. After an abort it keeps completing ops, each at once and as
 // aborted (every wait gives up), so that no stream ever waits for an op nobody will finish.
-WEFT_HOST_DEVICE bool engineStopping(const QueueHeader* q) { return gpu::atomicLoad<gpu::Order::kRelaxed>(&q->stop); }
+// Stopping: the heap's word, which the host raises with the queue's, and every kHostEvery-th poll
+// the queue's.
+WEFT_HOST_DEVICE bool engineStopping(const CommView& v, uint32_t spins) {
+  if (v.control && gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&v.control->stop)) return true;
+  return hostTurn(v, spins) && gpu::atomicLoad<gpu::Order::kRelaxed>(&v.queue->stop);
+}
 
 // Leader-only. Waits for `ticket` to be ready; kGone means other workers already completed it.
+// The queue lives in pinned host memory, and a GPU's reads of it cross PCIe: with every worker
+// polling it, a resident engine of 128 blocks slowed every other kernel launch on its GPU from
+// 8 us to 400 us (2 H100 under MPS, weftd's engine idle). So worker 0 alone polls the slot's
+// `ready` word on each spin and mirrors what it saw into the heap's control words (device memory),
+// which the others poll; they read the queue only every kHostEvery-th spin, in case worker 0 is
+// not polling (it left on idle, or is still busy).
 // Idle exit: a resident kernel would make every device-wide synchronisation of the caller's
 // process (cudaDeviceSynchronize, cudaFree) wait forever, so a worker idle for idleNs leaves,
 // unless a ticket is outstanding. The handshake with the submitter is Dekker's: the worker clears
@@ -31,10 +54,20 @@ WEFT_HOST_DEVICE bool engineStopping(const QueueHeader* q) { return gpu::atomicL
 // ticket or the submitter sees none alive and starts the engine again.
 WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t ticket, int worker) {
   uint64_t idleSince = gpu::nowNs();
+  const bool poller = worker == 0 || !v.control;
   for (uint32_t spins = 0;; ++spins) {
-    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == ticket + 1) return Poll::kReady;
-    if (gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->completed) > ticket) return Poll::kGone;
-    if (engineStopping(v.queue)) return Poll::kStop;
+    if (poller || hostTurn(v, spins)) {
+      if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == ticket + 1) {
+        // Only worker 0 writes the mirror, so it only grows.
+        if (poller && v.control)
+          gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->readySeen, ticket + 1);
+        return Poll::kReady;
+      }
+    } else if (gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->readySeen) > ticket) {
+      return Poll::kReady;
+    }
+    if (opCompleted(v, ticket, spins)) return Poll::kGone;
+    if (engineStopping(v, spins)) return Poll::kStop;
     gpu::relax(spins);
     if (v.idleNs == 0 || (spins & 63) != 63 || gpu::nowNs() - idleSince < v.idleNs) continue;
     gpu::atomicStore<gpu::Order::kRelease>(&v.alive[worker], 0u);
@@ -155,6 +188,7 @@ WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticke
   gpu::atomicStore<gpu::Order::kRelease>(&s.done, ticket + 1);
   if (!hostWaits) gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
   gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
+  if (v.control) gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->completed, ticket + 1);
 }
 
 // The plain collectives. A launched collective's kernel (gpu/op_kernel.cu) carries them with the
@@ -226,11 +260,11 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
     }
     // The op is complete once the workers holding its last items finish; their waits are bounded.
     if (c.leader())
-      for (uint32_t spins = 0; gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->completed) <= ticket; ++spins) {
-        if (engineStopping(v.queue)) break;
+      for (uint32_t spins = 0; !opCompleted(v, ticket, spins); ++spins) {
+        if (engineStopping(v, spins)) break;
         gpu::relax(spins);
       }
-    if (c.broadcast(engineStopping(v.queue))) return;
+    if (c.broadcast(c.leader() && engineStopping(v, kHostEvery - 1))) return;
   }
 }
 

@@ -61,8 +61,16 @@ struct EngineControl {
   // (runtime/status_watch.hpp); captured ops do not count, since the host never sees them run.
   uint64_t itemsFinished;
   uint64_t reserved;
+  // Persistent engine: device-memory mirrors of two words of the work queue, which lives in pinned
+  // host memory. Worker 0 alone polls the queue for the next op and publishes here the ticket it
+  // saw ready (+ 1); an op's last worker publishes its completion here as well as in the queue. The
+  // other workers poll these, so that an idle engine reads host memory from one block, not from
+  // every block (engine_device.hpp, pollReady).
+  uint64_t readySeen;
+  uint64_t completed;
+  uint64_t padding[6];
 };
-static_assert(sizeof(EngineControl) == 128, "EngineControl is a wire struct");
+static_assert(sizeof(EngineControl) == 192, "EngineControl is a wire struct");
 
 struct HeapLayout {
   uint32_t nranks = 0;
