@@ -139,6 +139,11 @@ const std::vector<SettingSpec>& settingSpecs() {
       {"service_mps", SettingType::kString, "auto",
        "weftd on GPUs: auto (use the MPS control daemon at CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps, if one "
        "answers; else start one with pipe and log directories under service_dir, quit when weftd exits) or off"},
+      {"service_engine_ctas", SettingType::kInt, "32",
+       "weftd: the most workers (GPU thread blocks, CPU threads) of the engine weftd runs for a rank, whose "
+       "persistent_ctas asks for more: weftd's kernels stay resident, and the SMs they hold are lost to the "
+       "ranks' own kernels",
+       1, 1024},
       {"service_drain_s", SettingType::kDouble, "30",
        "weftd: on SIGTERM, how long it waits for attached communicators to end before it exits", 0, 86400},
       {"service_user_clients", SettingType::kInt, "256",

@@ -116,6 +116,7 @@ DaemonOptions DaemonOptions::from(const Settings& s) {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     o.userBytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 : 0;
   }
+  o.engineWorkers = static_cast<int>(s.getInt("service_engine_ctas"));
   o.mpsMode = std::string(WEFT_BUILD_GPU) == "cpu" ? "cpu" : s.getString("service_mps");
   if ((!o.allowUids.empty() || !o.allowGids.empty()) && o.dir == status::directory(s.getString("status_dir")))
     throw Error(Code::kInvalidArgument,
@@ -164,6 +165,7 @@ Daemon::Daemon(const DaemonOptions& o) : impl_(std::make_unique<Impl>()) {
   d.shared = !o.allowUids.empty() || !o.allowGids.empty();
   d.instance = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
   d.registry.limitUserBytes(o.userBytes);
+  d.registry.limitEngineWorkers(o.engineWorkers);
   d.prepareDirectory();
   d.takeLock();
   d.socket = socketPath(o.dir);

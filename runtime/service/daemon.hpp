@@ -26,6 +26,7 @@ struct DaemonOptions {
   // communicators (service_user_clients, service_user_bytes; 0 bytes: half the physical memory).
   int userClients = 256;
   uint64_t userBytes = 0;
+  int engineWorkers = 32;  // service_engine_ctas: the most workers of an engine weftd runs
 
   static DaemonOptions from(const Settings& s);
 };

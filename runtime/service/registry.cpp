@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -148,8 +149,13 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
   for (int r = 0; r < a.nranks; ++r)
     if (r != a.rank) fds.push_back(c.ranks[r].heapFd);
   WEFT_LOG(kInfo, kService, "rank {}/{} of communicator {:016x} (uid {}, pid {}) attached; engine in {}", a.rank,
-           a.nranks, a.commId, uid, pid, c.engineInWeftd ? "weftd" : "the rank");
+           a.nranks, a.commId, uid, pid,
+           c.engineInWeftd ? "weftd, workers: " + std::to_string(workersFor(c)) : std::string("the rank"));
   return fds;
+}
+
+int CommRegistry::workersFor(const Comm& c) const {
+  return std::min(static_cast<int>(c.first.workers), engineWorkers_);
 }
 
 void CommRegistry::startEngine(Comm& c, int r) {
@@ -167,9 +173,8 @@ void CommRegistry::startEngine(Comm& c, int r) {
   // On a GPU the ranks of the communicator that share the rank's GPU split its blocks.
   int sharers = 0;
   for (int p = 0; p < v.nranks; ++p) sharers += c.first.gpus[p] == c.first.gpus[r];
-  me.engine =
-      std::make_unique<ServedEngine>(v, *me.queue, static_cast<int>(c.first.workers),
-                                     c.first.deviceHeaps ? unpackPciId(c.first.gpus[r]) : std::string(), sharers);
+  me.engine = std::make_unique<ServedEngine>(
+      v, *me.queue, workersFor(c), c.first.deviceHeaps ? unpackPciId(c.first.gpus[r]) : std::string(), sharers);
 }
 
 uint64_t CommRegistry::mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m) {

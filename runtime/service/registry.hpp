@@ -65,6 +65,9 @@ class CommRegistry {
   // The most one user's heaps and staging segments may take (0: no limit): an attach that would
   // make more throws weft::Error (kOutOfMemory) naming service_user_bytes, and makes nothing.
   void limitUserBytes(uint64_t bytes) { userBytes_ = bytes; }
+  // The most workers of an engine weftd runs (service_engine_ctas); a rank's persistent_ctas asks
+  // for the rest. Fewer workers than an op has items is safe: they take the items in order.
+  void limitEngineWorkers(int workers) { engineWorkers_ = workers; }
 
  private:
   enum class RankState { kNever, kAttached, kGone };
@@ -94,18 +97,21 @@ class CommRegistry {
   static uint64_t bytesOf(const Comm& c);
   // Writes the failure (rank `c.lostRank` gone) into rank r's queue and engine control words.
   static void failRank(Comm& c, int r);
-  static void startEngine(Comm& c, int r);
+  void startEngine(Comm& c, int r);
   // Stops the rank's engine (raising `word`; the reaper joins it, then frees what it ran over) and
   // lets its queue and staging go, with the heap's descriptor unless `heapFd` is false (a failed
   // attach undoes only what it made); the heap's mapping goes with the communicator and the last
   // of its engines. `ticket`, if non-zero, is reported done once the workers have exited.
   void release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word, uint64_t ticket = 0, bool heapFd = true);
+  // Workers of the engines weftd runs for `c`: the ranks' persistent_ctas, at most engineWorkers_.
+  int workersFor(const Comm& c) const;
   // Lets the communicator go once no rank is attached.
   void dropIfIdle(const Key& k);
 
   Reaper reaper_;  // outlives comms_: its jobs hold what their workers touch
   std::map<Key, Comm> comms_;
   uint64_t userBytes_ = 0;
+  int engineWorkers_ = 32;
 };
 
 }  // namespace weft::service
