@@ -240,6 +240,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   std::vector<service::RankFinding> found;
   for (const RankInfo& r : all) found.push_back({r.serviceInstance, r.hostHash});
   const auto depth = static_cast<uint32_t>(s.getInt("queue_depth"));
+  uint32_t engineWorkers = 0;  // weftd's engine's, where it runs the engine
   if (service::decide(s, found, rank, noDaemon)) {
     // The one seam of service mode: weftd makes the heap segments and the queue; what runs over
     // them is the same as embedded.
@@ -276,6 +277,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
       c->staging_ = std::make_unique<service::Staging>(std::move(got.staging), got.weftdStagingBase,
                                                        c->heap_->base(rank), a.heapBytes, got.weftdHeapBase);
     if (got.engineInWeftd) {
+      engineWorkers = got.engineWorkers;
       // weftd runs the engine: a weftd that goes fails the ops at once instead of at the stall bound.
       // On a GPU the ops' ends are stream waits on their slots' done words, which nothing else
       // would write now: they are completed (as aborted) here.
@@ -310,12 +312,15 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     px->onFault([v](const transport::PeerFault& f) {
       dev::recordFailure(v, dev::WaitSite{0, 0, f.peer, dev::WaitWhat::kNone}, Status::kTransport, 0, 0);
     });
+  // Ops are cut into items for the engine's workers: weftd's engine may have fewer than asked.
+  int workers = static_cast<int>(s.getInt("persistent_ctas"));
+  if (engineWorkers > 0) workers = std::min(workers, static_cast<int>(engineWorkers));
   int sharers = 0;
   for (auto& r : all) {
     r.device[sizeof r.device - 1] = '\0';
     sharers += mine.device[0] != '\0' && r.hostHash == mine.hostHash && strcmp(r.device, mine.device) == 0;
   }
-  c->engine_ = std::make_unique<Engine>(v, *c->queue_, static_cast<int>(s.getInt("persistent_ctas")),
+  c->engine_ = std::make_unique<Engine>(v, *c->queue_, workers,
                                         c->staging_ || c->weftdInputs_ ? std::string("weftd") : s.getString("engine"),
                                         sharers, c->heap_->proxy() != nullptr);
   if (s.getInt("status_pages"))

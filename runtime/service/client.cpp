@@ -99,6 +99,7 @@ Client::Attachment Client::attach(const Attach& a) {
   out.queue = transport::ShmSegment::map(f.fds[1], WorkQueue::bytesFor(a.queueDepth), "weftd's work queue");
   int i = 2;
   out.engineInWeftd = got.engineInWeftd;
+  out.engineWorkers = got.engineWorkers;
   out.weftdHeapBase = got.heapBase;
   if (got.engineInWeftd == 1) {
     out.staging = transport::ShmSegment::map(f.fds[i++], a.stagingBytes, "weftd's staging segment");

@@ -43,6 +43,7 @@ class Client {
     Frame reply;
     std::vector<int> heapFds;
     uint32_t engineInWeftd = 0;  // Attached::engineInWeftd
+    uint32_t engineWorkers = 0;  // Attached::engineWorkers
     transport::ShmSegment queue;
     transport::ShmSegment staging;
     uint64_t weftdHeapBase = 0, weftdStagingBase = 0;

@@ -141,7 +141,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
                   a.rank,
                   a.nranks,
                   c.engineInWeftd ? (a.deviceHeaps ? 2u : 1u) : 0u,
-                  0,
+                  c.engineInWeftd ? static_cast<uint32_t>(workersFor(c)) : 0u,
                   reinterpret_cast<uint64_t>(me.heap->data()),
                   reinterpret_cast<uint64_t>(me.staging.data())};
   std::vector<int> fds{me.heapFd, me.queueFd};

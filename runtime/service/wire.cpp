@@ -249,7 +249,7 @@ bool decodeAttached(const Frame& f, Attached* out, std::string* why) {
   if (!bodyAs(f, MsgType::kAttached, out, why)) return false;
   const size_t staging = out->engineInWeftd == 1 ? 1 : 0;
   if (out->nranks < 1 || out->rank < 0 || out->rank >= out->nranks || out->engineInWeftd > 2 ||
-      f.fds.size() != static_cast<size_t>(out->nranks) + 1 + staging) {
+      out->engineWorkers > kMaxEngineWorkers || f.fds.size() != static_cast<size_t>(out->nranks) + 1 + staging) {
     *why = "attached: rank, size and descriptors disagree";
     return false;
   }

@@ -20,6 +20,7 @@ constexpr uint32_t kMaxBodyBytes = 16384;
 constexpr uint32_t kMaxFds = 64;  // a communicator of up to 62 ranks on a node (an attach reply: nranks + 2)
 constexpr int kMaxNodeRanks = static_cast<int>(kMaxFds) - 2;
 constexpr uint32_t kMaxStatusRows = 256;
+constexpr uint32_t kMaxEngineWorkers = 1024;  // persistent_ctas's bound
 
 enum class MsgType : uint16_t {
   kHello = 1,          // client -> weftd: who it is (Hello)
@@ -132,7 +133,9 @@ struct Attached {
   // 0: the rank runs its engine; 1: weftd does, reading inputs through a staging segment (CPU
   // backend); 2: weftd does, reading inputs where it maps them (GPU backends, MapMemory).
   uint32_t engineInWeftd;
-  uint32_t reserved;
+  // Workers of weftd's engine of the rank (engineInWeftd; service_engine_ctas caps the attach's
+  // `workers`): the rank cuts its ops for that many. 0 from a weftd that predates it: the attach's.
+  uint32_t engineWorkers;
   uint64_t heapBase;     // the rank's heap in weftd's address space (engineInWeftd)
   uint64_t stagingBase;  // its staging segment in weftd's address space (engineInWeftd)
 };

@@ -114,7 +114,7 @@ std::vector<std::vector<uint8_t>> everyOp(weft_comm_t comm, int rank, int n, uin
 
 TEST(ServiceMode, TwoJobsRunEveryOpIdenticallyToEmbedded) {
   // weftd's engines with fewer workers than the ranks' persistent_ctas (2 on the CPU backend):
-  // one worker takes every item of an op, in order.
+  // weftd tells the ranks, which cut their ops for one worker.
   setenv("WEFT_SERVICE_ENGINE_CTAS", "1", 1);
   WeftdProcess d;
   unsetenv("WEFT_SERVICE_ENGINE_CTAS");

@@ -158,6 +158,32 @@ TEST(ServiceWire, BodiesAreCheckedFieldByField) {
   EXPECT_FALSE(decodeWelcome(f, &w, &why));
 }
 
+// An attach reply's descriptors match its ranks, and weftd's engine has at most as many workers
+// as persistent_ctas may ask for (the rank cuts its ops for them).
+TEST(ServiceWire, AttachRepliesAreChecked) {
+  Attached a{};
+  a.commId = 7;
+  a.rank = 1;
+  a.nranks = 2;
+  a.engineInWeftd = 2;
+  a.engineWorkers = 32;
+  Frame f;
+  f.type = MsgType::kAttached;
+  f.body.assign(reinterpret_cast<uint8_t*>(&a), reinterpret_cast<uint8_t*>(&a) + sizeof a);
+  f.fds = {10, 11, 12};  // the rank's heap, its queue, the peer's heap
+  Attached out{};
+  std::string why;
+  ASSERT_TRUE(decodeAttached(f, &out, &why)) << why;
+  EXPECT_EQ(out.engineWorkers, 32u);
+  a.engineWorkers = kMaxEngineWorkers + 1;
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttached(f, &out, &why));
+  a.engineWorkers = 32;
+  memcpy(f.body.data(), &a, sizeof a);
+  f.fds.pop_back();
+  EXPECT_FALSE(decodeAttached(f, &out, &why));
+}
+
 // A map request names an allocation of some size; a reply names an address.
 TEST(ServiceWire, MapRequestsAndRepliesAreChecked) {
   Frame f;
