@@ -58,9 +58,11 @@ WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t 
   for (uint32_t spins = 0;; ++spins) {
     if (poller || hostTurn(v, spins)) {
       if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == ticket + 1) {
-        // Only worker 0 writes the mirror, so it only grows.
-        if (poller && v.control)
-          gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->readySeen, ticket + 1);
+        // Whoever sees it publishes it (worker 0 may have left on idle while others stayed). The
+        // mirror may go back (a late worker, a relaunched kernel), never past the truth: every
+        // value stored was a ready ticket, and a worker at a later ticket is not misled by an
+        // earlier one.
+        if (v.control) gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->readySeen, ticket + 1);
         return Poll::kReady;
       }
     } else if (gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->readySeen) > ticket) {
@@ -187,8 +189,10 @@ WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticke
   storeCounters(v.control, next);
   gpu::atomicStore<gpu::Order::kRelease>(&s.done, ticket + 1);
   if (!hostWaits) gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
-  gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
+  // The mirror first: a worker that reads the queue's word and runs the next op to its end must
+  // find this store behind it, or the mirror could go back a ticket.
   if (v.control) gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->completed, ticket + 1);
+  gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
 }
 
 // The plain collectives. A launched collective's kernel (gpu/op_kernel.cu) carries them with the

@@ -45,6 +45,8 @@ void CommRegistry::release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word,
     // The workers give up every wait on the word and leave; nothing else frees them. Until they
     // have, they may touch every rank's heap (through the bases), this rank's queue and staging.
     r.engine->raise(word);
+    // The workers poll the heap's stop word, and the queue's only now and then (engine_device.hpp).
+    if (word != &dev::EngineControl::stop) r.engine->raise(&dev::EngineControl::stop);
     gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
     job.join = [engine = std::shared_ptr<ServedEngine>(std::move(r.engine))] { return engine->join(); };
     job.keep.push_back(c.bases);

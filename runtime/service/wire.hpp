@@ -15,7 +15,7 @@
 namespace weft::service {
 
 constexpr uint32_t kWireMagic = 0x64746677;  // "wftd"
-constexpr uint16_t kWireVersion = 2;
+constexpr uint16_t kWireVersion = 3;         // 3: EngineControl of 192 bytes (the heap layout), engineWorkers
 constexpr uint32_t kMaxBodyBytes = 16384;
 constexpr uint32_t kMaxFds = 64;  // a communicator of up to 62 ranks on a node (an attach reply: nranks + 2)
 constexpr int kMaxNodeRanks = static_cast<int>(kMaxFds) - 2;
@@ -134,7 +134,7 @@ struct Attached {
   // backend); 2: weftd does, reading inputs where it maps them (GPU backends, MapMemory).
   uint32_t engineInWeftd;
   // Workers of weftd's engine of the rank (engineInWeftd; service_engine_ctas caps the attach's
-  // `workers`): the rank cuts its ops for that many. 0 from a weftd that predates it: the attach's.
+  // `workers`): the rank cuts its ops for that many; 0 where the rank runs its engine.
   uint32_t engineWorkers;
   uint64_t heapBase;     // the rank's heap in weftd's address space (engineInWeftd)
   uint64_t stagingBase;  // its staging segment in weftd's address space (engineInWeftd)
