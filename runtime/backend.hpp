@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,9 @@
 #include "work_queue.hpp"
 
 namespace weft {
+
+// A word of the engine's control block that the host raises (Engine::raise).
+using ControlWord = uint32_t dev::EngineControl::*;
 
 // This rank's heap segment, and every peer's as this process reaches it (transport/): mapped, or
 // through the host proxy.
@@ -85,9 +89,9 @@ class ServedEngine {
   ServedEngine(const ServedEngine&) = delete;
   ServedEngine& operator=(const ServedEngine&) = delete;
 
-  // Raises `word` (stop or abort) of the engine's control block, where its workers look; the
+  // Raises `words` (stop, abort) of the engine's control block, where its workers look; the
   // caller raises the queue's stop word too. Never waits on the workers.
-  void raise(uint32_t dev::EngineControl::*word);
+  void raise(std::initializer_list<ControlWord> words);
   // Waits for the workers to leave, after raise (weftd's reaper thread), and lets go of what the
   // engine mapped. Bounded on a GPU (10 s); returns false where a kernel did not stop (it keeps
   // its memory, and the caller must keep what the kernel may touch).
@@ -162,9 +166,10 @@ class Engine {
   // Waits, at most `seconds`, until the GPU has finished every op handed to the engine (CPU: the
   // queue tracks that itself). Returns false if it had not by then.
   bool quiesce(double seconds);
-  // Sets a word of the engine's control block (abort or stop) where the engine reads it. Safe from
-  // any thread; never waits behind the caller's streams.
-  void raise(uint32_t dev::EngineControl::*word);
+  // Sets words of the engine's control block (abort, stop, error) to 1 where the engine reads
+  // them: on a GPU one drain, bounded by a second, for all of them. Safe from any thread; never
+  // waits behind the caller's streams.
+  void raise(std::initializer_list<ControlWord> words);
   // The launched GPU engine counts the items its eager ops finish, all ops together, on the device
   // (EngineControl::itemsFinished); this reads the count, waiting at most `seconds` for the copy.
   // nullopt where the engine does not count (the persistent engine: its queue slots say how far

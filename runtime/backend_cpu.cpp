@@ -51,8 +51,8 @@ ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue&, int workers, c
   impl_->threads.start(v, workers, 0);
 }
 ServedEngine::~ServedEngine() = default;
-void ServedEngine::raise(uint32_t dev::EngineControl::*word) {
-  gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
+void ServedEngine::raise(std::initializer_list<ControlWord> words) {
+  for (ControlWord w : words) gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*w), 1u);
 }
 bool ServedEngine::join() {
   impl_->threads.join();
@@ -153,8 +153,8 @@ bool Engine::runsAlone(const dev::OpDesc&) const { return false; }
 
 uint32_t Engine::itemsOf(const dev::OpDesc& desc) const { return desc.nitems; }
 
-void Engine::raise(uint32_t dev::EngineControl::*word) {
-  gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*word), 1u);
+void Engine::raise(std::initializer_list<ControlWord> words) {
+  for (ControlWord w : words) gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*w), 1u);
 }
 
 void* Engine::queueOnDevice(void* host) const { return host; }

@@ -251,7 +251,7 @@ ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue& queue, int work
 
 ServedEngine::~ServedEngine() = default;
 
-void ServedEngine::raise(uint32_t dev::EngineControl::*word) { impl_->engine->raise(word); }
+void ServedEngine::raise(std::initializer_list<ControlWord> words) { impl_->engine->raise(words); }
 
 std::string ServedEngine::fault() { return impl_->engine->kernelFault(); }
 
@@ -381,9 +381,26 @@ struct Engine::Impl {
     return gpu::launchPersistent(view, workers, threads, stream, first, proxied);
   }
 
+  // The control words are in device memory: copies from a host word that holds 1, on a stream of
+  // their own, so that they never wait behind the caller's work.
+  void raise(std::initializer_list<ControlWord> words) {
+    std::lock_guard<std::mutex> lock(launchMutex);
+    gpu::Outcome o;
+    for (ControlWord w : words)
+      if (o) o = gpu::copyToDeviceAsync(&(view.control->*w), onDevice(queue->one()), sizeof(uint32_t), controlStream);
+    if (o) o = gpu::streamDrain(controlStream, 1.0);
+    if (!o && o.fault != gpu::Fault::kShuttingDown)
+      WEFT_LOG(kError, kEngine, "could not set a control word of the engine: {}", o.message);
+  }
+
   // An op that could not be handed over leaves every peer's counters ahead of this rank's: the
-  // communicator has failed (sticky), like after a timeout.
-  void failed(uint64_t ticket) { queue->recordHostFailure(ticket, dev::Status::kAborted, ticket + 1, 0); }
+  // communicator has failed (sticky), like after a timeout. The host refuses later ops; the
+  // engine's workers read their own error word (stopReason), so ops already in the queue, this
+  // one included once it is marked ready, fail at once too.
+  void failed(uint64_t ticket) {
+    queue->recordHostFailure(ticket, dev::Status::kAborted, ticket + 1, 0);
+    raise({&dev::EngineControl::error});
+  }
 
   // Persistent: the published slot reaches the engine when the stream writes `ready`; the stream
   // then waits for `done`.
@@ -745,15 +762,7 @@ bool Engine::quiesce(double seconds) {
   return o || o.fault == gpu::Fault::kShuttingDown;
 }
 
-void Engine::raise(uint32_t dev::EngineControl::*word) {
-  Impl& e = *impl_;
-  std::lock_guard<std::mutex> lock(e.launchMutex);
-  uint32_t* dst = &(e.view.control->*word);
-  gpu::Outcome o = gpu::copyToDeviceAsync(dst, e.onDevice(e.queue->one()), sizeof(uint32_t), e.controlStream);
-  if (o) o = gpu::streamDrain(e.controlStream, 1.0);
-  if (!o && o.fault != gpu::Fault::kShuttingDown)
-    WEFT_LOG(kError, kEngine, "could not set a control word of the engine: {}", o.message);
-}
+void Engine::raise(std::initializer_list<ControlWord> words) { impl_->raise(words); }
 
 int Engine::groupsFor(dev::OpKind kind) const { return impl_->groupsFor(kind); }
 

@@ -362,7 +362,7 @@ Comm::~Comm() {
   if (proxy) proxy->onFault(nullptr);
   const bool aborted = queue_ && gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->abort) != 0;
   if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
-  if (engine_) engine_->raise(&dev::EngineControl::stop);
+  if (engine_) engine_->raise({&dev::EngineControl::stop});
   // weftd's engine (where it runs this rank's) has stopped once the detach returns.
   if (daemon_) daemon_->detach();
   const bool released = engine_ ? engine_->stop() : true;
@@ -683,7 +683,7 @@ Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void*
 
 void Comm::abort() {
   gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->abort, 1u);
-  engine_->raise(&dev::EngineControl::abort);
+  engine_->raise({&dev::EngineControl::abort});
   if (page_) page_->aborted();
   WEFT_LOG(kWarn, kInit, "rank {}: communicator aborted", rank_);
 }

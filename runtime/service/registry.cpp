@@ -38,15 +38,17 @@ CommRegistry::~CommRegistry() {
 }
 
 // The heap stays mapped while the communicator lives: the other ranks' engines here store into it.
-void CommRegistry::release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word, uint64_t ticket, bool heapFd) {
+void CommRegistry::release(Comm& c, Rank& r, ControlWord word, uint64_t ticket, bool heapFd) {
   Reaper::Job job;
   job.ticket = ticket;
   if (r.engine) {
     // The workers give up every wait on the word and leave; nothing else frees them. Until they
     // have, they may touch every rank's heap (through the bases), this rank's queue and staging.
-    r.engine->raise(word);
     // The workers poll the heap's stop word, and the queue's only now and then (engine_device.hpp).
-    if (word != &dev::EngineControl::stop) r.engine->raise(&dev::EngineControl::stop);
+    if (word == &dev::EngineControl::stop)
+      r.engine->raise({word});
+    else
+      r.engine->raise({word, &dev::EngineControl::stop});
     gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
     job.join = [engine = std::shared_ptr<ServedEngine>(std::move(r.engine))] { return engine->join(); };
     job.keep.push_back(c.bases);
@@ -253,7 +255,7 @@ void CommRegistry::checkEngines() {
                            dev::Status::kTransport, 0, static_cast<uint64_t>(::getpid()));
         gpu::atomicStore<gpu::Order::kRelease>(&p.queue->header()->abort, 1u);
         if (p.engine && p.engine->fault().empty()) {
-          p.engine->raise(&dev::EngineControl::abort);
+          p.engine->raise({&dev::EngineControl::abort});
         } else {
           p.queue->completeAborted();
         }

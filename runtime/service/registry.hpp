@@ -102,7 +102,7 @@ class CommRegistry {
   // lets its queue and staging go, with the heap's descriptor unless `heapFd` is false (a failed
   // attach undoes only what it made); the heap's mapping goes with the communicator and the last
   // of its engines. `ticket`, if non-zero, is reported done once the workers have exited.
-  void release(Comm& c, Rank& r, uint32_t dev::EngineControl::*word, uint64_t ticket = 0, bool heapFd = true);
+  void release(Comm& c, Rank& r, ControlWord word, uint64_t ticket = 0, bool heapFd = true);
   // Workers of the engines weftd runs for `c`: the ranks' persistent_ctas, at most engineWorkers_.
   int workersFor(const Comm& c) const;
   // Lets the communicator go once no rank is attached.
