@@ -4,13 +4,17 @@
 #
 #   scripts/gpu-check.sh [-s] [-r "2 4"] [-o DIR] [-t SECONDS] [STEP...]
 #
-# STEP: tests, proxy, gemm, gemv, embedding, allreduce (default: all, in that order). proxy: the
-# GPU tests' multi-rank cases again through the host proxy, over UCX and libfabric (tcp), with
-# every rank a node of its own (4x1) and as two nodes of two ranks (2x2). -r: the rank counts
+# STEP: tests, proxy, service, gemm, gemv, embedding, allreduce (default: all but service, in that
+# order). proxy: the GPU tests' multi-rank cases again through the host proxy, over UCX and
+# libfabric (tcp), with every rank a node of its own (4x1) and as two nodes of two ranks (2x2).
+# service: each op suite's 2-rank cases and the service suite through a weftd of the step's own
+# (started afresh for each suite, under MPS), then weft-bench's empty op, 16 KB AllReduce (eager
+# and graph) and batch-1 GEMV + AllReduce with the service off and on, alternating. -r: the rank counts
 # for the benches (default: 2, 4 and 8 where there are that many GPUs, else 1; with -s 2 and 4).
 # -s: ranks share GPUs (round-robin), so every multi-rank case runs on one GPU: starts MPS with a
 # private pipe directory (stopped on exit) so that the ranks' kernels run side by side, and lets
-# the GPU tests take more ranks than GPUs (the benches are skipped: NCCL takes a GPU per rank). -o: where each step's log goes (default:
+# the GPU tests take more ranks than GPUs (the benches are skipped: NCCL takes a GPU per rank).
+# -o: where each step's log goes (default:
 # gpu-check.<time>). -t: each step's time limit (default 600 s).
 # Programs come from PATH (a bundle's env.sh puts them there), else from build-cuda/bin. Prints
 # each step's verdict and the benches' rows; exits non-zero if any step failed or ran out of time.
@@ -30,11 +34,11 @@ shift $((OPTIND - 1))
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests proxy gemm gemv embedding allreduce)
 for s in "${steps[@]}"; do
-  case $s in tests | proxy | gemm | gemv | embedding | allreduce) ;; *) echo "gpu-check: no step '$s'" >&2; exit 2 ;; esac
+  case $s in tests | proxy | service | gemm | gemv | embedding | allreduce) ;; *) echo "gpu-check: no step '$s'" >&2; exit 2 ;; esac
 done
 
 program() { command -v "$1" 2>/dev/null || { [ -x "build-cuda/bin/$1" ] && echo "build-cuda/bin/$1"; }; }
-tests=$(program weft_gpu_tests) bench=$(program weft-bench) run=$(program weftrun)
+tests=$(program weft_gpu_tests) bench=$(program weft-bench) run=$(program weftrun) weftd=$(program weftd)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ -z "$ranks" ] && [ $share -eq 1 ]; then
   ranks="2 4"
@@ -42,15 +46,25 @@ elif [ -z "$ranks" ]; then
   for n in 2 4 8; do [ "$gpus" -ge $n ] && ranks="$ranks $n"; done
   [ -z "$ranks" ] && ranks=1
 fi
-if [ $share -eq 1 ]; then
-  export WEFT_TEST_SHARE_GPUS=1
+# Ranks that share a GPU, and weftd's kernels beside its clients', run side by side only under MPS.
+wants_mps=$share
+[[ " ${steps[*]} " == *" service "* ]] && wants_mps=1
+[ $share -eq 1 ] && export WEFT_TEST_SHARE_GPUS=1
+weftd_pid="" mps=""
+finish() {
+  [ -n "$weftd_pid" ] && kill -KILL "$weftd_pid" 2>/dev/null
+  # A server left behind refuses the next run's clients: quit it, bounded.
+  [ -n "$mps" ] && { echo quit | timeout 10 nvidia-cuda-mps-control; rm -rf "$mps"; }
+}
+trap finish EXIT
+if [ $wants_mps -eq 1 ]; then
   if command -v nvidia-cuda-mps-control >/dev/null; then
     mps=$(mktemp -d)
     export CUDA_MPS_PIPE_DIRECTORY=$mps CUDA_MPS_LOG_DIRECTORY=$mps
-    nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control; rm -rf "$mps"' EXIT
-    echo "gpu-check: ranks share GPUs, under MPS (pipe directory $mps)"
+    nvidia-cuda-mps-control -d || mps=""
+    echo "gpu-check: under MPS (pipe directory $mps)"
   else
-    echo "gpu-check: ranks share GPUs without MPS (no nvidia-cuda-mps-control): their kernels time-slice"
+    echo "gpu-check: no nvidia-cuda-mps-control: kernels of different processes time-slice"
   fi
 fi
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # never NVLink multicast (shared hosts)
@@ -70,7 +84,48 @@ step() {
 }
 need() { [ -n "$1" ] || { echo "== $2: FAILED (no $3 on PATH or in build-cuda/bin)"; failed=1; return 1; }; }
 
+# start_weftd DIR LOG: a weftd of this run's own, serving DIR, once its socket is there.
+start_weftd() {
+  [ -n "$weftd_pid" ] && { kill -KILL "$weftd_pid" 2>/dev/null; sleep 1; }
+  rm -rf "$1" && mkdir -m 700 "$1"
+  "$weftd" --dir "$1" >>"$2" 2>&1 &
+  weftd_pid=$!
+  for _ in $(seq 50); do [ -S "$1/weftd.sock" ] && return 0; sleep 0.2; done
+  echo "== service: weftd did not open $1/weftd.sock"; failed=1
+  return 1
+}
+
 for s in "${steps[@]}"; do
+  if [ "$s" = service ]; then
+    need "$tests" service weft_gpu_tests && need "$weftd" service weftd || continue
+    dir=$(mktemp -d)/weftd
+    # weftd restarted for each suite: a kernel that a failed case left resident would slow the next.
+    for suite in GpuCollectives GpuGemv GpuEmbedding GpuGemm GpuService; do
+      start_weftd "$dir" "$out/service.weftd.log" || break
+      log="$out/service.$suite.log"
+      filter="Gpus/$suite.*/2gpus_launched"
+      [ $suite = GpuService ] && filter="Gpus/GpuService.*"
+      step "service: $suite through weftd" "$log" env WEFT_SERVICE=on WEFT_SERVICE_DIR="$dir" \
+        WEFT_TEST_WEFTD="$weftd" "$tests" --gtest_brief=1 --gtest_filter="$filter"
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log"
+    done
+    if [ $share -eq 0 ] && need "$bench" service weft-bench && need "$run" service weftrun; then
+      start_weftd "$dir" "$out/service.weftd.log" || continue
+      for mode in off on off on; do
+        log="$out/service.bench-$mode.log"
+        for args in "empty -n 1000 -w 100" "allreduce -b 16K -e 16K -d bf16 -n 1000 -w 100" \
+          "allreduce -b 16K -e 16K -d bf16 -G -n 1000 -w 100" \
+          "gemv_allreduce --rows 8192 --k 8192 --batch 1 -d bf16 -n 300 -w 30"; do
+          step "service $mode: weft-bench $args" "$log.part" env WEFT_SERVICE=$mode WEFT_SERVICE_DIR="$dir" \
+            "$run" -n 2 "$bench" $args
+          cat "$log.part" >>"$log"
+          grep -v '^#' "$log.part" | grep -E '^ *[a-z_]+ |^ *[0-9]' | head -4
+        done
+        rm -f "$log.part"
+      done
+    fi
+    continue
+  fi
   if [ "$s" = tests ]; then
     need "$tests" tests weft_gpu_tests || continue
     step "tests" "$out/tests.log" "$tests" --gtest_brief=1
