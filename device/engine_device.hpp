@@ -80,18 +80,31 @@ WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t 
   }
 }
 
-// Leader-only. Touches only the two tagged words, never the descriptor: a worker that saw this op
-// late may be looking at a slot that a submitter is refilling for the next op.
-WEFT_HOST_DEVICE uint32_t claimItem(QueueSlot& s, uint64_t ticket) {
-  const uint64_t tag = ticket & 0xffffffffu;
+// Leader-only. The next item of `ticket` for this worker, or kNoItem. The claims are counted in
+// the engine's control block (device memory on a GPU): every worker claims once per item, and
+// atomics on the queue, in pinned host memory, cross PCIe each time (where the platform has no
+// native host atomics, a GPU's read-modify-write of host memory is not even atomic between its
+// own SMs, and two workers then ran the same item). The slot is read only for its tagged limit,
+// never the descriptor: a worker that saw this op late may be looking at a slot that a submitter
+// is refilling for the next op. The slot's own claim word only shows the host that the op started.
+WEFT_HOST_DEVICE uint32_t claimItem(const CommView& v, QueueSlot& s, uint64_t ticket) {
+  const auto tag = static_cast<uint32_t>(ticket);
   const uint64_t limit = gpu::atomicLoad<gpu::Order::kAcquire>(&s.limit);
-  if ((limit >> 32) != tag) return kNoItem;
-  uint64_t cur = gpu::atomicLoad<gpu::Order::kAcquire>(&s.claim);
+  const auto items = static_cast<uint32_t>(limit);
+  if (static_cast<uint32_t>(limit >> 32) != tag || items == 0) return kNoItem;
+  uint64_t* word = &v.control->claim;
+  uint64_t cur = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(word);
   for (;;) {
-    if ((cur >> 32) != tag) return kNoItem;
-    const uint32_t idx = static_cast<uint32_t>(cur);
-    if (idx >= static_cast<uint32_t>(limit)) return kNoItem;
-    if (gpu::atomicCas<gpu::Order::kAcqRel>(&s.claim, cur, cur + 1)) return idx;
+    // Ops run in ticket order, one at a time: the word holds this op's claims, or an earlier
+    // op's (this op not yet started), or a later op's (this one long done: a late worker).
+    const auto ahead = static_cast<int32_t>(static_cast<uint32_t>(cur >> 32) - tag);
+    if (ahead > 0) return kNoItem;
+    const uint32_t idx = ahead == 0 ? static_cast<uint32_t>(cur) : 0u;
+    if (idx >= items) return kNoItem;
+    if (gpu::atomicCas<gpu::Order::kRelaxed, gpu::Scope::kDevice>(word, cur, (uint64_t{tag} << 32) | (idx + 1))) {
+      gpu::atomicStore<gpu::Order::kRelaxed>(&s.claim, (uint64_t{tag} << 32) | (idx + 1));
+      return idx;
+    }
   }
 }
 
@@ -180,11 +193,22 @@ WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticke
     uint32_t none = 0;
     gpu::atomicCas<gpu::Order::kRelaxed>(&s.status, none, static_cast<uint32_t>(st));
   }
-  // Read while this worker still holds an item: once `finished` (or `done`) moves, the slot may
-  // be reused.
+  // Read while this worker still holds an item: once the op completes, the slot may be reused.
   const uint64_t nitems = s.desc.nitems;
   const bool hostWaits = (s.flags & kSlotHostWaits) != 0;
-  const uint64_t prev = gpu::atomicFetchAdd<gpu::Order::kAcqRel>(&s.finished, uint64_t{1});
+  // The slot's count is for the host's eyes (items done); it is added before this worker's item
+  // counts below, so that it lands before the op's completion can free the slot.
+  gpu::atomicFetchAdd<gpu::Order::kRelaxed>(&s.finished, uint64_t{1});
+  // The op's count, in the control block (see claimItem): the word holds this op's count or an
+  // earlier op's. At system scope, so that the last worker's completion below is ordered after
+  // every item's stores, wherever they went (peers' memory, the host's).
+  const auto tag = static_cast<uint32_t>(ticket);
+  uint64_t* word = &v.control->finished;
+  uint64_t cur = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(word);
+  uint64_t prev;
+  do {
+    prev = static_cast<uint32_t>(cur >> 32) == tag ? static_cast<uint32_t>(cur) : 0u;
+  } while (!gpu::atomicCas<gpu::Order::kAcqRel>(word, cur, (uint64_t{tag} << 32) | (prev + 1)));
   if (prev + 1 != nitems) return;
   storeCounters(v.control, next);
   gpu::atomicStore<gpu::Order::kRelease>(&s.done, ticket + 1);
@@ -245,7 +269,7 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
     OpSeq seq{};
     OpCounters next{};
     for (bool first = true;; first = false) {
-      const uint32_t item = c.broadcast(c.leader() ? claimItem(s, ticket) : kNoItem);
+      const uint32_t item = c.broadcast(c.leader() ? claimItem(v, s, ticket) : kNoItem);
       if (item == kNoItem) break;
       // Holding an item keeps the op from completing, so the slot's descriptor and the counters
       // are stable here (this worker saw the previous op complete, after its counters moved):

@@ -68,7 +68,13 @@ struct EngineControl {
   // every block (engine_device.hpp, pollReady).
   uint64_t readySeen;
   uint64_t completed;
-  uint64_t padding[6];
+  // Persistent engine: the running op's item claims and items finished, each (ticket's low 32
+  // bits << 32 | count). Ops run one at a time, so one word of each serves every slot; in device
+  // memory because the atomics on them are every worker's, once per item (engine_device.hpp,
+  // claimItem and finishItem).
+  uint64_t claim;
+  uint64_t finished;
+  uint64_t padding[4];
 };
 static_assert(sizeof(EngineControl) == 192, "EngineControl is a wire struct");
 

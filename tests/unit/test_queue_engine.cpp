@@ -98,12 +98,36 @@ TEST(QueueEngine, AsyncOpsFreeTheirSlotsThemselves) {
 
 TEST(QueueEngine, ClaimWordRejectsAStaleTicket) {
   dev::QueueSlot s{};
+  dev::EngineControl control{};
+  dev::CommView v;
+  v.control = &control;
   s.limit = (uint64_t{7} << 32) | 2;
-  s.claim = uint64_t{7} << 32;
-  EXPECT_EQ(dev::claimItem(s, 3), dev::kNoItem) << "a worker still on ticket 3 must not take ticket 7's item";
-  EXPECT_EQ(dev::claimItem(s, 7), 0u);
-  EXPECT_EQ(dev::claimItem(s, 7), 1u);
-  EXPECT_EQ(dev::claimItem(s, 7), dev::kNoItem);
+  control.claim = (uint64_t{6} << 32) | 5;  // the op before, done
+  EXPECT_EQ(dev::claimItem(v, s, 3), dev::kNoItem) << "a worker still on ticket 3 must not take ticket 7's item";
+  EXPECT_EQ(dev::claimItem(v, s, 7), 0u) << "the first claim of an op starts over the earlier op's count";
+  EXPECT_EQ(s.claim, (uint64_t{7} << 32) | 1) << "the slot shows the host that the op started";
+  EXPECT_EQ(dev::claimItem(v, s, 7), 1u);
+  EXPECT_EQ(dev::claimItem(v, s, 7), dev::kNoItem);
+  s.limit = (uint64_t{8} << 32) | 1;
+  EXPECT_EQ(dev::claimItem(v, s, 8), 0u);
+  s.limit = (uint64_t{7} << 32) | 2;  // a late worker of ticket 7 on a slot not yet refilled
+  EXPECT_EQ(dev::claimItem(v, s, 7), dev::kNoItem) << "ticket 8 owns the claims now";
+  EXPECT_EQ(control.claim, (uint64_t{8} << 32) | 1);
+}
+
+// The tags are the tickets' low 32 bits: an op past 2^32 tickets still orders against the one
+// before it.
+TEST(QueueEngine, ClaimWordOrdersTicketsAcrossTheTagWrap) {
+  dev::QueueSlot s{};
+  dev::EngineControl control{};
+  dev::CommView v;
+  v.control = &control;
+  const uint64_t last = 0xffffffffull, next = 0x100000000ull;
+  control.claim = (last << 32) | 1;
+  s.limit = (uint64_t{0} << 32) | 1;
+  EXPECT_EQ(dev::claimItem(v, s, next), 0u);
+  s.limit = (last << 32) | 3;
+  EXPECT_EQ(dev::claimItem(v, s, last), dev::kNoItem) << "ticket 2^32 (tag 0) comes after tag 0xffffffff";
 }
 
 // Publishes a one-item op on a queue no engine serves.
