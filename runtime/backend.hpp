@@ -177,8 +177,8 @@ class Engine {
   // time. For the status watch, which alone calls it, always from its one thread.
   std::optional<uint64_t> itemsFinished(double seconds);
   // Whether `desc` runs as a kernel of this process of its own (with this process's pointers)
-  // rather than in the engine that serves the queue: the GEMM beside a persistent kernel; under
-  // weftd's engine also the GEMV (see backend_gpu.cpp). Never on the CPU backend.
+  // rather than in the engine that serves the queue: the GEMM beside a persistent kernel (its
+  // tiles need more shared memory than a worker has). Never on the CPU backend.
   bool runsAlone(const dev::OpDesc& desc) const;
   // The persistent kernel's fault, "" while it has none (and for every other engine).
   std::string kernelFault();

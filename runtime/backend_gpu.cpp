@@ -670,14 +670,8 @@ void Engine::capture(const dev::OpDesc& desc, void* stream) {
   require(impl_->launchOp(desc, stream), "stream: adding the op to the graph being captured");
 }
 
-// Under weftd's engine the GEMV runs as the rank's own kernel too (the launched engine's GEMV, a
-// block per compute item): in weftd's persistent kernel it once did not finish and once faulted,
-// both before weftd's engine polled host memory from one block and told the ranks its worker
-// count (docs/design-notes.md, "weftd"); it has not run there since.
 bool Engine::runsAlone(const dev::OpDesc& desc) const {
-  const auto kind = static_cast<dev::OpKind>(desc.kind);
-  if (kind == dev::OpKind::kGemmAllToAll) return impl_->persistent;
-  return impl_->remote && (kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce);
+  return static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kGemmAllToAll && impl_->persistent;
 }
 
 dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stream, uint64_t timeoutNs) {

@@ -451,7 +451,7 @@ void Comm::requireHealthy() const {
 
 Code Comm::submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing) {
   // weftd's GPU engine follows the pointers of the ops it takes from the queue; a captured op and
-  // those that run alone (the GEMM, the GEMV) are kernels of this process, with its own.
+  // the GEMM (which runs alone) are kernels of this process, with its own.
   if (weftdInputs_ && !capturing && !engine_->runsAlone(desc)) {
     dev::OpDesc d = desc;
     weftdInputs_->prepare(d, nranks_);
