@@ -58,11 +58,15 @@ WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t 
   for (uint32_t spins = 0;; ++spins) {
     if (poller || hostTurn(v, spins)) {
       if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == ticket + 1) {
-        // Whoever sees it publishes it (worker 0 may have left on idle while others stayed). The
-        // mirror may go back (a late worker, a relaunched kernel), never past the truth: every
-        // value stored was a ready ticket, and a worker at a later ticket is not misled by an
-        // earlier one.
-        if (v.control) gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->readySeen, ticket + 1);
+        // Whoever sees it publishes it (worker 0 may have left on idle while others stayed), the
+        // op's item count first (claimItem). The mirror may go back (a late worker, a relaunched
+        // kernel), never past the truth: every value stored was a ready ticket, and a worker at
+        // a later ticket is not misled by an earlier one.
+        if (v.control) {
+          const uint64_t limit = gpu::atomicLoad<gpu::Order::kRelaxed>(&s.limit);
+          gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&v.control->opLimit, limit);
+          gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->readySeen, ticket + 1);
+        }
         return Poll::kReady;
       }
     } else if (gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->readySeen) > ticket) {
@@ -86,10 +90,15 @@ WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t 
 // native host atomics, a GPU's read-modify-write of host memory is not even atomic between its
 // own SMs, and two workers then ran the same item). The slot is read only for its tagged limit,
 // never the descriptor: a worker that saw this op late may be looking at a slot that a submitter
-// is refilling for the next op. The slot's own claim word only shows the host that the op started.
+// is refilling for the next op; its limit comes from the device mirror where worker 0 put it
+// (pollReady), else from the slot. The slot's own claim word only shows the host that the op
+// started.
 WEFT_HOST_DEVICE uint32_t claimItem(const CommView& v, QueueSlot& s, uint64_t ticket) {
   const auto tag = static_cast<uint32_t>(ticket);
-  const uint64_t limit = gpu::atomicLoad<gpu::Order::kAcquire>(&s.limit);
+  uint64_t limit = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&v.control->opLimit);
+  // (A mirror of no items is the control block's zeroes, not an op's.)
+  if (static_cast<uint32_t>(limit >> 32) != tag || static_cast<uint32_t>(limit) == 0)
+    limit = gpu::atomicLoad<gpu::Order::kAcquire>(&s.limit);
   const auto items = static_cast<uint32_t>(limit);
   if (static_cast<uint32_t>(limit >> 32) != tag || items == 0) return kNoItem;
   uint64_t* word = &v.control->claim;
@@ -186,16 +195,30 @@ WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nran
   return k;
 }
 
+// The op's descriptor, from its slot (pinned host memory on a GPU) into `into` (the worker's own:
+// block-shared memory on a GPU), by the whole group: the op's threads read its fields many times,
+// and every read of host memory crosses PCIe. The slot's `flags` come with it (the last word).
+template <class Coop>
+WEFT_HOST_DEVICE void loadDescriptor(const Coop& c, const QueueSlot& s, OpDesc* into, uint32_t* flags) {
+  constexpr int kWords = sizeof(OpDesc) / sizeof(uint64_t);
+  static_assert(sizeof(OpDesc) % sizeof(uint64_t) == 0, "OpDesc is copied in 8-byte words");
+  const auto* from = reinterpret_cast<const uint64_t*>(&s.desc);
+  auto* to = reinterpret_cast<uint64_t*>(into);
+  for (int i = c.rank(); i < kWords; i += c.size()) to[i] = from[i];
+  if (c.leader()) *flags = s.flags;
+  c.sync();
+}
+
 // Leader-only. The worker that finishes the last item stores `next` (the counters after this op)
-// and publishes the op's completion.
-WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticket, Status st, const OpCounters& next) {
+// and publishes the op's completion. `nitems` and `flags`: the op's, read while this worker held
+// its first item (once the op completes, the slot may be reused).
+WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticket, Status st, const OpCounters& next,
+                                 uint32_t nitems, uint32_t flags) {
   if (st != Status::kOk) {
     uint32_t none = 0;
     gpu::atomicCas<gpu::Order::kRelaxed>(&s.status, none, static_cast<uint32_t>(st));
   }
-  // Read while this worker still holds an item: once the op completes, the slot may be reused.
-  const uint64_t nitems = s.desc.nitems;
-  const bool hostWaits = (s.flags & kSlotHostWaits) != 0;
+  const bool hostWaits = (flags & kSlotHostWaits) != 0;
   // The slot's count is for the host's eyes (items done); it is added before this worker's item
   // counts below, so that it lands before the op's completion can free the slot.
   gpu::atomicFetchAdd<gpu::Order::kRelaxed>(&s.finished, uint64_t{1});
@@ -259,8 +282,9 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
   }
 }
 
+// `desc`: where this worker keeps the running op's descriptor (loadDescriptor).
 template <class Coop>
-WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t firstTicket, int worker) {
+WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t firstTicket, int worker, OpDesc* desc) {
   for (uint64_t ticket = firstTicket;; ++ticket) {
     QueueSlot& s = v.slots[ticket % v.queue->depth];
     const Poll p = c.broadcast(c.leader() ? pollReady(v, s, ticket, worker) : Poll::kReady);
@@ -268,6 +292,7 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
     if (p == Poll::kGone) continue;
     OpSeq seq{};
     OpCounters next{};
+    uint32_t flags = 0;
     for (bool first = true;; first = false) {
       const uint32_t item = c.broadcast(c.leader() ? claimItem(v, s, ticket) : kNoItem);
       if (item == kNoItem) break;
@@ -275,16 +300,17 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
       // are stable here (this worker saw the previous op complete, after its counters moved):
       // read them once per op.
       if (first) {
+        loadDescriptor(c, s, desc, &flags);
         const OpCounters now = c.template fromLeader<OpCounters>([&] { return loadCounters(v.control); });
-        seq = opSeq(now, s.desc);
+        seq = opSeq(now, *desc);
         noteRunningOpMeet(now.collectives);  // every thread, the same value; read after the barriers below
-        next = advance(now, s.desc, static_cast<uint32_t>(v.nranks));
+        next = advance(now, *desc, static_cast<uint32_t>(v.nranks));
       }
       // One verdict for the whole group (threads that each read the flags could differ).
       Status st = c.broadcast(c.leader() ? stopReason(v) : Status::kOk);
-      if (st == Status::kOk) st = runItem(c, v, s.desc, seq, item);
+      if (st == Status::kOk) st = runItem(c, v, *desc, seq, item);
       c.sync();
-      if (c.leader()) finishItem(v, s, ticket, st, next);
+      if (c.leader()) finishItem(v, s, ticket, st, next, desc->nitems, flags);
     }
     // The op is complete once the workers holding its last items finish; their waits are bounded.
     if (c.leader())
@@ -292,7 +318,9 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
         if (engineStopping(v, spins)) break;
         gpu::relax(spins);
       }
-    if (c.broadcast(c.leader() && engineStopping(v, kHostEvery - 1))) return;
+    // The control block's stop word after every op; the queue's (host memory) after every
+    // kHostEvery-th, so that workers between ops do not all read across PCIe.
+    if (c.broadcast(c.leader() && engineStopping(v, static_cast<uint32_t>(ticket)))) return;
   }
 }
 

@@ -74,7 +74,11 @@ struct EngineControl {
   // claimItem and finishItem).
   uint64_t claim;
   uint64_t finished;
-  uint64_t padding[4];
+  // Persistent engine: the slot's `limit` word (ticket tag << 32 | items) of the op worker 0 saw
+  // ready, mirrored before readySeen, so that the workers that learn of the op from readySeen
+  // find its item count in device memory.
+  uint64_t opLimit;
+  uint64_t padding[3];
 };
 static_assert(sizeof(EngineControl) == 192, "EngineControl is a wire struct");
 

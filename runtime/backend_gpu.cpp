@@ -556,6 +556,10 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   require(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
   require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, e.proxied, &e.gemmBlocks),
           "sizing the GEMM kernel's grid");
+  // Under weftd's engine, weftd's persistent kernels (one per rank on this GPU, a block per SM
+  // each) hold SMs for as long as the communicator lives: a GEMM grid of every SM would run its
+  // last blocks as a second wave, after the first ones finish.
+  if (e.remote) e.gemmBlocks = std::max(e.gemmBlocks / 4, e.gemmBlocks - e.sharers * e.workers);
   e.gemmBlocks = e.share(e.gemmBlocks);
   if (e.sharers > 1) {
     // Every op kernel's blocks may wait on a peer's: the sharers' kernels must all be resident at

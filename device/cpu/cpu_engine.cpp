@@ -8,7 +8,10 @@ void CpuEngine::start(const CommView& view, int workers, uint64_t firstTicket) {
   view_ = view;
   threads_.reserve(workers);
   for (int i = 0; i < workers; ++i)
-    threads_.emplace_back([this, firstTicket, i] { runWorker(SoloCoop{}, view_, firstTicket, i); });
+    threads_.emplace_back([this, firstTicket, i] {
+      OpDesc desc;
+      runWorker(SoloCoop{}, view_, firstTicket, i, &desc);
+    });
 }
 
 void CpuEngine::join() {

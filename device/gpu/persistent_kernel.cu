@@ -9,8 +9,9 @@ namespace weft::dev::WEFT_KERNEL_VARIANT {
 __global__ void WEFT_BLOCK_BOUNDS persistentKernel(const WEFT_GRID_CONSTANT CommView view, uint64_t firstTicket) {
   __shared__ unsigned long long scratch;
   __shared__ float tile[kCoopFloats];
+  __shared__ OpDesc desc;
   BlockCoop coop{&scratch, tile};
-  runWorker(coop, view, firstTicket, static_cast<int>(blockIdx.x));
+  runWorker(coop, view, firstTicket, static_cast<int>(blockIdx.x), &desc);
 }
 
 }  // namespace weft::dev::WEFT_KERNEL_VARIANT

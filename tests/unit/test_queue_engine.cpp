@@ -115,6 +115,21 @@ TEST(QueueEngine, ClaimWordRejectsAStaleTicket) {
   EXPECT_EQ(control.claim, (uint64_t{8} << 32) | 1);
 }
 
+// Workers that learn of an op from readySeen take its item count from the control block, where
+// worker 0 mirrored the slot's limit, and never read the slot (host memory on a GPU).
+TEST(QueueEngine, ClaimsTakeTheItemCountFromTheMirror) {
+  dev::QueueSlot s{};  // limit 0: the slot would say "no items"
+  dev::EngineControl control{};
+  dev::CommView v;
+  v.control = &control;
+  control.opLimit = (uint64_t{7} << 32) | 3;
+  EXPECT_EQ(dev::claimItem(v, s, 7), 0u);
+  EXPECT_EQ(dev::claimItem(v, s, 7), 1u);
+  EXPECT_EQ(dev::claimItem(v, s, 7), 2u);
+  EXPECT_EQ(dev::claimItem(v, s, 7), dev::kNoItem);
+  EXPECT_EQ(dev::claimItem(v, s, 8), dev::kNoItem) << "another ticket's mirror is not this op's count";
+}
+
 // The tags are the tickets' low 32 bits: an op past 2^32 tickets still orders against the one
 // before it.
 TEST(QueueEngine, ClaimWordOrdersTicketsAcrossTheTagWrap) {
