@@ -80,6 +80,9 @@ step() {
   local rc=$?
   if [ $rc -eq 0 ]; then echo "== $name: ok"; elif [ $rc -eq 124 ]; then echo "== $name: TIMED OUT after ${limit} s"; else echo "== $name: FAILED (exit $rc)"; fi
   [ $rc -eq 0 ] || { failed=1; tail -3 "$log" | sed 's/^/   /'; }
+  # MPS refuses new clients ("devices busy or unavailable") for a few seconds after it loses one
+  # that was killed: give it those before the next step.
+  [ $rc -eq 124 ] && [ -n "$mps" ] && sleep 10
   return $rc
 }
 need() { [ -n "$1" ] || { echo "== $2: FAILED (no $3 on PATH or in build-cuda/bin)"; failed=1; return 1; }; }
