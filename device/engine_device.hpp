@@ -86,13 +86,12 @@ WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t 
 
 // Leader-only. The next item of `ticket` for this worker, or kNoItem. The claims are counted in
 // the engine's control block (device memory on a GPU): every worker claims once per item, and
-// atomics on the queue, in pinned host memory, cross PCIe each time (where the platform has no
-// native host atomics, a GPU's read-modify-write of host memory is not even atomic between its
-// own SMs, and two workers then ran the same item). The slot is read only for its tagged limit,
-// never the descriptor: a worker that saw this op late may be looking at a slot that a submitter
-// is refilling for the next op; its limit comes from the device mirror where worker 0 put it
-// (pollReady), else from the slot. The slot's own claim word only shows the host that the op
-// started.
+// atomics on the queue, in pinned host memory, cross PCIe each time and queue up behind each
+// other (docs/design-notes.md, "A worker reads host memory once per op"). The slot is read only
+// for its tagged limit, never the descriptor: a worker that saw this op late may be looking at a
+// slot that a submitter is refilling for the next op; the limit comes from the device mirror
+// where worker 0 put it (pollReady), else from the slot. The slot's own claim word only shows the
+// host that the op started.
 WEFT_HOST_DEVICE uint32_t claimItem(const CommView& v, QueueSlot& s, uint64_t ticket) {
   const auto tag = static_cast<uint32_t>(ticket);
   uint64_t limit = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&v.control->opLimit);
@@ -197,7 +196,7 @@ WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nran
 
 // The op's descriptor, from its slot (pinned host memory on a GPU) into `into` (the worker's own:
 // block-shared memory on a GPU), by the whole group: the op's threads read its fields many times,
-// and every read of host memory crosses PCIe. The slot's `flags` come with it (the last word).
+// and every read of host memory crosses PCIe. The slot's `flags` come with it.
 template <class Coop>
 WEFT_HOST_DEVICE void loadDescriptor(const Coop& c, const QueueSlot& s, OpDesc* into, uint32_t* flags) {
   constexpr int kWords = sizeof(OpDesc) / sizeof(uint64_t);
