@@ -45,10 +45,7 @@ void CommRegistry::release(Comm& c, Rank& r, ControlWord word, uint64_t ticket, 
     // The workers give up every wait on the word and leave; nothing else frees them. Until they
     // have, they may touch every rank's heap (through the bases), this rank's queue and staging.
     // The workers poll the heap's stop word, and the queue's only now and then (engine_device.hpp).
-    if (word == &dev::EngineControl::stop)
-      r.engine->raise({word});
-    else
-      r.engine->raise({word, &dev::EngineControl::stop});
+    r.engine->raise({word, &dev::EngineControl::stop});
     gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
     job.join = [engine = std::shared_ptr<ServedEngine>(std::move(r.engine))] { return engine->join(); };
     job.keep.push_back(c.bases);
