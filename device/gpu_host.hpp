@@ -68,6 +68,9 @@ Outcome sharedDeviceUnmap(void* ptr, size_t bytes);
 // the memory cannot be exported so (memory from a pool or the virtual memory calls, managed
 // memory; on HIP, which has no such id).
 Outcome ipcRange(const void* ptr, IpcHandle* handle, uint64_t* base, uint64_t* size, uint64_t* bufferId);
+// The range this process has mapped around `ptr` (an allocation, or an import of another
+// process's memory: the driver maps the whole block the exported allocation was cut from).
+Outcome addressRange(const void* ptr, uint64_t* base, uint64_t* size);
 // The device at PCI location `pciId` (devicePciId's form), in this process's numbering.
 Outcome deviceByPciId(const std::string& pciId, int* device);
 // Pins host memory and maps it into the device; *devicePtr is its address there.

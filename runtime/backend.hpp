@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -83,8 +84,11 @@ class ServedEngine {
  public:
   // `view`: the rank's, in weftd's addresses, its `heap` a host array of every rank's base then
   // null; `gpuPciId`: the rank's GPU ("" on the CPU backend); `sharers`: ranks of the
-  // communicator on that GPU (each kernel takes its share of the blocks). Throws weft::Error.
-  ServedEngine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& gpuPciId, int sharers);
+  // communicator on that GPU (each kernel takes its share of the blocks); `idleNs`: how long the
+  // GPU kernel waits on an empty queue before it leaves the GPU (0: never; the rank's next op
+  // then asks for it again, wake). Threads on the CPU backend never leave. Throws weft::Error.
+  ServedEngine(const dev::CommView& view, WorkQueue& queue, int workers, uint64_t idleNs, const std::string& gpuPciId,
+               int sharers);
   ~ServedEngine();
   ServedEngine(const ServedEngine&) = delete;
   ServedEngine& operator=(const ServedEngine&) = delete;
@@ -92,19 +96,36 @@ class ServedEngine {
   // Raises `words` (stop, abort) of the engine's control block, where its workers look; the
   // caller raises the queue's stop word too. Never waits on the workers.
   void raise(std::initializer_list<ControlWord> words);
-  // Waits for the workers to leave, after raise (weftd's reaper thread), and lets go of what the
-  // engine mapped. Bounded on a GPU (10 s); returns false where a kernel did not stop (it keeps
-  // its memory, and the caller must keep what the kernel may touch).
+  // Waits for the workers to leave, after raise (weftd's reaper thread). Bounded on a GPU (10 s);
+  // returns false where a kernel did not stop (the caller must keep what it may touch). What the
+  // engine mapped goes with it (the destructor), which weftd runs only once no kernel of its
+  // runs on any GPU (CommRegistry::reclaim).
   bool join();
+  // Whether the engine's GPU kernel is on the GPU (it has not left on idle, or stopped). Never on
+  // the CPU backend.
+  bool running();
+  // Starts the GPU kernel again if every worker has left on idle (the rank found none alive after
+  // publishing an op). A launch that fails becomes the engine's fault.
+  void wake();
   // What made the engine fail on its own ("" while it has not): on a GPU, the persistent
   // kernel's fault (an illegal address, say), after which it serves nothing more. Cheap: weftd's
   // loop asks every turn.
   std::string fault();
   // GPU backends: maps an allocation of the rank's device memory into weftd (`handle`, its IPC
-  // handle; [base, base + bytes) in the rank) and returns its base here; it stays mapped until
-  // join, or until the rank maps an allocation that overlaps it (the old one was freed). Throws
-  // weft::Error: kInvalidUsage on the CPU backend or past the engine's limit of mappings.
-  uint64_t mapInput(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes);
+  // handle; [base, base + bytes) in the rank) and returns its base here. A mapping the new one
+  // overlaps was freed in the rank: it is retired, and closed by closeRetired. Returns 0 where
+  // the driver refuses the handle while such a retired mapping is still open (an allocation at
+  // the same address can be "already mapped" until it is closed) and `mayDefer`: the caller asks
+  // again after closeRetired. Throws weft::Error: kInvalidUsage on the CPU backend or past the
+  // engine's limit of mappings, kInvalidArgument where the handle cannot be opened.
+  uint64_t mapInput(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes, bool mayDefer);
+  // Whether mappings are retired and not yet closed.
+  bool holdsRetired() const;
+  // The GPU it runs on (-1 on the CPU backend).
+  int device() const;
+  // Closes the retired mappings. Only while no kernel of this process runs on any GPU: closing
+  // waits for them to end (CommRegistry::reclaim).
+  void closeRetired();
 
  private:
   struct Impl;
@@ -155,6 +176,15 @@ class Engine {
   // a running kernel would fault the GPU. Idempotent; the destructor calls it.
   bool stop();
   ~Engine();
+  // Mode "weftd" on a GPU: weftd's kernel leaves the GPU when the queue has been idle for a while,
+  // and an op published after it left would wait for good. `wake` asks weftd to start it again;
+  // enqueue calls it where it finds no worker alive once the op is published (the same handshake
+  // as the persistent engine's own relaunch). It throws weft::Error where weftd cannot be told.
+  void setWake(std::function<void()> wake);
+  // The persistent engine: whether its kernel is on the GPU; starts it again where every worker
+  // has left on idle (weftd, for a rank's wake). Throws weft::Error if the launch fails.
+  bool kernelRunning();
+  void restartIfIdle();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 

@@ -42,7 +42,8 @@ struct ServedEngine::Impl {
   dev::EngineControl* control = nullptr;
 };
 
-ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue&, int workers, const std::string& gpuPciId, int)
+ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue&, int workers, uint64_t, const std::string& gpuPciId,
+                           int)
     : impl_(std::make_unique<Impl>()) {
   if (!gpuPciId.empty()) throw Error(Code::kInvalidUsage, "attach: this weftd serves the CPU backend");
   impl_->control = view.control;
@@ -59,7 +60,12 @@ bool ServedEngine::join() {
   return true;
 }
 std::string ServedEngine::fault() { return ""; }
-uint64_t ServedEngine::mapInput(const unsigned char (&)[64], uint64_t, uint64_t) {
+bool ServedEngine::running() { return false; }
+void ServedEngine::wake() {}
+bool ServedEngine::holdsRetired() const { return false; }
+int ServedEngine::device() const { return -1; }
+void ServedEngine::closeRetired() {}
+uint64_t ServedEngine::mapInput(const unsigned char (&)[64], uint64_t, uint64_t, bool) {
   throw Error(Code::kInvalidUsage, "map memory: the CPU backend's engine in weftd reads inputs through staging");
 }
 
@@ -113,6 +119,10 @@ bool Engine::stop() {
 }
 
 Engine::~Engine() { stop(); }
+
+void Engine::setWake(std::function<void()>) {}  // weftd's threads never leave
+bool Engine::kernelRunning() { return false; }
+void Engine::restartIfIdle() {}
 
 bool Engine::linesSafe() { return true; }
 

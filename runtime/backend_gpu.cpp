@@ -7,10 +7,12 @@
 // capture both engines capture the op kernel.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "backend.hpp"
 #include "bootstrap_exchange.hpp"
@@ -226,13 +228,23 @@ struct ServedEngine::Impl {
   struct Mapped {
     uint64_t rankBase, bytes;  // the allocation in the rank
     void* here;
+    unsigned char handle[64];  // its IPC handle
+    bool opened;               // here is an import of its own; else inside another one's (alias)
   };
-  std::vector<Mapped> mapped;  // the rank's inputs, mapped by IPC handle
+  std::vector<Mapped> mapped;   // the rank's inputs, mapped by IPC handle
+  std::vector<Mapped> retired;  // mappings of inputs the rank has freed, for closeRetired
+  // Whether a live alias points into import `o` (it must stay open).
+  bool aliased(const Mapped& o) const {
+    return std::any_of(mapped.begin(), mapped.end(), [&](const Mapped& a) {
+      return !a.opened && a.here >= o.here && static_cast<uint8_t*>(a.here) < static_cast<uint8_t*>(o.here) + o.bytes;
+    });
+  }
+  std::string wakeFault;  // a relaunch that failed (wake)
   static constexpr size_t kMaxMapped = 4096;
 };
 
-ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& gpuPciId,
-                           int sharers)
+ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue& queue, int workers, uint64_t idleNs,
+                           const std::string& gpuPciId, int sharers)
     : impl_(std::make_unique<Impl>()) {
   Impl& e = *impl_;
   if (gpuPciId.empty()) throw Error(Code::kInvalidUsage, "attach: this weftd serves GPUs; a rank must name its GPU");
@@ -244,47 +256,142 @@ ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue& queue, int work
   require(gpu::copyToDevice(e.deviceBases, view.heap, bytes), "the engine's table of heap bases");
   dev::CommView v = view;
   v.heap = static_cast<uint8_t* const*>(e.deviceBases);
-  v.idleNs = 0;  // nothing of weftd's waits on a device-wide synchronisation: the kernel stays
+  // A kernel that stayed would hold its SMs from the ranks' own kernels and from weftd's other
+  // communicators, and keep weftd from ever freeing memory on the GPU (reclaim).
+  v.idleNs = idleNs;
   e.engine = std::make_unique<Engine>(v, queue, workers, "persistent", sharers, /*proxied=*/false);
   freeBases.armed = false;
 }
 
-ServedEngine::~ServedEngine() = default;
+// Only once join has returned true and no kernel of weftd's runs (CommRegistry::reclaim).
+ServedEngine::~ServedEngine() {
+  Impl& e = *impl_;
+  if (!e.engine) return;
+  (void)gpu::setDevice(e.device);
+  e.engine.reset();
+  closeRetired();
+  for (const Impl::Mapped& m : e.mapped)
+    if (m.opened) gpu::ipcClose(m.here);
+  gpu::deviceFree(e.deviceBases);
+}
 
 void ServedEngine::raise(std::initializer_list<ControlWord> words) { impl_->engine->raise(words); }
 
-std::string ServedEngine::fault() { return impl_->engine->kernelFault(); }
+std::string ServedEngine::fault() { return impl_->wakeFault.empty() ? impl_->engine->kernelFault() : impl_->wakeFault; }
 
 bool ServedEngine::join() {
   Impl& e = *impl_;
   (void)gpu::setDevice(e.device);
-  if (!e.engine->stop()) return false;  // the kernel may still use what it maps: keep it
-  for (const Impl::Mapped& m : e.mapped) gpu::ipcClose(m.here);
-  e.mapped.clear();
-  gpu::deviceFree(e.deviceBases);
-  e.deviceBases = nullptr;
+  // The workers check the stop word in every wait, so the kernel leaves within milliseconds.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (e.engine->kernelRunning()) {
+    if (std::chrono::steady_clock::now() > until) return false;  // it may still use what it maps
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   return true;
 }
 
-uint64_t ServedEngine::mapInput(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes) {
+bool ServedEngine::running() { return impl_->engine->kernelRunning(); }
+
+void ServedEngine::wake() {
+  Impl& e = *impl_;
+  if (!e.wakeFault.empty()) return;
+  try {
+    require(gpu::setDevice(e.device), "selecting the rank's GPU");
+    e.engine->restartIfIdle();
+  } catch (const Error& err) {
+    e.wakeFault = std::string("starting the persistent kernel again: ") + err.what();
+  }
+}
+
+int ServedEngine::device() const { return impl_->device; }
+
+bool ServedEngine::holdsRetired() const {
+  const Impl& e = *impl_;
+  return std::any_of(e.retired.begin(), e.retired.end(), [&](const Impl::Mapped& m) { return !e.aliased(m); });
+}
+
+void ServedEngine::closeRetired() {
+  Impl& e = *impl_;
+  if (e.retired.empty()) return;
+  (void)gpu::setDevice(e.device);
+  // An import with live aliases (mapInput) stays open until they go.
+  std::vector<Impl::Mapped> kept;
+  for (const Impl::Mapped& m : e.retired)
+    if (m.opened && e.aliased(m))
+      kept.push_back(m);
+    else if (m.opened)
+      gpu::ipcClose(m.here);
+  e.retired.swap(kept);
+}
+
+uint64_t ServedEngine::mapInput(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes, bool mayDefer) {
   Impl& e = *impl_;
   require(gpu::setDevice(e.device), "map memory: selecting the rank's GPU");
   // The rank asks only for live allocations: one mapped here that overlaps it was freed there.
+  // Closing it now would wait for weftd's kernels to end, so it is retired (closeRetired).
   for (auto m = e.mapped.begin(); m != e.mapped.end();)
     if (m->rankBase < base + bytes && base < m->rankBase + m->bytes) {
-      gpu::ipcClose(m->here);
+      e.retired.push_back(*m);
       m = e.mapped.erase(m);
     } else {
       ++m;
     }
-  if (e.mapped.size() >= Impl::kMaxMapped)
+  if (e.mapped.size() + e.retired.size() >= Impl::kMaxMapped)
     throw Error(Code::kInvalidUsage, "map memory: the rank's engine in weftd maps " + std::to_string(Impl::kMaxMapped) +
                                          " allocations already; pass inputs in fewer allocations (or the heap)");
+  // The driver may hand the rank the memory it freed again, at the same address and with the same
+  // IPC handle (a new allocation id all the same): the retired mapping is that memory, and the
+  // driver would refuse to open it twice.
+  const auto same = std::find_if(e.retired.begin(), e.retired.end(), [&](const Impl::Mapped& m) {
+    return m.rankBase == base && m.bytes == bytes && std::memcmp(m.handle, handle, sizeof m.handle) == 0;
+  });
+  if (same != e.retired.end()) {
+    e.mapped.push_back(*same);
+    e.retired.erase(same);
+    return reinterpret_cast<uint64_t>(e.mapped.back().here);
+  }
   gpu::IpcHandle h{};
   std::memcpy(h.bytes, handle, sizeof h.bytes);
   void* p = nullptr;
-  require(gpu::ipcImport(&p, h), "map memory: opening the rank's IPC handle", Code::kInvalidArgument);
-  e.mapped.push_back({base, bytes, p});
+  const gpu::Outcome opened = gpu::ipcImport(&p, h);
+  Impl::Mapped m{base, bytes, p, {}, true};
+  std::memcpy(m.handle, handle, sizeof m.handle);
+  if (!opened) {
+    // "Already mapped": the driver cut the new allocation from a block of memory that an import of
+    // weftd's maps already (a neighbour's, or a freed allocation's at the same address), and it
+    // maps a block only once. An import maps its whole block, contiguously here as in the rank:
+    // where the new allocation lies in it, the new mapping is an alias into it, and the import
+    // stays open while the alias lives (closeRetired).
+    const auto holds = [&](const Impl::Mapped& o) {
+      uint64_t blockHere = 0, blockBytes = 0;
+      if (!o.opened || !gpu::addressRange(o.here, &blockHere, &blockBytes)) return false;
+      const uint64_t blockInRank = o.rankBase - (reinterpret_cast<uint64_t>(o.here) - blockHere);
+      return blockInRank <= base && base + bytes <= blockInRank + blockBytes;
+    };
+    const Impl::Mapped* owner = nullptr;
+    for (const auto* list : {&e.retired, &e.mapped})
+      for (const Impl::Mapped& o : *list)
+        if (!owner && holds(o)) owner = &o;
+    if (owner) {
+      WEFT_LOG(kDebug, kService, "map memory: {:#x} ({} bytes) lies in the block mapped for {:#x}: an alias", base,
+               bytes, owner->rankBase);
+      m.here = static_cast<uint8_t*>(owner->here) + (base - owner->rankBase);
+      m.opened = false;
+      e.mapped.push_back(m);
+      return reinterpret_cast<uint64_t>(m.here);
+    }
+    if (mayDefer && std::any_of(e.retired.begin(), e.retired.end(), [&](const Impl::Mapped& o) {
+          return o.rankBase < base + bytes && base < o.rankBase + o.bytes;
+        })) {
+      // Other memory at an address whose old mapping is still open: after reclaim has closed it.
+      WEFT_LOG(kInfo, kService, "map memory: {}; the mapping of an allocation freed at that address is closed first",
+               opened.message);
+      return 0;
+    }
+  }
+  require(opened, "map memory: opening the rank's IPC handle", Code::kInvalidArgument);
+  e.mapped.push_back(m);
   return reinterpret_cast<uint64_t>(p);
 }
 
@@ -350,6 +457,7 @@ struct Engine::Impl {
   float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
   std::mutex launchMutex;
+  std::function<void()> wake;  // remote: asks weftd to start its kernel again (setWake)
   // Engine::itemsFinished's copies: a stream and a pinned word of their own (made on first use,
   // on the status watch's thread).
   void* watchStream = nullptr;
@@ -364,14 +472,21 @@ struct Engine::Impl {
   // The submitter's half of the idle-exit handshake (device/engine_device.hpp): the caller has
   // taken its ticket (raised `tail`); if no worker is alive after a full fence, none will serve
   // it, so start the kernel again. Kernels on the one engine stream run one after another.
+  // weftd's kernel (remote) is started again by weftd, which the rank asks (wake).
   gpu::Outcome ensureRunning() {
-    if (remote) return {};  // weftd's kernel never leaves while the rank is attached (idle time 0)
+    if (remote && !wake) return {};
     std::lock_guard<std::mutex> lock(launchMutex);
     gpu::fenceSeqCst();
     uint32_t* alive = queue->alive();
     for (int w = 0; w < workers; ++w)
       if (gpu::atomicLoad<gpu::Order::kAcquire>(&alive[w])) return {};
-    return launch();
+    if (!remote) return launch();
+    try {
+      wake();
+    } catch (const Error& err) {
+      return gpu::Outcome{gpu::Fault::kOther, std::string("asking weftd to start its engine again: ") + err.what()};
+    }
+    return {};
   }
 
   gpu::Outcome launch() {
@@ -659,6 +774,19 @@ bool Engine::stop() {
 }
 
 Engine::~Engine() { stop(); }
+
+void Engine::setWake(std::function<void()> wake) { impl_->wake = std::move(wake); }
+
+bool Engine::kernelRunning() {
+  Impl& e = *impl_;
+  // A stream that faulted counts as running: nothing is freed under a kernel in an unknown state.
+  return e.persistent && !e.remote && !e.stopped && !gpu::streamDrain(e.stream, 0.0);
+}
+
+void Engine::restartIfIdle() {
+  Impl& e = *impl_;
+  if (e.persistent && !e.remote && !e.stopped) require(e.ensureRunning(), "starting the persistent kernel again");
+}
 
 bool Engine::linesSafe() { return gpu::nvlinkActive(); }
 

@@ -323,6 +323,9 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, workers,
                                         c->staging_ || c->weftdInputs_ ? std::string("weftd") : s.getString("engine"),
                                         sharers, c->heap_->proxy() != nullptr);
+  // weftd's GPU kernel leaves when its queue idles (service_engine_idle_us); the rank's next op
+  // asks for it again.
+  if (c->weftdInputs_) c->engine_->setWake([daemon = c->daemon_.get()] { daemon->wake(); });
   if (s.getInt("status_pages"))
     c->startStatusPage(id, s.getString("status_dir"), std::chrono::milliseconds(s.getInt("status_interval_ms")));
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes{}", rank, nranks, c->host_.hostname,

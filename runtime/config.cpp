@@ -141,9 +141,14 @@ const std::vector<SettingSpec>& settingSpecs() {
        "answers; else start one with pipe and log directories under service_dir, quit when weftd exits) or off"},
       {"service_engine_ctas", SettingType::kInt, "32",
        "weftd: the most workers (GPU thread blocks, CPU threads) of the engine weftd runs for a rank, whose "
-       "persistent_ctas asks for more: weftd's kernels stay resident, and the SMs they hold are lost to the "
+       "persistent_ctas asks for more: while weftd's kernel is on the GPU, the SMs it holds are lost to the "
        "ranks' own kernels",
        1, 1024},
+      {"service_engine_idle_us", SettingType::kInt, "1000",
+       "weftd on GPUs: how long (us) the engine's kernel waits on an empty queue before it leaves the GPU; the "
+       "rank's next op asks weftd to start it again (tens of us). weftd frees GPU memory only while none of its "
+       "kernels runs; 0: never leave (nothing is freed until every communicator on the GPUs has ended)",
+       0, 60000000},
       {"service_drain_s", SettingType::kDouble, "30",
        "weftd: on SIGTERM, how long it waits for attached communicators to end before it exits", 0, 86400},
       {"service_user_clients", SettingType::kInt, "256",

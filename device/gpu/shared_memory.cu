@@ -186,6 +186,17 @@ Outcome ipcRange(const void* ptr, IpcHandle* handle, uint64_t* base, uint64_t* s
   return o;
 }
 
+Outcome addressRange(const void* ptr, uint64_t* base, uint64_t* size) {
+  WEFT_DRIVER_CALL(cuMemGetAddressRange, v3020);
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  const Outcome o =
+      checkDriver(cuMemGetAddressRangeEntry.fn(&b, &n, reinterpret_cast<CUdeviceptr>(ptr)), "cuMemGetAddressRange");
+  *base = b;
+  *size = n;
+  return o;
+}
+
 #undef WEFT_DRIVER_CALL
 
 #else  // HIP: the same virtual memory calls are in its runtime. Compiled, not yet run on AMD hardware.
@@ -277,6 +288,15 @@ Outcome sharedDeviceMap(int fd, size_t bytes, void** ptr) {
 
 Outcome ipcRange(const void*, IpcHandle*, uint64_t*, uint64_t*, uint64_t*) {
   return Outcome{Fault::kNotSupported, "HIP has no id of an allocation to cache a mapping by"};
+}
+
+Outcome addressRange(const void* ptr, uint64_t* base, uint64_t* size) {
+  hipDeviceptr_t b = nullptr;
+  size_t n = 0;
+  const Outcome o = check(hipMemGetAddressRange(&b, &n, const_cast<void*>(ptr)), "hipMemGetAddressRange");
+  *base = reinterpret_cast<uint64_t>(b);
+  *size = n;
+  return o;
 }
 
 Outcome sharedDeviceUnmap(void* ptr, size_t bytes) {

@@ -73,6 +73,11 @@ uint64_t Client::mapMemory(const unsigned char (&handle)[64], uint64_t base, uin
   return got.address;
 }
 
+void Client::wake() {
+  std::lock_guard<std::mutex> lock(requestMutex_);
+  ch_.send(MsgType::kWake, nullptr, 0, net::deadlineIn(timeoutS_));
+}
+
 Client::Status Client::status() {
   ch_.send(MsgType::kStatusRequest, nullptr, 0, net::deadlineIn(timeoutS_));
   const Frame f = expect(MsgType::kStatusReply);

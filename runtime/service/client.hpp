@@ -53,6 +53,9 @@ class Client {
   // handle; [base, base + bytes), where it lies here), mapping it there first. Thread-safe;
   // bounded by the timeout.
   uint64_t mapMemory(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes);
+  // Asks weftd to start its engine of this rank again (its GPU kernel left on idle). No reply:
+  // a launch that fails fails the communicator (weftd's engine fault). Thread-safe; bounded.
+  void wake();
   // The communicator ended cleanly here (weftd then does not fail its peers when this closes) and
   // weftd's engine of the rank has stopped once this returns (bounded by the timeout). Never
   // throws: a weftd that has gone has nothing to be told.

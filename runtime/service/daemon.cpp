@@ -32,6 +32,9 @@ constexpr size_t kMaxConnections = 1024;
 // has a client that does not read: it is dropped. Neither ever makes the loop wait.
 constexpr double kReplyS = 0.5;
 constexpr size_t kMaxQueuedBytes = 256 << 10;
+// How long a map request may wait for weftd's kernels to leave the GPUs, so that the retired
+// mapping of an allocation at the same address can be closed (CommRegistry::reclaim).
+constexpr double kDeferredMapS = 2.0;
 
 struct Conn {
   Channel ch;
@@ -50,6 +53,11 @@ struct Conn {
   // The attached rank's process (pidfd), readable once it has ended. The connection alone does not
   // say so where the rank forked a child that kept the socket open.
   int pidFd = -1;
+  // A map request answered once weftd has closed a retired mapping it collides with (the rank
+  // waits for the reply).
+  bool mapDeferred = false;
+  MapMemory deferredMap{};
+  uint64_t deferredSinceNs = 0;
 
   Conn() = default;
   Conn(const Conn&) = delete;
@@ -117,6 +125,7 @@ DaemonOptions DaemonOptions::from(const Settings& s) {
     o.userBytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 : 0;
   }
   o.engineWorkers = static_cast<int>(s.getInt("service_engine_ctas"));
+  o.engineIdleNs = static_cast<uint64_t>(s.getInt("service_engine_idle_us")) * 1000;
   o.mpsMode = std::string(WEFT_BUILD_GPU) == "cpu" ? "cpu" : s.getString("service_mps");
   if ((!o.allowUids.empty() || !o.allowGids.empty()) && o.dir == status::directory(s.getString("status_dir")))
     throw Error(Code::kInvalidArgument,
@@ -156,6 +165,8 @@ struct Daemon::Impl {
   // Sends what the socket takes; drops a connection whose client does not read.
   void serviceOutput(Conn& c);
   void answerDetaches();
+  // Answers the deferred map requests whose retired mapping reclaim has closed, or that waited too long.
+  void answerDeferredMaps(uint64_t now);
   bool anyAttached() const;
 };
 
@@ -166,6 +177,7 @@ Daemon::Daemon(const DaemonOptions& o) : impl_(std::make_unique<Impl>()) {
   d.instance = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
   d.registry.limitUserBytes(o.userBytes);
   d.registry.limitEngineWorkers(o.engineWorkers);
+  d.registry.setEngineIdleNs(o.engineIdleNs);
   d.prepareDirectory();
   d.takeLock();
   d.socket = socketPath(o.dir);
@@ -328,15 +340,26 @@ void Daemon::Impl::handle(Conn& c, Frame& f) {
       MapMemory m{};
       if (!decodeMapMemory(f, &m, &why)) throw Error(Code::kInvalidArgument, why);
       if (!c.attached || c.detached) throw Error(Code::kInvalidUsage, "map memory: nothing attached");
+      if (c.mapDeferred) throw Error(Code::kInvalidUsage, "map memory: a request is still being answered");
       // Memory weftd cannot map fails that op on the rank, not the rank: refused, still served.
       try {
-        const MemoryMapped out{registry.mapMemory(c.cred.uid, c.commId, c.rank, m)};
+        const MemoryMapped out{registry.mapMemory(c.cred.uid, c.commId, c.rank, m, /*mayDefer=*/true)};
+        if (out.address == 0) {
+          c.mapDeferred = true;
+          c.deferredMap = m;
+          c.deferredSinceNs = status::monotonicNs();
+          return;
+        }
         reply(c, MsgType::kMemoryMapped, &out, sizeof out, {});
       } catch (const Error& e) {
         refuse(c, e.code(), e.what());
       }
       return;
     }
+    case MsgType::kWake:
+      if (!c.attached || c.detached) throw Error(Code::kInvalidUsage, "wake: nothing attached");
+      registry.wake(c.cred.uid, c.commId, c.rank);
+      return;
     case MsgType::kDetach:
       if (!c.attached || c.detached) throw Error(Code::kInvalidUsage, "detach: nothing attached");
       // Detached is sent only once the rank's workers in weftd have exited (answerDetaches): the
@@ -426,6 +449,25 @@ void Daemon::Impl::serviceOutput(Conn& c) {
   }
 }
 
+void Daemon::Impl::answerDeferredMaps(uint64_t now) {
+  for (const auto& c : conns) {
+    if (!c->mapDeferred || !c->ch.valid() || c->closing) continue;
+    const bool late = now - c->deferredSinceNs > static_cast<uint64_t>(kDeferredMapS * 1e9);
+    if (!late && registry.retiring(c->cred.uid, c->commId, c->rank)) continue;
+    c->mapDeferred = false;
+    try {
+      const MemoryMapped out{registry.mapMemory(c->cred.uid, c->commId, c->rank, c->deferredMap, /*mayDefer=*/false)};
+      reply(*c, MsgType::kMemoryMapped, &out, sizeof out, {});
+    } catch (const Error& e) {
+      refuse(*c, e.code(),
+             std::string(e.what()) +
+                 (late ? " (an allocation freed at this address is still mapped: weftd's kernels did not leave the "
+                         "GPUs within 2 s)"
+                       : ""));
+    }
+  }
+}
+
 void Daemon::Impl::answerDetaches() {
   for (uint64_t ticket : registry.takeDone())
     for (const auto& c : conns)
@@ -460,9 +502,13 @@ void Daemon::serve(int stopFd) {
     // Then each attached rank's process (conns[i]'s at kFirstConn + conns.size() + i; -1 is ignored).
     for (const auto& c : d.conns) fds.push_back({c->pidFd, POLLIN, 0});
     // Every wait below is this one: the loop blocks on no connection and on no engine.
-    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throwSystemError("weftd: poll");
+    // A deferred map waits for the kernels to leave (a millisecond past their last op): look often.
+    const bool deferred = std::any_of(d.conns.begin(), d.conns.end(), [](const auto& c) { return c->mapDeferred; });
+    if (::poll(fds.data(), fds.size(), deferred ? 1 : 100) < 0 && errno != EINTR) throwSystemError("weftd: poll");
     const uint64_t now = status::monotonicNs();
     d.registry.checkEngines();
+    d.registry.reclaim();
+    d.answerDeferredMaps(now);
     if ((fds[0].revents & POLLIN) && !d.draining) {
       d.draining = true;
       drainEndNs = now + static_cast<uint64_t>(d.opts.drainS * 1e9);

@@ -26,7 +26,8 @@ struct DaemonOptions {
   // communicators (service_user_clients, service_user_bytes; 0 bytes: half the physical memory).
   int userClients = 256;
   uint64_t userBytes = 0;
-  int engineWorkers = 32;  // service_engine_ctas: the most workers of an engine weftd runs
+  int engineWorkers = 32;           // service_engine_ctas: the most workers of an engine weftd runs
+  uint64_t engineIdleNs = 1000000;  // service_engine_idle_us: a GPU engine's idle time before it leaves
 
   static DaemonOptions from(const Settings& s);
 };

@@ -37,7 +37,9 @@ void Reaper::finish(Job& job) {
   if (took > 0.1) WEFT_LOG(kInfo, kService, "a rank's engine took {:.2f} s to stop (its op was computing)", took);
   job.join = nullptr;
   if (stopped) {
-    job.keep.clear();  // the memory goes only after the workers
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& k : job.keep) joined_.push_back(std::move(k));
+    job.keep.clear();
   } else {
     // Unmapping memory a running kernel uses would fault its GPU for every job there: kept for as
     // long as weftd lives (reachable, so no leak checker counts it).
@@ -46,6 +48,8 @@ void Reaper::finish(Job& job) {
     static auto* kept = new std::vector<std::vector<std::shared_ptr<void>>>();
     std::lock_guard<std::mutex> lock(keptMu);
     kept->push_back(std::move(job.keep));
+    std::lock_guard<std::mutex> count(mu_);
+    ++stuck_;
   }
   std::lock_guard<std::mutex> lock(mu_);
   --busy_;
@@ -104,9 +108,21 @@ std::vector<uint64_t> Reaper::takeDone() {
   return out;
 }
 
+std::vector<std::shared_ptr<void>> Reaper::takeJoined() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<void>> out;
+  out.swap(joined_);
+  return out;
+}
+
 size_t Reaper::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   return busy_;
+}
+
+size_t Reaper::stuck() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stuck_;
 }
 
 }  // namespace weft::service

@@ -47,7 +47,9 @@ void CommRegistry::release(Comm& c, Rank& r, ControlWord word, uint64_t ticket, 
     // The workers poll the heap's stop word, and the queue's only now and then (engine_device.hpp).
     r.engine->raise({word, &dev::EngineControl::stop});
     gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
-    job.join = [engine = std::shared_ptr<ServedEngine>(std::move(r.engine))] { return engine->join(); };
+    std::shared_ptr<ServedEngine> engine(std::move(r.engine));
+    job.join = [engine] { return engine->join(); };
+    job.keep.push_back(engine);  // freed with the rest, by reclaim
     job.keep.push_back(c.bases);
     for (const Rank& p : c.ranks)
       if (p.heap) job.keep.push_back(p.heap);
@@ -174,15 +176,46 @@ void CommRegistry::startEngine(Comm& c, int r) {
   // On a GPU the ranks of the communicator that share the rank's GPU split its blocks.
   int sharers = 0;
   for (int p = 0; p < v.nranks; ++p) sharers += c.first.gpus[p] == c.first.gpus[r];
-  me.engine = std::make_unique<ServedEngine>(
-      v, *me.queue, workersFor(c), c.first.deviceHeaps ? unpackPciId(c.first.gpus[r]) : std::string(), sharers);
+  me.engine =
+      std::make_unique<ServedEngine>(v, *me.queue, workersFor(c), engineIdleNs_,
+                                     c.first.deviceHeaps ? unpackPciId(c.first.gpus[r]) : std::string(), sharers);
 }
 
-uint64_t CommRegistry::mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m) {
+void CommRegistry::wake(uint32_t uid, uint64_t commId, int rank) {
+  auto it = comms_.find(Key{uid, commId});
+  if (it == comms_.end() || it->second.ranks[rank].state != RankState::kAttached || !it->second.ranks[rank].engine)
+    throw Error(Code::kInvalidUsage, "wake: weftd runs no engine for this rank");
+  it->second.ranks[rank].engine->wake();
+}
+
+void CommRegistry::reclaim() {
+  for (auto& held : reaper_.takeJoined()) graveyard_.push_back(std::move(held));
+  // An engine still stopping runs its kernel; one that never stopped runs it for good.
+  if (reaper_.pending() > 0 || reaper_.stuck() > 0) return;
+  // A close waits for the kernels of its GPU only (a context is one GPU's): a rank's mappings go
+  // once its GPU is free of weftd's kernels, even while a peer's kernel on another GPU waits for
+  // that rank's next op. The graveyard, which holds every GPU's memory, waits for all of them.
+  std::vector<int> busy;
+  for (auto& [key, c] : comms_)
+    for (Rank& r : c.ranks)
+      if (r.engine && r.engine->running()) busy.push_back(r.engine->device());
+  for (auto& [key, c] : comms_)
+    for (Rank& r : c.ranks)
+      if (r.engine && r.engine->holdsRetired() && std::find(busy.begin(), busy.end(), r.engine->device()) == busy.end())
+        r.engine->closeRetired();
+  if (busy.empty()) graveyard_.clear();
+}
+
+uint64_t CommRegistry::mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m, bool mayDefer) {
   auto it = comms_.find(Key{uid, commId});
   if (it == comms_.end() || it->second.ranks[rank].state != RankState::kAttached || !it->second.ranks[rank].engine)
     throw Error(Code::kInvalidUsage, "map memory: weftd runs no engine for this rank");
-  return it->second.ranks[rank].engine->mapInput(m.handle, m.base, m.bytes);
+  return it->second.ranks[rank].engine->mapInput(m.handle, m.base, m.bytes, mayDefer);
+}
+
+bool CommRegistry::retiring(uint32_t uid, uint64_t commId, int rank) const {
+  auto it = comms_.find(Key{uid, commId});
+  return it != comms_.end() && it->second.ranks[rank].engine && it->second.ranks[rank].engine->holdsRetired();
 }
 
 void CommRegistry::detach(uint32_t uid, uint64_t commId, int rank, uint64_t ticket) {

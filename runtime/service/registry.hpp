@@ -44,8 +44,22 @@ class CommRegistry {
   // The rank's process went without detaching: every other rank's ops fail (named error).
   void lost(uint32_t uid, uint64_t commId, int rank);
   // Where weftd's GPU engine of the rank maps an allocation of the rank's device memory (mapping
-  // it now). Throws weft::Error (kInvalidUsage) where weftd runs no GPU engine for the rank.
-  uint64_t mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m);
+  // it now); 0 where it can only once reclaim has closed a retired mapping at that address and
+  // `mayDefer` (ServedEngine::mapInput): ask again when retiring() is false. Throws weft::Error
+  // (kInvalidUsage) where weftd runs no GPU engine for the rank.
+  uint64_t mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m, bool mayDefer);
+  // Whether the rank's engine holds retired mappings not yet closed (false where it has none).
+  bool retiring(uint32_t uid, uint64_t commId, int rank) const;
+  // The rank found weftd's engine of it gone idle with an op to run: starts it again. Throws
+  // weft::Error: kInvalidUsage where weftd runs no engine for the rank; a launch that fails is the
+  // engine's fault (checkEngines fails the communicator).
+  void wake(uint32_t uid, uint64_t commId, int rank);
+  // Closes the mappings of inputs the ranks have freed once no engine of weftd's runs a kernel on
+  // their GPU, and frees what stopped engines ran over once none runs on any: a GPU lets memory go
+  // (cudaFree, cudaIpcCloseMemHandle) only after every kernel of the process's context on it has
+  // ended, and weftd's would never end. Engines leave when idle (service_engine_idle_us), so this
+  // happens whenever the jobs pause. The daemon's loop calls it every turn.
+  void reclaim();
 
   // Fails every communicator one of whose engines in weftd has failed on its own (a GPU kernel's
   // fault), once: every rank's ops end with an error naming it, none waits on it. The daemon's
@@ -68,6 +82,8 @@ class CommRegistry {
   // The most workers of an engine weftd runs (service_engine_ctas); a rank's persistent_ctas asks
   // for the rest. Fewer workers than an op has items is safe: they take the items in order.
   void limitEngineWorkers(int workers) { engineWorkers_ = workers; }
+  // How long weftd's engine waits on an empty queue before its workers leave (0: never).
+  void setEngineIdleNs(uint64_t ns) { engineIdleNs_ = ns; }
 
  private:
   enum class RankState { kNever, kAttached, kGone };
@@ -108,10 +124,13 @@ class CommRegistry {
   // Lets the communicator go once no rank is attached.
   void dropIfIdle(const Key& k);
 
+  // Destroyed last (after the reaper has joined every engine): what joined engines ran over.
+  std::vector<std::shared_ptr<void>> graveyard_;
   Reaper reaper_;  // outlives comms_: its jobs hold what their workers touch
   std::map<Key, Comm> comms_;
   uint64_t userBytes_ = 0;
   int engineWorkers_ = 32;
+  uint64_t engineIdleNs_ = 0;
 };
 
 }  // namespace weft::service

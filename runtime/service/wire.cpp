@@ -11,7 +11,7 @@ namespace {
 
 // The body size a type must have; for kStatusReply the smallest (rows follow).
 bool knownType(uint16_t t) {
-  return t >= static_cast<uint16_t>(MsgType::kHello) && t <= static_cast<uint16_t>(MsgType::kMemoryMapped);
+  return t >= static_cast<uint16_t>(MsgType::kHello) && t <= static_cast<uint16_t>(MsgType::kWake);
 }
 
 size_t fixedBody(MsgType t) {
@@ -25,6 +25,7 @@ size_t fixedBody(MsgType t) {
     case MsgType::kStatusRequest:
     case MsgType::kDetach:
     case MsgType::kDetached:
+    case MsgType::kWake:
       return 0;
     case MsgType::kStatusReply:
       return sizeof(StatusHead);

@@ -15,7 +15,7 @@
 namespace weft::service {
 
 constexpr uint32_t kWireMagic = 0x64746677;  // "wftd"
-constexpr uint16_t kWireVersion = 3;         // 3: EngineControl of 192 bytes (the heap layout), engineWorkers
+constexpr uint16_t kWireVersion = 4;         // 4: kWake (weftd's engine leaves the GPU when idle)
 constexpr uint32_t kMaxBodyBytes = 16384;
 constexpr uint32_t kMaxFds = 64;  // a communicator of up to 62 ranks on a node (an attach reply: nranks + 2)
 constexpr int kMaxNodeRanks = static_cast<int>(kMaxFds) - 2;
@@ -34,6 +34,7 @@ enum class MsgType : uint16_t {
   kDetached = 9,       // weftd -> client: no body; weftd's engine of the rank has stopped
   kMapMemory = 10,     // client -> weftd: device memory of the rank for weftd's GPU engine (MapMemory)
   kMemoryMapped = 11,  // weftd -> client: where weftd maps it (MemoryMapped)
+  kWake = 12,          // client -> weftd: no body, no reply; start the rank's engine again (it left on idle)
 };
 
 struct Header {

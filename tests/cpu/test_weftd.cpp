@@ -376,6 +376,32 @@ TEST(Weftd, AMapRequestItCannotServeIsRefusedAndTheRankStays) {
   EXPECT_TRUE(answers(d));
 }
 
+// A wake (no reply) from a connection with nothing attached is a protocol error: weftd refuses it,
+// naming why, and drops that connection; from an attached rank it starts the engine if it left
+// (the CPU backend's threads never do), and the rank goes on.
+TEST(Weftd, AWakeNeedsAnAttachedRank) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  ConnectStatus st;
+  std::string why;
+  auto lone = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(lone) << why;
+  lone->wake();
+  // Refused and dropped: the next request reads the refusal, or finds the socket closed.
+  EXPECT_THROW((void)lone->status(), Error);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (d.output().find("wake: nothing attached") == std::string::npos && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_NE(d.output().find("wake: nothing attached"), std::string::npos) << d.output();
+  auto lib = Client::connect(d.dir(), Role::kLibrary, 5, {}, &st, &why);
+  ASSERT_TRUE(lib) << why;
+  ASSERT_EQ(lib->attach(attachOf(0x3aa, 1, 32 << 20, 1, 1 << 20)).engineInWeftd, 1u);
+  for (int i = 0; i < 3; ++i) lib->wake();
+  EXPECT_EQ(lib->status().head.comms, 1u);
+  lib->detach();
+  EXPECT_TRUE(answers(d));
+}
+
 // One user may hold at most service_user_clients connections and service_user_bytes of weftd's
 // memory: past either, weftd refuses, naming the setting, and goes on serving (a closed
 // connection makes room again).

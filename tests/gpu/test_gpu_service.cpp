@@ -97,6 +97,44 @@ void GpuService::opsOverWeftdHeaps() {
   if (HasFailure()) ADD_FAILURE() << "weftd's log:\n" << d.output();
 }
 
+// weftd's kernel leaves the GPU once its queue has been idle for service_engine_idle_us (1 ms
+// here), and the rank's next op asks weftd to start it again. Each round's input is a fresh
+// cudaMalloc that the rank frees after the op, so the next one mostly lands on the same address:
+// weftd retires the freed allocation's mapping and closes it only while none of its kernels runs
+// (a close under a running kernel waits for it to end, which a resident kernel never does).
+TEST_P(GpuService, AnEngineThatLeftWhenIdleIsWokenAndFreedInputsAreLetGo) {
+  WEFT_REQUIRE_GPUS(gpus());
+  if (gEngine != "launched") GTEST_SKIP() << "weftd runs the engine: one engine setting is enough";
+  setenv("WEFT_SERVICE_ENGINE_IDLE_US", "1000", 1);
+  WeftdProcess d;
+  unsetenv("WEFT_SERVICE_ENGINE_IDLE_US");
+  ASSERT_TRUE(d.started()) << d.output();
+  useService(d);
+  const uint64_t seed = freshSeed();
+  constexpr uint64_t kCount = 4096;
+  const RankBody body = [&](int rank, int nranks, const weft_unique_id_t& id) {
+    Rank r = setUp(rank, nranks, id, kCount * sizeof(float));
+    ASSERT_NE(r.comm, nullptr) << weft_get_last_error(nullptr);
+    for (int round = 0; round < 6; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      void* in = nullptr;
+      WEFT_CUDA_OK(cudaMalloc(&in, kCount * sizeof(float)));
+      toDevice(in, input(seed + round, rank, kCount));
+      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kCount * sizeof(float)));
+      WEFT_ASSERT_OK(weft_allreduce(r.comm, in, r.heap, kCount, WEFT_FLOAT32, r.stream));
+      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+      EXPECT_TRUE(
+          checkAllReduce(toHost(r.heap, kCount * sizeof(float)).data(), WEFT_FLOAT32, seed + round, nranks, kCount));
+      WEFT_CUDA_OK(cudaFree(in));
+      std::this_thread::sleep_for(std::chrono::milliseconds(round % 2 ? 1 : 30));  // long past the idle time, or not
+    }
+    tearDown(r);
+  };
+  EXPECT_TRUE(runRanks(gpus(), body));
+  EXPECT_TRUE(releasesEverything(d));
+  if (HasFailure()) ADD_FAILURE() << "weftd's log:\n" << d.output();
+}
+
 // Rank 1 is killed after init; rank 0's next op waits for it. weftd sees the rank's process end
 // and fails rank 0's engine: its op ends within seconds (the timeout is 60), naming rank 1's
 // process, and weftd lets the memory go.

@@ -81,6 +81,10 @@ TEST(ServiceWire, BadHeadersAreRefusedBeforeTheirBody) {
   EXPECT_NE(refusal({kWireMagic, kWireVersion, 1, 40, 1}).find("declares 1 descriptors"), std::string::npos);
   EXPECT_NE(refusal({kWireMagic, kWireVersion, 7, sizeof(Attached), 1}).find("declares 1"), std::string::npos);
   EXPECT_NE(refusal({kWireMagic, kWireVersion, 5, sizeof(StatusHead) + 1, 0}).find("whole rows"), std::string::npos);
+  // A wake has no body and no descriptors.
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 12, 8, 0}).find("expected 0"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 12, 0, 1}).find("declares 1"), std::string::npos);
+  EXPECT_NE(refusal({kWireMagic, kWireVersion, 13, 0, 0}).find("unknown message type 13"), std::string::npos);
 }
 
 TEST(ServiceWire, DescriptorsMustMatchTheDeclaredCount) {
