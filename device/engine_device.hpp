@@ -255,8 +255,11 @@ WEFT_HOST_DEVICE Status runCollectiveItem(const Coop& c, const CommView& v, cons
     case OpKind::kAllReduceOneShot:
       if constexpr (kLines) return AllReduceOneShotOp::run(c, v, d, seq, item);
       return AllReduceOneShotOp::runIn<false>(c, v, d, seq, item);
-    default:
+    case OpKind::kNop:  // a marker: its ticket orders a kernel of the caller's (Engine::enqueueAlone)
       return Status::kOk;
+    default:  // a kind this engine does not run: the op fails rather than leave its output unwritten
+      if (c.leader()) recordFailure(v, WaitSite{seq.op, item, -1, WaitWhat::kOpKind}, Status::kBadInput, 0, d.kind);
+      return Status::kBadInput;
   }
 }
 

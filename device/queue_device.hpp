@@ -14,6 +14,7 @@
 //   host wait: poll done == t + 1, read status, then store free = t + 1.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace weft::dev {
@@ -63,27 +64,69 @@ enum class WaitWhat : uint32_t {
   kPeerGone = 16,   // not a wait: rank `peer`'s process (-1: weftd's) of pid `observed` ended (weftd/the rank saw it)
   kExternal = 17,   // a kernel outside weft's engine (weft.h: weft_device_status_t); ticket kExternalTicket
   kSignature = 18,  // a peer's signature word of the op (expected: this rank's word, observed: the peer's)
+  kOpKind = 19,     // not a wait: the engine does not run op kind `observed` (a descriptor of another build)
 };
 
 // WaitRecord::ticket of a failure recorded by a kernel outside weft's engine (weft.h).
 constexpr uint64_t kExternalTicket = ~uint64_t{0};
 
+// The arguments of the ops that take more than OpDesc's common fields, as the descriptor carries
+// them: one struct per op kind (each op's header unpacks them into its typed view, e.g.
+// EmbeddingArgs). Addresses are in the engine's address space, like OpDesc::send.
+struct OneShotOpArgs {  // kAllReduceOneShot
+  uint64_t lines;       // nonzero: the 128-byte lines' wire format (allreduce_oneshot_device.hpp)
+};
+struct GemvOpArgs {  // kGemvAllReduce, kGemv: y[batch, n] = x[batch, k] . w[n, k]^T; x is OpDesc::send
+  uint64_t w;        // [count, k]
+  uint64_t batch;    // rows of x
+  uint64_t k;        // columns of x and w (this rank's share)
+  uint64_t owners;   // nonzero: each slice's owner reduces it (the fused rsag path)
+};
+struct EmbeddingOpArgs {                                      // kEmbeddingAllToAll; the weights are OpDesc::send
+  uint64_t tableOffsets, indices, offsets, perSampleWeights;  // int64_t*, int64_t*, int64_t*, float*
+  uint64_t numTables;                                         // tables of this rank
+  uint64_t localBatch;                                        // samples per rank
+  uint64_t totalTables;                                       // tables of every rank
+  uint64_t tableBase;                                         // this rank's first table among them
+  uint64_t flags;                                             // EmbeddingAllToAllOp::kFlagMean | kFlagCheck
+};
+struct GemmOpArgs {     // kGemmAllToAll; the tokens are OpDesc::send
+  uint64_t w;           // [experts, k, count]
+  uint64_t sendCounts;  // int64_t[nranks]
+  uint64_t recvCounts;  // int64_t[nranks], written by the op; 0: none
+  uint64_t tokens, k;
+  uint64_t capacity;  // rows each rank's recv holds
+  uint64_t experts;
+  uint64_t expertEnds;  // int64_t[experts]: each expert's end row among the tokens
+  uint64_t partials;    // float*: the split last wave's partial tiles; 0: no split
+  uint64_t split;       // the split's tiles (low 32 bits) and grid (high 32 bits)
+};
+union OpArgs {
+  uint64_t words[10];  // first: `OpDesc d{}` zeroes all of them
+  OneShotOpArgs oneShot;
+  GemvOpArgs gemv;
+  EmbeddingOpArgs embedding;
+  GemmOpArgs gemm;
+};
+static_assert(sizeof(OpArgs) == 80, "OpArgs is part of a wire struct");
+
 // Written by the submitter before `ready`; read-only for the engine. Everything in it is fixed
 // when the op is submitted (or captured into a graph): the protocol counters that change from op
 // to op are on the device (OpCounters).
 struct OpDesc {
-  uint32_t kind;        // OpKind
-  uint32_t dtype;       // DType
-  uint64_t count;       // AllReduce: elements; All-to-All: elements per rank
-  uint64_t send;        // input address in the engine's address space
-  uint64_t recv;        // output offset in the symmetric heap
-  uint32_t tileElems;   // elements per tile
-  uint32_t nitems;      // work items, claimed in order by the workers
-  uint64_t arg[10];     // op-specific (ops/*_device.hpp say which)
-  uint32_t sig;         // what the ranks must agree on (signature_device.hpp); 0: not checked
+  uint32_t kind;       // OpKind
+  uint32_t dtype;      // DType
+  uint64_t count;      // AllReduce: elements; All-to-All: elements per rank; GEMV: rows of w; GEMM: columns
+  uint64_t send;       // input address in the engine's address space
+  uint64_t recv;       // output offset in the symmetric heap
+  uint32_t tileElems;  // the op's unit: elements per tile (collectives), bags per item (embedding), column tiles (GEMM)
+  uint32_t nitems;     // work items, claimed in order by the workers
+  OpArgs args;         // the op's own, by `kind`
+  uint32_t sig;        // what the ranks must agree on (signature_device.hpp); 0: not checked
   uint32_t countItems;  // launched engine: nonzero to count the items in EngineControl::itemsFinished
 };
 static_assert(sizeof(OpDesc) == 128, "OpDesc is a wire struct");
+static_assert(offsetof(OpDesc, args) == 40 && offsetof(OpDesc, sig) == 120, "OpDesc's layout is fixed");
 
 constexpr uint32_t kSlotHostWaits = 1u;  // the submitter frees the slot after reading status
 

@@ -523,7 +523,7 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
   if (exchangeFits(bytes, oneShotMax_)) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
     const bool lines = bytes * static_cast<uint64_t>(nranks_ - 1) >= oneShotLinesFrom_;
-    d.arg[dev::AllReduceOneShotOp::kArgLines] = lines ? 1 : 0;
+    d.args.oneShot.lines = lines ? 1 : 0;
     d.nitems = dev::AllReduceOneShotOp::numItems(bytes, lines);
     return submit(d, bytes, stream, capturing);
   }
@@ -569,15 +569,16 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   if (spansOverlap(x, uint64_t{batch} * k * es, y, yBytes)) throw Error(Code::kInvalidArgument, "x: overlaps y");
   if (spansOverlap(w, n * k * es, y, yBytes)) throw Error(Code::kInvalidArgument, "w: overlaps y");
   d.send = reinterpret_cast<uint64_t>(x);
-  d.arg[0] = reinterpret_cast<uint64_t>(w);
-  d.arg[1] = batch;
-  d.arg[2] = k;
+  d.args.gemv.w = reinterpret_cast<uint64_t>(w);
+  d.args.gemv.batch = batch;
+  d.args.gemv.k = k;
   d.sig = signature(dev::SigOp::kGemvAllReduce, dt, sigHash({batch, n, k}), sigHash({d.recv}));
   if (yBytes == 0 && nranks_ > 1) {
     // Nothing to compute or reduce, but the ranks must still meet: an empty one-shot op exchanges
     // the signature words alone (and a rank whose y is not empty finds the difference).
     d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
     d.count = 0;
+    d.args.oneShot = dev::OneShotOpArgs{};  // the 8-byte lines, the fused GEMV's exchange
     d.nitems = 1;
     return submit(d, 0, stream, capturing);
   }
@@ -599,7 +600,7 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   const uint64_t partialBytes = dev::GemvAllReduceOp::numSlices(n) * dev::gemvSliceFloats(batch) * sizeof(float);
   const bool fused = path == OpPath::kFused || path == OpPath::kFusedRsag;
   if (fused && yBytes > 0 && exchangeFits(partialBytes, gemvScratch_)) {
-    d.arg[3] = path == OpPath::kFusedRsag && dev::GemvAllReduceOp::fusedOwnersFit(n, nranks_) ? 1 : 0;
+    d.args.gemv.owners = path == OpPath::kFusedRsag && dev::GemvAllReduceOp::fusedOwnersFit(n, nranks_) ? 1 : 0;
     return submit(d, yBytes, stream, capturing);
   }
   Code c = Code::kSuccess;

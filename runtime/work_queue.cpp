@@ -197,6 +197,9 @@ std::string failureText(const dev::WaitRecord& r, int self) {
       case dev::WaitWhat::kCapacity:
         return op + rank + " would receive " + std::to_string(r.observed) + " rows, more than its recv_capacity (" +
                std::to_string(r.expected) + ")";
+      case dev::WaitWhat::kOpKind:
+        return op + "this rank's engine does not run op kind " + std::to_string(r.observed) +
+               " (a library and engine of different builds?)";
       case dev::WaitWhat::kRecvOffset:
         return op + rank + "'s recv is not the buffer rank 0 passed (heap offset " + std::to_string(r.observed) +
                ", rank 0's " + std::to_string(r.expected) + "); every rank must pass the same weft_mem_alloc block";

@@ -345,7 +345,8 @@ Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks,
     if (Outcome o = encodeGemmMaps(desc, &maps); !o) return o;
     kernels(proxied).gemm<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc, maps);
   } else {
-    const OpKernel kernel = kernelOf(kind, desc.arg[dev::AllReduceOneShotOp::kArgLines] != 0, proxied);
+    const bool lines = kind == dev::OpKind::kAllReduceOneShot && desc.args.oneShot.lines != 0;
+    const OpKernel kernel = kernelOf(kind, lines, proxied);
     kernel<<<blocks, threads, shared, static_cast<gpuStream_t>(stream)>>>(view, desc);
   }
   return check(GPU(GetLastError)(), "launch of an op kernel");

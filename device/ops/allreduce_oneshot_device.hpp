@@ -3,7 +3,7 @@
 // its own output. Peers never touch this rank's output, so in place needs nothing more: a thread
 // reads its input words before it writes them.
 //
-// Two wire formats, chosen by the host per op (`oneshot_protocol`, OpDesc arg[kArgLines]):
+// Two wire formats, chosen by the host per op (`oneshot_protocol`, OpDesc args.oneShot.lines):
 //   - 128-byte lines (line_device.hpp): 120 payload bytes a line; by default on CUDA GPUs (NVLink)
 //     and the CPU backend once an op sends 128 KB in all;
 //   - 8-byte flagged lines (ll_device.hpp): 8 payload bytes in 16, the one flagged exchange the
@@ -17,7 +17,6 @@
 namespace weft::dev {
 
 struct AllReduceOneShotOp {
-  static constexpr int kArgLines = 0;             // OpDesc arg: nonzero for 128-byte lines
   static constexpr uint64_t kPairsPerItem = 256;  // at least: one pair per thread of a 256-thread block
   static constexpr uint64_t kLinesPerItem = 16;   // at least: half a 256-thread block's lines
   // The launched grid is as many blocks, where that many are resident (two per SM on H200). 64
@@ -40,9 +39,9 @@ struct AllReduceOneShotOp {
   template <class Coop>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
-    return d.arg[kArgLines] ? runIn<true>(c, v, d, seq, item) : runIn<false>(c, v, d, seq, item);
+    return d.args.oneShot.lines ? runIn<true>(c, v, d, seq, item) : runIn<false>(c, v, d, seq, item);
   }
-  // In the wire format the descriptor names (kLines: d.arg[kArgLines]), for a kernel of its own.
+  // In the wire format the descriptor names (kLines: d.args.oneShot.lines), for a kernel of its own.
   template <bool kLines, class Coop>
   WEFT_HOST_DEVICE static Status runIn(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                        uint32_t item) {

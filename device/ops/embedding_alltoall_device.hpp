@@ -31,35 +31,36 @@ struct EmbeddingAllToAllOp {
   static constexpr uint64_t kFlagMean = 1, kFlagCheck = 2;
 
   // OpDesc fields: send = weights, count = dim, recv = the output's heap offset, tileElems = bags per
-  // item; arg[0] table offsets, [1] indices, [2] offsets, [3] per-sample weights, [4] numTables,
-  // [5] localBatch, [6] totalTables, [7] tableBase, [8] flags.
+  // item, args.embedding the rest.
   WEFT_HOST_DEVICE static EmbeddingArgs args(const OpDesc& d) {
+    const EmbeddingOpArgs& e = d.args.embedding;
     return EmbeddingArgs{reinterpret_cast<const uint8_t*>(d.send),
-                         reinterpret_cast<const int64_t*>(d.arg[0]),
-                         reinterpret_cast<const int64_t*>(d.arg[1]),
-                         reinterpret_cast<const int64_t*>(d.arg[2]),
-                         reinterpret_cast<const float*>(d.arg[3]),
-                         d.arg[4],
-                         d.arg[5],
-                         d.arg[6],
-                         d.arg[7],
+                         reinterpret_cast<const int64_t*>(e.tableOffsets),
+                         reinterpret_cast<const int64_t*>(e.indices),
+                         reinterpret_cast<const int64_t*>(e.offsets),
+                         reinterpret_cast<const float*>(e.perSampleWeights),
+                         e.numTables,
+                         e.localBatch,
+                         e.totalTables,
+                         e.tableBase,
                          d.count,
-                         (d.arg[8] & kFlagMean) != 0,
-                         (d.arg[8] & kFlagCheck) != 0};
+                         (e.flags & kFlagMean) != 0,
+                         (e.flags & kFlagCheck) != 0};
   }
   // The inverse of args(): the input fields of the descriptor (not kind, dtype, recv or tiling).
   WEFT_HOST_DEVICE static void pack(const EmbeddingArgs& a, OpDesc& d) {
     d.send = reinterpret_cast<uint64_t>(a.weights);
     d.count = a.dim;
-    d.arg[0] = reinterpret_cast<uint64_t>(a.tableOffsets);
-    d.arg[1] = reinterpret_cast<uint64_t>(a.indices);
-    d.arg[2] = reinterpret_cast<uint64_t>(a.offsets);
-    d.arg[3] = reinterpret_cast<uint64_t>(a.perSampleWeights);
-    d.arg[4] = a.numTables;
-    d.arg[5] = a.localBatch;
-    d.arg[6] = a.totalTables;
-    d.arg[7] = a.tableBase;
-    d.arg[8] = (a.mean ? kFlagMean : 0) | (a.check ? kFlagCheck : 0);
+    EmbeddingOpArgs& e = d.args.embedding;
+    e.tableOffsets = reinterpret_cast<uint64_t>(a.tableOffsets);
+    e.indices = reinterpret_cast<uint64_t>(a.indices);
+    e.offsets = reinterpret_cast<uint64_t>(a.offsets);
+    e.perSampleWeights = reinterpret_cast<uint64_t>(a.perSampleWeights);
+    e.numTables = a.numTables;
+    e.localBatch = a.localBatch;
+    e.totalTables = a.totalTables;
+    e.tableBase = a.tableBase;
+    e.flags = (a.mean ? kFlagMean : 0) | (a.check ? kFlagCheck : 0);
   }
   // Bags per item: about one item per worker group (`groups`: Engine::gatherWorkers), at least 8
   // bags. The lanes of a group pool an item's bags without a barrier; a barrier ends the item, and

@@ -45,44 +45,44 @@ struct GemmAllToAllOp {
   // (int64 words).
   static_assert(routeWords(kRouteMaxRanks) + kTileM + 3 <= kCoopFloats / 2, "the route fits the coop's scratch");
 
-  // OpDesc fields: send = a, count = h, recv = recv's heap offset, tileElems = column tiles;
-  // arg[0] w, [1] send counts, [2] recv counts (0: none), [3] tokens, [4] k, [5] recv capacity,
-  // [6] experts, [7] expert ends (0 with one expert), [8] the partials (0: no split), [9] the
-  // split's tiles, and its grid << 32.
+  // OpDesc fields: send = a, count = h, recv = recv's heap offset, tileElems = column tiles,
+  // args.gemm the rest (expertEnds 0 with one expert; partials 0: no split).
   WEFT_HOST_DEVICE static GemmArgs args(const OpDesc& d) {
+    const GemmOpArgs& m = d.args.gemm;
     GemmSplit split;
-    if (d.arg[8]) {
-      split.tiles = d.arg[9] & 0xffffffffu;
-      split.grid = d.arg[9] >> 32;
-      split.slices = ceilDiv(d.arg[4], kSplitSliceK);
+    if (m.partials) {
+      split.tiles = m.split & 0xffffffffu;
+      split.grid = m.split >> 32;
+      split.slices = ceilDiv(m.k, kSplitSliceK);
     }
     return GemmArgs{reinterpret_cast<const uint8_t*>(d.send),
-                    reinterpret_cast<const uint8_t*>(d.arg[0]),
-                    reinterpret_cast<const int64_t*>(d.arg[1]),
-                    reinterpret_cast<int64_t*>(d.arg[2]),
-                    reinterpret_cast<const int64_t*>(d.arg[7]),
-                    d.arg[3],
-                    d.arg[4],
+                    reinterpret_cast<const uint8_t*>(m.w),
+                    reinterpret_cast<const int64_t*>(m.sendCounts),
+                    reinterpret_cast<int64_t*>(m.recvCounts),
+                    reinterpret_cast<const int64_t*>(m.expertEnds),
+                    m.tokens,
+                    m.k,
                     d.count,
-                    d.arg[5],
-                    d.arg[6],
+                    m.capacity,
+                    m.experts,
                     split,
-                    reinterpret_cast<float*>(d.arg[8])};
+                    reinterpret_cast<float*>(m.partials)};
   }
   // The inverse of args(), with the tiling: every field but kind, dtype and recv.
   WEFT_HOST_DEVICE static void pack(const GemmArgs& g, OpDesc& d) {
     d.send = reinterpret_cast<uint64_t>(g.a);
     d.count = g.h;
-    d.arg[0] = reinterpret_cast<uint64_t>(g.w);
-    d.arg[1] = reinterpret_cast<uint64_t>(g.sendCounts);
-    d.arg[2] = reinterpret_cast<uint64_t>(g.recvCounts);
-    d.arg[3] = g.tokens;
-    d.arg[4] = g.k;
-    d.arg[5] = g.capacity;
-    d.arg[6] = g.experts;
-    d.arg[7] = reinterpret_cast<uint64_t>(g.expertEnds);
-    d.arg[8] = reinterpret_cast<uint64_t>(g.partials);
-    d.arg[9] = g.split.tiles | g.split.grid << 32;
+    GemmOpArgs& m = d.args.gemm;
+    m.w = reinterpret_cast<uint64_t>(g.w);
+    m.sendCounts = reinterpret_cast<uint64_t>(g.sendCounts);
+    m.recvCounts = reinterpret_cast<uint64_t>(g.recvCounts);
+    m.tokens = g.tokens;
+    m.k = g.k;
+    m.capacity = g.capacity;
+    m.experts = g.experts;
+    m.expertEnds = reinterpret_cast<uint64_t>(g.expertEnds);
+    m.partials = reinterpret_cast<uint64_t>(g.partials);
+    m.split = g.split.tiles | g.split.grid << 32;
     d.tileElems = static_cast<uint32_t>(colTiles(g.h));
     d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split));
   }

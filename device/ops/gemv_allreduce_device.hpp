@@ -39,11 +39,12 @@ struct GemvAllReduceOp {
   static constexpr uint32_t kMaxBatch = 64;
 
   // OpDesc fields: send = x, count = n, recv = y's heap offset, tileElems = compute items,
-  // arg[0] = w, arg[1] = batch, arg[2] = k, arg[3] = 1 where slices are reduced by their owners
-  // (fusedOwnersFit), 0 where every rank reduces every slice.
+  // args.gemv the rest (owners: slices reduced by their owners, where fusedOwnersFit, else every
+  // rank reduces every slice).
   WEFT_HOST_DEVICE static GemvShape shape(const OpDesc& d) {
-    return GemvShape{reinterpret_cast<const uint8_t*>(d.send), reinterpret_cast<const uint8_t*>(d.arg[0]),
-                     static_cast<uint32_t>(d.arg[1]), d.count, d.arg[2]};
+    const GemvOpArgs& g = d.args.gemv;
+    return GemvShape{reinterpret_cast<const uint8_t*>(d.send), reinterpret_cast<const uint8_t*>(g.w),
+                     static_cast<uint32_t>(g.batch), d.count, g.k};
   }
   WEFT_HOST_DEVICE static uint64_t numSlices(uint64_t n) { return n == 0 ? 1 : ceilDiv(n, kGemvSliceRows); }
   // One compute item per worker group that runs the op at once (`groups`), or per slice if fewer.
@@ -75,7 +76,7 @@ struct GemvAllReduceOp {
     const uint32_t items = d.tileElems;
     const auto dt = static_cast<DType>(d.dtype);
     const uint64_t sliceFloats = gemvSliceFloats(s.batch);  // even
-    const bool owners = d.arg[3] != 0;
+    const bool owners = d.args.gemv.owners != 0;
     const int me = v.rank, nranks = v.nranks;
     auto ownerOf = [=](uint64_t slice) { return sliceOwner(slice, nranks); };
     if (item < items) {

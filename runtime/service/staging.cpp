@@ -87,33 +87,37 @@ void Staging::prepare(dev::OpDesc& d, int nranks) {
       d.send = place(d.send, bytesOf({d.count, es, n}, "sendbuf"), "sendbuf", false);
       return;
     case dev::OpKind::kGemv:
-    case dev::OpKind::kGemvAllReduce:  // send = x [batch, k], arg[0] = w [n, k], arg[1] batch, arg[2] k
-      d.send = place(d.send, bytesOf({d.arg[1], d.arg[2], es}, "x"), "x", false);
-      d.arg[0] = place(d.arg[0], bytesOf({d.count, d.arg[2], es}, "w"), "w", false);
-      return;
-    case dev::OpKind::kEmbeddingAllToAll: {  // embedding_alltoall_device.hpp names the fields
-      const uint64_t tables = d.arg[4], bags = bytesOf({tables, d.arg[5], n}, "offsets");
-      checkRising(d.arg[0], tables + 1, "table_offsets");
-      checkRising(d.arg[2], bags + 1, "offsets");
-      const uint64_t rows = countAt(d.arg[0], tables, "table_offsets");
-      const uint64_t lookups = countAt(d.arg[2], bags, "offsets");
-      // Every index is checked against its table on weftd's side, whatever check_indices says: an
-      // index past the staged weights would make weftd's engine read outside them.
-      d.arg[8] |= dev::EmbeddingAllToAllOp::kFlagCheck;
-      d.send = place(d.send, bytesOf({rows, d.count, es}, "weights"), "weights", false);
-      d.arg[0] = place(d.arg[0], (tables + 1) * sizeof(int64_t), "table_offsets", false);
-      d.arg[1] = place(d.arg[1], bytesOf({lookups, sizeof(int64_t)}, "indices"), "indices", false);
-      d.arg[2] = place(d.arg[2], (bags + 1) * sizeof(int64_t), "offsets", false);
-      d.arg[3] = place(d.arg[3], bytesOf({lookups, sizeof(float)}, "per_sample_weights"), "per_sample_weights", false);
+    case dev::OpKind::kGemvAllReduce: {  // send = x [batch, k], w [n, k]
+      dev::GemvOpArgs& g = d.args.gemv;
+      d.send = place(d.send, bytesOf({g.batch, g.k, es}, "x"), "x", false);
+      g.w = place(g.w, bytesOf({d.count, g.k, es}, "w"), "w", false);
       return;
     }
-    case dev::OpKind::kGemmAllToAll: {  // gemm_alltoall_device.hpp names the fields
-      const uint64_t tokens = d.arg[3], k = d.arg[4], experts = d.arg[6];
-      d.send = place(d.send, bytesOf({tokens, k, es}, "a"), "a", false);
-      d.arg[0] = place(d.arg[0], bytesOf({experts, k, d.count, es}, "w"), "w", false);
-      d.arg[1] = place(d.arg[1], n * sizeof(int64_t), "send_counts", false);
-      d.arg[2] = place(d.arg[2], n * sizeof(int64_t), "recv_counts", true);
-      d.arg[7] = place(d.arg[7], experts * sizeof(int64_t), "expert_offsets", false);
+    case dev::OpKind::kEmbeddingAllToAll: {  // send = the weights [rows, count]
+      dev::EmbeddingOpArgs& e = d.args.embedding;
+      const uint64_t tables = e.numTables, bags = bytesOf({tables, e.localBatch, n}, "offsets");
+      checkRising(e.tableOffsets, tables + 1, "table_offsets");
+      checkRising(e.offsets, bags + 1, "offsets");
+      const uint64_t rows = countAt(e.tableOffsets, tables, "table_offsets");
+      const uint64_t lookups = countAt(e.offsets, bags, "offsets");
+      // Every index is checked against its table on weftd's side, whatever check_indices says: an
+      // index past the staged weights would make weftd's engine read outside them.
+      e.flags |= dev::EmbeddingAllToAllOp::kFlagCheck;
+      d.send = place(d.send, bytesOf({rows, d.count, es}, "weights"), "weights", false);
+      e.tableOffsets = place(e.tableOffsets, (tables + 1) * sizeof(int64_t), "table_offsets", false);
+      e.indices = place(e.indices, bytesOf({lookups, sizeof(int64_t)}, "indices"), "indices", false);
+      e.offsets = place(e.offsets, (bags + 1) * sizeof(int64_t), "offsets", false);
+      e.perSampleWeights = place(e.perSampleWeights, bytesOf({lookups, sizeof(float)}, "per_sample_weights"),
+                                 "per_sample_weights", false);
+      return;
+    }
+    case dev::OpKind::kGemmAllToAll: {  // send = a [tokens, k]
+      dev::GemmOpArgs& m = d.args.gemm;
+      d.send = place(d.send, bytesOf({m.tokens, m.k, es}, "a"), "a", false);
+      m.w = place(m.w, bytesOf({m.experts, m.k, d.count, es}, "w"), "w", false);
+      m.sendCounts = place(m.sendCounts, n * sizeof(int64_t), "send_counts", false);
+      m.recvCounts = place(m.recvCounts, n * sizeof(int64_t), "recv_counts", true);
+      m.expertEnds = place(m.expertEnds, m.experts * sizeof(int64_t), "expert_offsets", false);
       return;
     }
     default:

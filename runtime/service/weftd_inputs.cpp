@@ -49,20 +49,25 @@ void WeftdInputs::prepare(dev::OpDesc& d, int nranks) {
       out.send = place(d.send, d.count * es * n, "sendbuf");
       break;
     case dev::OpKind::kGemv:
-    case dev::OpKind::kGemvAllReduce:  // send = x [batch, k], arg[0] = w [n, k], arg[1] batch, arg[2] k
-      out.send = place(d.send, d.arg[1] * d.arg[2] * es, "x");
-      out.arg[0] = place(d.arg[0], d.count * d.arg[2] * es, "w");
+    case dev::OpKind::kGemvAllReduce: {  // send = x [batch, k], w [n, k]
+      const dev::GemvOpArgs& g = d.args.gemv;
+      out.send = place(d.send, g.batch * g.k * es, "x");
+      out.args.gemv.w = place(g.w, d.count * g.k * es, "w");
       break;
-    case dev::OpKind::kEmbeddingAllToAll:  // embedding_alltoall_device.hpp names the fields
+    }
+    case dev::OpKind::kEmbeddingAllToAll: {
       // The weights' and lookups' sizes are in the rank's device memory: whole allocations are
       // mapped, and the engine checks every index against its table (check_indices is forced on).
+      const dev::EmbeddingOpArgs& e = d.args.embedding;
+      dev::EmbeddingOpArgs& to = out.args.embedding;
       out.send = place(d.send, 0, "weights");
-      out.arg[0] = place(d.arg[0], (d.arg[4] + 1) * sizeof(int64_t), "table_offsets");
-      out.arg[1] = place(d.arg[1], 0, "indices");
-      out.arg[2] = place(d.arg[2], 0, "offsets");
-      out.arg[3] = place(d.arg[3], 0, "per_sample_weights");
-      out.arg[8] |= dev::EmbeddingAllToAllOp::kFlagCheck;
+      to.tableOffsets = place(e.tableOffsets, (e.numTables + 1) * sizeof(int64_t), "table_offsets");
+      to.indices = place(e.indices, 0, "indices");
+      to.offsets = place(e.offsets, 0, "offsets");
+      to.perSampleWeights = place(e.perSampleWeights, 0, "per_sample_weights");
+      to.flags |= dev::EmbeddingAllToAllOp::kFlagCheck;
       break;
+    }
     default:
       break;  // no pointers
   }

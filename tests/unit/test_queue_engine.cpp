@@ -186,6 +186,25 @@ TEST(QueueEngine, AStalledEngineIsATimeoutNamingTheOp) {
   EXPECT_NE(q.failureText().find("the engine to finish the op"), std::string::npos) << q.failureText();
 }
 
+// A descriptor of a kind the engine does not run (one from another build, say) fails its op,
+// naming the kind, instead of completing with its output never written; a marker (kNop) is fine.
+TEST(QueueEngine, AnOpKindTheEngineDoesNotRunFailsNamingIt) {
+  OneRank r(/*depth=*/2, /*workers=*/2);
+  const auto run = [&](uint32_t kind) {
+    dev::OpDesc d{};
+    d.kind = kind;
+    d.nitems = 1;
+    const uint64_t ticket = r.queue.reserve();
+    EXPECT_EQ(r.queue.publish(ticket, d, true, 5'000'000'000ull), Status::kOk);
+    r.queue.markReady(ticket);
+    return r.queue.wait(ticket, 5'000'000'000ull, 1'000'000'000ull);
+  };
+  EXPECT_EQ(run(static_cast<uint32_t>(dev::OpKind::kNop)), Status::kOk);
+  EXPECT_EQ(run(99), Status::kBadInput);
+  const std::string text = r.queue.failureText();
+  EXPECT_NE(text.find("does not run op kind 99"), std::string::npos) << text;
+}
+
 // A split GEMM wave's owner waits on a range of its own rank's blocks, not on a peer rank.
 TEST(QueueEngine, AStalledSplitGemmPartIsNamedAsThisRanksRange) {
   WorkQueue q(2);
