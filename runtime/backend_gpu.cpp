@@ -269,9 +269,9 @@ ServedEngine::~ServedEngine() {
   if (!e.engine) return;
   (void)gpu::setDevice(e.device);
   e.engine.reset();
-  closeRetired();
-  for (const Impl::Mapped& m : e.mapped)
-    if (m.opened) gpu::ipcClose(m.here);
+  for (const auto* list : {&e.mapped, &e.retired})
+    for (const Impl::Mapped& m : *list)
+      if (m.opened) gpu::ipcClose(m.here);
   gpu::deviceFree(e.deviceBases);
 }
 
