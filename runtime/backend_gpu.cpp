@@ -230,14 +230,13 @@ struct ServedEngine::Impl {
     void* here;
     unsigned char handle[64];  // its IPC handle
     bool opened;               // here is an import of its own; else inside another one's (alias)
+    void* owner;               // an alias: the `here` of the import it lies in
   };
   std::vector<Mapped> mapped;   // the rank's inputs, mapped by IPC handle
   std::vector<Mapped> retired;  // mappings of inputs the rank has freed, for closeRetired
   // Whether a live alias points into import `o` (it must stay open).
   bool aliased(const Mapped& o) const {
-    return std::any_of(mapped.begin(), mapped.end(), [&](const Mapped& a) {
-      return !a.opened && a.here >= o.here && static_cast<uint8_t*>(a.here) < static_cast<uint8_t*>(o.here) + o.bytes;
-    });
+    return std::any_of(mapped.begin(), mapped.end(), [&](const Mapped& a) { return !a.opened && a.owner == o.here; });
   }
   std::string wakeFault;  // a relaunch that failed (wake)
   static constexpr size_t kMaxMapped = 4096;
@@ -332,7 +331,7 @@ uint64_t ServedEngine::mapInput(const unsigned char (&handle)[64], uint64_t base
   // Closing it now would wait for weftd's kernels to end, so it is retired (closeRetired).
   for (auto m = e.mapped.begin(); m != e.mapped.end();)
     if (m->rankBase < base + bytes && base < m->rankBase + m->bytes) {
-      e.retired.push_back(*m);
+      if (m->opened) e.retired.push_back(*m);  // an alias has nothing to close
       m = e.mapped.erase(m);
     } else {
       ++m;
@@ -355,7 +354,7 @@ uint64_t ServedEngine::mapInput(const unsigned char (&handle)[64], uint64_t base
   std::memcpy(h.bytes, handle, sizeof h.bytes);
   void* p = nullptr;
   const gpu::Outcome opened = gpu::ipcImport(&p, h);
-  Impl::Mapped m{base, bytes, p, {}, true};
+  Impl::Mapped m{base, bytes, p, {}, true, nullptr};
   std::memcpy(m.handle, handle, sizeof m.handle);
   if (!opened) {
     // "Already mapped": the driver cut the new allocation from a block of memory that an import of
@@ -378,6 +377,7 @@ uint64_t ServedEngine::mapInput(const unsigned char (&handle)[64], uint64_t base
                bytes, owner->rankBase);
       m.here = static_cast<uint8_t*>(owner->here) + (base - owner->rankBase);
       m.opened = false;
+      m.owner = owner->here;
       e.mapped.push_back(m);
       return reinterpret_cast<uint64_t>(m.here);
     }

@@ -203,7 +203,10 @@ void CommRegistry::reclaim() {
     for (Rank& r : c.ranks)
       if (r.engine && r.engine->holdsRetired() && std::find(busy.begin(), busy.end(), r.engine->device()) == busy.end())
         r.engine->closeRetired();
-  if (busy.empty()) graveyard_.clear();
+  if (!busy.empty()) return;
+  // In the order handed over: each stopped engine before the queue and heaps it ran over.
+  for (auto& held : graveyard_) held.reset();
+  graveyard_.clear();
 }
 
 uint64_t CommRegistry::mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m, bool mayDefer) {
