@@ -181,9 +181,10 @@ class Engine {
   // enqueue calls it where it finds no worker alive once the op is published (the same handshake
   // as the persistent engine's own relaunch). It throws weft::Error where weftd cannot be told.
   void setWake(std::function<void()> wake);
-  // The persistent engine: whether its kernel is on the GPU; starts it again where every worker
-  // has left on idle (weftd, for a rank's wake). Throws weft::Error if the launch fails.
-  bool kernelRunning();
+  // The persistent engine: whether its kernel is still on the GPU after waiting at most `waitS`
+  // for it to leave; starts it again where every worker has left on idle (weftd, for a rank's
+  // wake). Throws weft::Error if the launch fails.
+  bool kernelRunning(double waitS = 0);
   void restartIfIdle();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

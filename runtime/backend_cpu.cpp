@@ -121,7 +121,7 @@ bool Engine::stop() {
 Engine::~Engine() { stop(); }
 
 void Engine::setWake(std::function<void()>) {}  // weftd's threads never leave
-bool Engine::kernelRunning() { return false; }
+bool Engine::kernelRunning(double) { return false; }
 void Engine::restartIfIdle() {}
 
 bool Engine::linesSafe() { return true; }

@@ -7,12 +7,10 @@
 // capture both engines capture the op kernel.
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <thread>
 
 #include "backend.hpp"
 #include "bootstrap_exchange.hpp"
@@ -281,13 +279,9 @@ std::string ServedEngine::fault() { return impl_->wakeFault.empty() ? impl_->eng
 bool ServedEngine::join() {
   Impl& e = *impl_;
   (void)gpu::setDevice(e.device);
-  // The workers check the stop word in every wait, so the kernel leaves within milliseconds.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (e.engine->kernelRunning()) {
-    if (std::chrono::steady_clock::now() > until) return false;  // it may still use what it maps
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
+  // The workers check the stop word in every wait, so the kernel leaves within milliseconds; one
+  // still there may still use what it maps.
+  return !e.engine->kernelRunning(10.0);
 }
 
 bool ServedEngine::running() { return impl_->engine->kernelRunning(); }
@@ -777,10 +771,10 @@ Engine::~Engine() { stop(); }
 
 void Engine::setWake(std::function<void()> wake) { impl_->wake = std::move(wake); }
 
-bool Engine::kernelRunning() {
+bool Engine::kernelRunning(double waitS) {
   Impl& e = *impl_;
   // A stream that faulted counts as running: nothing is freed under a kernel in an unknown state.
-  return e.persistent && !e.remote && !e.stopped && !gpu::streamDrain(e.stream, 0.0);
+  return e.persistent && !e.remote && !e.stopped && !gpu::streamDrain(e.stream, waitS);
 }
 
 void Engine::restartIfIdle() {

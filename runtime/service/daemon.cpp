@@ -462,8 +462,9 @@ void Daemon::Impl::answerDeferredMaps(uint64_t now) {
       refuse(*c, e.code(),
              std::string(e.what()) +
                  (late ? " (an allocation freed at this address is still mapped: weftd's kernels did not leave the "
-                         "GPUs within 2 s)"
-                       : ""));
+                         "GPUs within " +
+                             std::to_string(static_cast<int>(kDeferredMapS)) + " s)"
+                       : std::string()));
     }
   }
 }

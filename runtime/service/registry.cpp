@@ -181,11 +181,16 @@ void CommRegistry::startEngine(Comm& c, int r) {
                                      c.first.deviceHeaps ? unpackPciId(c.first.gpus[r]) : std::string(), sharers);
 }
 
-void CommRegistry::wake(uint32_t uid, uint64_t commId, int rank) {
+ServedEngine* CommRegistry::engineOf(uint32_t uid, uint64_t commId, int rank) const {
   auto it = comms_.find(Key{uid, commId});
-  if (it == comms_.end() || it->second.ranks[rank].state != RankState::kAttached || !it->second.ranks[rank].engine)
-    throw Error(Code::kInvalidUsage, "wake: weftd runs no engine for this rank");
-  it->second.ranks[rank].engine->wake();
+  if (it == comms_.end() || it->second.ranks[rank].state != RankState::kAttached) return nullptr;
+  return it->second.ranks[rank].engine.get();
+}
+
+void CommRegistry::wake(uint32_t uid, uint64_t commId, int rank) {
+  ServedEngine* e = engineOf(uid, commId, rank);
+  if (!e) throw Error(Code::kInvalidUsage, "wake: weftd runs no engine for this rank");
+  e->wake();
 }
 
 void CommRegistry::reclaim() {
@@ -210,15 +215,14 @@ void CommRegistry::reclaim() {
 }
 
 uint64_t CommRegistry::mapMemory(uint32_t uid, uint64_t commId, int rank, const MapMemory& m, bool mayDefer) {
-  auto it = comms_.find(Key{uid, commId});
-  if (it == comms_.end() || it->second.ranks[rank].state != RankState::kAttached || !it->second.ranks[rank].engine)
-    throw Error(Code::kInvalidUsage, "map memory: weftd runs no engine for this rank");
-  return it->second.ranks[rank].engine->mapInput(m.handle, m.base, m.bytes, mayDefer);
+  ServedEngine* e = engineOf(uid, commId, rank);
+  if (!e) throw Error(Code::kInvalidUsage, "map memory: weftd runs no engine for this rank");
+  return e->mapInput(m.handle, m.base, m.bytes, mayDefer);
 }
 
 bool CommRegistry::retiring(uint32_t uid, uint64_t commId, int rank) const {
-  auto it = comms_.find(Key{uid, commId});
-  return it != comms_.end() && it->second.ranks[rank].engine && it->second.ranks[rank].engine->holdsRetired();
+  const ServedEngine* e = engineOf(uid, commId, rank);
+  return e && e->holdsRetired();
 }
 
 void CommRegistry::detach(uint32_t uid, uint64_t commId, int rank, uint64_t ticket) {

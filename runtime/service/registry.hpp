@@ -114,6 +114,8 @@ class CommRegistry {
   // Writes the failure (rank `c.lostRank` gone) into rank r's queue and engine control words.
   static void failRank(Comm& c, int r);
   void startEngine(Comm& c, int r);
+  // The engine weftd runs for an attached rank, or null.
+  ServedEngine* engineOf(uint32_t uid, uint64_t commId, int rank) const;
   // Stops the rank's engine (raising `word`; the reaper joins it, then frees what it ran over) and
   // lets its queue and staging go, with the heap's descriptor unless `heapFd` is false (a failed
   // attach undoes only what it made); the heap's mapping goes with the communicator and the last
