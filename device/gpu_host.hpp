@@ -105,6 +105,8 @@ bool gemmSplitsLastWave();
 Outcome residentOpBlocks(dev::OpKind kind, int threads, bool proxied, int* blocks);
 // The same for the persistent kernel.
 Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks);
+// The current device's streaming multiprocessors (compute units on AMD).
+Outcome smCount(int* sms);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);

@@ -48,6 +48,8 @@ struct Undo {
 template <typename F>
 Undo(F) -> Undo<F>;
 
+bool gemvKind(dev::OpKind kind) { return kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce; }
+
 }  // namespace
 
 // Where every rank's heap is, as this process's device addresses it:
@@ -213,7 +215,7 @@ DeviceAllocation deviceAllocationOf(const void* ptr, const char* arg) {
   if (!o)
     throw Error(Code::kInvalidArgument,
                 std::string(arg) + ": weftd's engine cannot map this memory (" + o.message +
-                    "); pass memory from cudaMalloc or weft_mem_alloc, or set service_staging_bytes=0 to run the "
+                    "); pass memory from cudaMalloc or weft_mem_alloc, or set service_engine=rank to run the "
                     "engine in the rank");
   std::memcpy(a.handle, h.bytes, sizeof a.handle);
   return a;
@@ -549,6 +551,7 @@ struct Engine::Impl {
   // blocks wait on it.
   int groupsFor(dev::OpKind kind) const {
     if (kind == dev::OpKind::kGemmAllToAll) return gemmBlocks;
+    if (remote && gemvKind(kind)) return gemvBlocks;  // a kernel of the rank's (runsAlone)
     if (persistent) return workers;
     const bool shared = sharers > 1;
     const int oneShot = std::min(oneShotBlocks, static_cast<int>(dev::AllReduceOneShotOp::kMaxItems));
@@ -578,7 +581,7 @@ struct Engine::Impl {
     const auto kind = static_cast<dev::OpKind>(desc.kind);
     // The GEMV: a block per compute item, which then reduces the same slices, so that no block
     // waits on another block of this rank, resident or not.
-    const bool gemv = kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce;
+    const bool gemv = gemvKind(kind);
     const int grid = gemv ? static_cast<int>(desc.tileElems) : groupsFor(kind);
     const dev::OpDesc d = asLaunched(desc);
     const int blocks = static_cast<int>(std::min<uint64_t>(d.nitems, static_cast<uint64_t>(grid)));
@@ -718,6 +721,15 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
               "sizing the one-shot AllReduce's grid");
       e.oneShotBlocks = std::min(e.oneShotBlocks, words);
     }
+    // Through weftd's engine the GEMV runs as the rank's own kernel, as the GEMM does: weftd's 32
+    // workers streamed w at a fifth of the rate the whole GPU does. Its grid leaves out the SMs
+    // weftd's kernels hold (a block per SM for each worker of each rank's engine on this GPU).
+    if (e.remote) {
+      int sms = 0;
+      require(gpu::smCount(&sms), "counting the GPU's multiprocessors");
+      const int free = std::max(sms / 4, sms - e.sharers * e.workers);
+      e.gemvBlocks = std::max(1, e.gemvBlocks / std::max(1, sms) * free);
+    }
     e.gatherBlocks = e.share(e.gatherBlocks);
     e.gemvBlocks = e.share(e.gemvBlocks);
     e.oneShotBlocks = e.share(e.oneShotBlocks);
@@ -796,8 +808,12 @@ void Engine::capture(const dev::OpDesc& desc, void* stream) {
   require(impl_->launchOp(desc, stream), "stream: adding the op to the graph being captured");
 }
 
+// The GEMM always (its tiles want the SM's shared memory beside a resident kernel); through
+// weftd's engine also the GEMV, whose speed is the loads in flight on every SM, where weftd's
+// kernel has a few dozen blocks.
 bool Engine::runsAlone(const dev::OpDesc& desc) const {
-  return static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kGemmAllToAll && impl_->persistent;
+  const auto kind = static_cast<dev::OpKind>(desc.kind);
+  return (kind == dev::OpKind::kGemmAllToAll && impl_->persistent) || (impl_->remote && gemvKind(kind));
 }
 
 dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stream, uint64_t timeoutNs) {

@@ -381,6 +381,15 @@ Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks) {
   return o;
 }
 
+Outcome smCount(int* sms) {
+  int device = 0;
+  gpuDeviceProp_t prop{};
+  Outcome o = check(GPU(GetDevice)(&device), "GetDevice");
+  if (o) o = check(GPU(GetDeviceProperties)(&prop, device), "GetDeviceProperties");
+  if (o) *sms = prop.multiProcessorCount;
+  return o;
+}
+
 Outcome eventCreate(void** event) {
   GPU(Event_t) e;
   Outcome o = check(GPU(EventCreateWithFlags)(&e, GPU(EventDisableTiming)), "EventCreateWithFlags");
