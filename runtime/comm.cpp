@@ -257,9 +257,11 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     a.tileBytes = c->layout_.tileBytes;
     a.oneShotBytes = c->layout_.oneShotBytes;
     a.timeoutNs = c->timeoutNs_;
-    a.stagingBytes = static_cast<uint64_t>(s.getInt("service_staging_bytes"));
     // On a GPU backend weftd makes each rank's heap on the rank's GPU, so the attach names them.
     a.deviceHeaps = mine.device[0] != '\0' ? 1 : 0;
+    a.engineInWeftd = s.getString("service_engine") == "weftd" ? 1 : 0;
+    // A GPU engine in weftd maps the inputs instead of staging them.
+    if (a.engineInWeftd && !a.deviceHeaps) a.stagingBytes = static_cast<uint64_t>(s.getInt("service_staging_bytes"));
     for (int r = 0; r < nranks && a.deviceHeaps; ++r)
       if ((a.gpus[r] = service::packPciId(std::string(all[r].device, strnlen(all[r].device, sizeof all[r].device)))) ==
           0)

@@ -132,10 +132,15 @@ const std::vector<SettingSpec>& settingSpecs() {
        "besides them only a weftd of this user or of root, whoever made the directory"},
       {"service_allow_gids", SettingType::kString, "",
        "weftd: comma list of groups whose members it serves (primary or supplementary group of the peer)"},
+      {"service_engine", SettingType::kString, "rank",
+       "Service mode: who runs the communicator's ops over the memory weftd makes: rank (the rank's own engine, "
+       "as embedded: on GPUs a kernel per op on the caller's stream) or weftd (weftd's engine: on GPUs its "
+       "persistent kernel, which the rank's stream hands each op through the shared queue; weftd's own user "
+       "only, others get rank)"},
       {"service_staging_bytes", SettingType::kSize, "64M",
-       "Service mode: a rank's staging segment, through which weftd's engine reads the inputs of an op that are "
-       "not in the symmetric heap; 0: the rank runs its engine itself (weftd then only makes the memory)",
-       0, 68719476736.0},
+       "Service mode, service_engine weftd, CPU backend: a rank's staging segment, through which weftd's engine "
+       "reads the inputs of an op that are not in the symmetric heap",
+       4096, 68719476736.0},
       {"service_mps", SettingType::kString, "auto",
        "weftd on GPUs: auto (use the MPS control daemon at CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps, if one "
        "answers; else start one with pipe and log directories under service_dir, quit when weftd exits) or off"},
@@ -299,6 +304,8 @@ void validate(const SettingSpec& s, const SettingValue& v) {
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, ucx or ofi");
       if (std::string(s.name) == "service" && v.text != "auto" && v.text != "on" && v.text != "off")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto, on or off");
+      if (std::string(s.name) == "service_engine" && v.text != "rank" && v.text != "weftd")
+        throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not rank or weftd");
       if (std::string(s.name) == "service_mps" && v.text != "auto" && v.text != "off")
         throw Error(Code::kInvalidArgument, where + ": '" + v.text + "' is not auto or off");
       if (std::string(s.name) == "service_allow_uids" || std::string(s.name) == "service_allow_gids" ||

@@ -7,9 +7,11 @@
 # STEP: tests, proxy, service, gemm, gemv, embedding, allreduce (default: all but service, in that
 # order). proxy: the GPU tests' multi-rank cases again through the host proxy, over UCX and
 # libfabric (tcp), with every rank a node of its own (4x1) and as two nodes of two ranks (2x2).
-# service: each op suite's 2-rank cases and the service suite through a weftd of the step's own
-# (started afresh for each suite, under MPS), then weft-bench's empty op, 16 KB AllReduce (eager
-# and graph) and batch-1 GEMV + AllReduce with the service off and on, alternating. -r: the rank counts
+# service: each op suite's 2-rank cases through weftd's engine (service_engine weftd) and the
+# service suite, each with a weftd of the step's own (started afresh for each suite, under MPS),
+# then weft-bench's empty op, 16 KB AllReduce (eager and graph) and batch-1 GEMV + AllReduce
+# embedded (off), through weftd with the ranks' own engines (rank) and with weftd's (weftd),
+# alternating. -r: the rank counts
 # for the benches (default: 2, 4 and 8 where there are that many GPUs, else 1; with -s 2 and 4).
 # -s: ranks share GPUs (round-robin), so every multi-rank case runs on one GPU: starts MPS with a
 # private pipe directory (stopped on exit) so that the ranks' kernels run side by side, and lets
@@ -109,18 +111,20 @@ for s in "${steps[@]}"; do
       filter="Gpus/$suite.*/2gpus_launched"
       [ $suite = GpuService ] && filter="Gpus/GpuService.*"
       step "service: $suite through weftd" "$log" env WEFT_SERVICE=on WEFT_SERVICE_DIR="$dir" \
-        WEFT_TEST_WEFTD="$weftd" "$tests" --gtest_brief=1 --gtest_filter="$filter"
+        WEFT_SERVICE_ENGINE=weftd WEFT_TEST_WEFTD="$weftd" "$tests" --gtest_brief=1 --gtest_filter="$filter"
       grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log"
     done
     if [ $share -eq 0 ] && need "$bench" service weft-bench && need "$run" service weftrun; then
       start_weftd "$dir" "$out/service.weftd.log" || continue
-      for mode in off on off on; do
+      for mode in off rank weftd off rank weftd; do
         log="$out/service.bench-$mode.log"
         for args in "empty -n 1000 -w 100" "allreduce -b 16K -e 16K -d bf16 -n 1000 -w 100" \
           "allreduce -b 16K -e 16K -d bf16 -G -n 1000 -w 100" \
           "gemv_allreduce --rows 8192 --k 8192 --batch 1 -d bf16 -n 300 -w 30"; do
-          step "service $mode: weft-bench $args" "$log.part" env WEFT_SERVICE=$mode WEFT_SERVICE_DIR="$dir" \
-            "$run" -n 2 "$bench" $args
+          service=on engine=$mode
+          [ $mode = off ] && service=off engine=rank
+          step "service $mode: weft-bench $args" "$log.part" env WEFT_SERVICE=$service WEFT_SERVICE_DIR="$dir" \
+            WEFT_SERVICE_ENGINE=$engine "$run" -n 2 "$bench" $args
           cat "$log.part" >>"$log"
           grep -v '^#' "$log.part" | grep -E '^ *[a-z_]+ |^ *[0-9]' | head -4
         done

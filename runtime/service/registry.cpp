@@ -22,11 +22,17 @@ dev::HeapLayout layoutOf(const Attach& a) {
   return l;
 }
 
+// Whether weftd makes the rank a staging segment: its engine runs in weftd (weftd's own user only)
+// on the CPU backend; a GPU engine maps the inputs instead (mapMemory).
+bool stagesFor(uint32_t uid, const Attach& a) {
+  return a.engineInWeftd && uid == ::geteuid() && !a.deviceHeaps && a.stagingBytes > 0;
+}
+
 bool sameShape(const Attach& x, const Attach& y) {
   return x.nranks == y.nranks && x.heapBytes == y.heapBytes && x.queueDepth == y.queueDepth && x.workers == y.workers &&
          x.inboxSlots == y.inboxSlots && x.tileBytes == y.tileBytes && x.oneShotBytes == y.oneShotBytes &&
-         x.timeoutNs == y.timeoutNs && x.stagingBytes == y.stagingBytes && x.deviceHeaps == y.deviceHeaps &&
-         memcmp(x.gpus, y.gpus, sizeof x.gpus) == 0;
+         x.timeoutNs == y.timeoutNs && x.stagingBytes == y.stagingBytes && x.engineInWeftd == y.engineInWeftd &&
+         x.deviceHeaps == y.deviceHeaps && memcmp(x.gpus, y.gpus, sizeof x.gpus) == 0;
 }
 
 }  // namespace
@@ -73,7 +79,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
   // charged). decodeAttach bounds the sizes (62 ranks, 2^42-byte heaps), so the sum cannot wrap.
   const bool newComm = comms_.find(key) == comms_.end();
   const uint64_t addedBytes =
-      (newComm ? static_cast<uint64_t>(a.nranks) * a.heapBytes : 0) + (uid == ::geteuid() ? a.stagingBytes : 0);
+      (newComm ? static_cast<uint64_t>(a.nranks) * a.heapBytes : 0) + (stagesFor(uid, a) ? a.stagingBytes : 0);
   if (userBytes_ > 0 && heldBytes(uid) + addedBytes > userBytes_)
     throw Error(Code::kOutOfMemory, "attach: uid " + std::to_string(uid) + "'s communicators hold " +
                                         std::to_string(heldBytes(uid)) + " bytes of weftd's memory; " +
@@ -94,7 +100,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
       c.first = a;
       // Only weftd's own user's descriptors are followed by an engine in weftd: another user's
       // pointers would reach into weftd's address space (design-notes, "weftd").
-      c.engineInWeftd = a.stagingBytes > 0 && uid == ::geteuid();
+      c.engineInWeftd = a.engineInWeftd && uid == ::geteuid();
       c.ranks.resize(static_cast<size_t>(a.nranks));
       c.bases = std::make_shared<std::vector<uint8_t*>>(static_cast<size_t>(a.nranks) + 1, nullptr);
       // Every rank's heap at once: a rank maps its peers' as soon as it attaches. The segments
@@ -120,7 +126,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
                                                         WorkQueue::bytesFor(a.queueDepth), &queueFd);
     me.queueFd = queueFd;
     me.queue = std::make_unique<WorkQueue>(a.queueDepth, std::move(queue));
-    if (c.engineInWeftd && !a.deviceHeaps)  // a GPU engine maps the inputs instead (mapMemory)
+    if (stagesFor(uid, a))
       me.staging =
           transport::ShmSegment::createAnonymous("staging" + std::to_string(a.rank), a.stagingBytes, &me.stagingFd);
     me.state = RankState::kAttached;

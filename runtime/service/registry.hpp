@@ -32,7 +32,7 @@ class CommRegistry {
   ~CommRegistry();
 
   // Attaches rank a.rank of communicator a.commId of user `uid` (process `pid`) and, where weftd
-  // runs the engine (its own user, a.stagingBytes > 0), starts it. Fills *out and returns the
+  // runs the engine (its own user, a.engineInWeftd), starts it. Fills *out and returns the
   // descriptors to send, in Attached's order; they stay the registry's. Throws weft::Error
   // (kInvalidUsage) where the rank is attached already, the sizes disagree with the first rank's
   // or the heap cannot hold the layout's control area.

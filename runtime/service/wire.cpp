@@ -219,8 +219,13 @@ bool decodeAttach(const Frame& f, Attach* out, std::string* why) {
   if (out->heapBytes == 0 || out->heapBytes > kMaxSegmentBytes || out->queueDepth < 2 || out->queueDepth > 65536 ||
       out->workers < 1 || out->workers > 1024 || out->inboxSlots < 1 || out->inboxSlots > 1024 || !tileOk ||
       out->oneShotBytes > (uint64_t{1} << 28) || out->timeoutNs < 1000000 ||
-      out->timeoutNs > uint64_t{86400} * 1000000000 || out->stagingBytes > (uint64_t{1} << 36)) {
-    *why = "attach: a size, depth, worker count or timeout is out of range";
+      out->timeoutNs > uint64_t{86400} * 1000000000 || out->stagingBytes > (uint64_t{1} << 36) ||
+      out->engineInWeftd > 1 || out->reserved != 0) {
+    *why = "attach: a size, depth, worker count, timeout or engine is out of range";
+    return false;
+  }
+  if (out->engineInWeftd && !out->deviceHeaps && out->stagingBytes == 0) {
+    *why = "attach: weftd's engine on the CPU backend reads inputs through a staging segment, and none was asked for";
     return false;
   }
   bool gpusOk = out->deviceHeaps <= 1;

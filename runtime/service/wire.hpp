@@ -15,7 +15,7 @@
 namespace weft::service {
 
 constexpr uint32_t kWireMagic = 0x64746677;  // "wftd"
-constexpr uint16_t kWireVersion = 4;         // 4: kWake (weftd's engine leaves the GPU when idle)
+constexpr uint16_t kWireVersion = 5;         // 5: Attach::engineInWeftd (service_engine)
 constexpr uint32_t kMaxBodyBytes = 16384;
 constexpr uint32_t kMaxFds = 64;  // a communicator of up to 62 ranks on a node (an attach reply: nranks + 2)
 constexpr int kMaxNodeRanks = static_cast<int>(kMaxFds) - 2;
@@ -105,20 +105,22 @@ struct Attach {
   uint64_t commId;  // the same on every rank (status::commId of the unique id)
   int32_t rank;
   int32_t nranks;
-  uint64_t heapBytes;     // each rank's segment, control area included
-  uint32_t queueDepth;    // the rank's work queue: slots
-  uint32_t workers;       // engine workers (persistent_ctas)
-  uint32_t inboxSlots;    // dev::HeapLayout
-  uint32_t deviceHeaps;   // 1 (GPU builds): each rank's heap is device memory on its GPU, gpus[rank]
-  uint64_t tileBytes;     // dev::HeapLayout
-  uint64_t oneShotBytes;  // dev::HeapLayout
-  uint64_t timeoutNs;     // bound of every wait of the engine
-  uint64_t stagingBytes;  // staging segment for inputs outside the heap (weftd's engine)
+  uint64_t heapBytes;      // each rank's segment, control area included
+  uint32_t queueDepth;     // the rank's work queue: slots
+  uint32_t workers;        // engine workers (persistent_ctas)
+  uint32_t inboxSlots;     // dev::HeapLayout
+  uint32_t deviceHeaps;    // 1 (GPU builds): each rank's heap is device memory on its GPU, gpus[rank]
+  uint64_t tileBytes;      // dev::HeapLayout
+  uint64_t oneShotBytes;   // dev::HeapLayout
+  uint64_t timeoutNs;      // bound of every wait of the engine
+  uint64_t stagingBytes;   // weftd's engine on the CPU backend: the staging segment of inputs outside the heap
+  uint32_t engineInWeftd;  // 1: weftd runs the rank's engine (service_engine weftd); 0: the rank does
+  uint32_t reserved;       // 0
   // deviceHeaps: every rank's GPU by its PCI location (packPciId), the same on every rank; 0 past
   // nranks. weftd makes every rank's heap at the first attach, so the first rank names them all.
   uint32_t gpus[kMaxNodeRanks];
 };
-static_assert(sizeof(Attach) == 72 + 4 * kMaxNodeRanks, "Attach is a wire struct");
+static_assert(sizeof(Attach) == 80 + 4 * kMaxNodeRanks, "Attach is a wire struct");
 
 // A GPU's PCI location ("domain:bus:device", gpu::devicePciId's form) as one word and back; 0 (no
 // GPU) for a string of another form.

@@ -29,15 +29,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The environment the ranks inherit: this weftd, in the given mode.
-void useService(const WeftdProcess& d, const char* mode) {
+// The environment the ranks inherit: this weftd, in the given mode, with the engine in weftd
+// (service_engine weftd) unless `engine` says otherwise.
+void useService(const WeftdProcess& d, const char* mode, const char* engine = "weftd") {
   setenv("WEFT_SERVICE_DIR", d.dir().c_str(), 1);
   setenv("WEFT_SERVICE", mode, 1);
+  setenv("WEFT_SERVICE_ENGINE", engine, 1);
 }
 
 void clearService() {
   unsetenv("WEFT_SERVICE_DIR");
   unsetenv("WEFT_SERVICE");
+  unsetenv("WEFT_SERVICE_ENGINE");
 }
 
 uint16_t bf16(float f) {
@@ -120,7 +123,8 @@ TEST(ServiceMode, TwoJobsRunEveryOpIdenticallyToEmbedded) {
   unsetenv("WEFT_SERVICE_ENGINE_CTAS");
   ASSERT_TRUE(d.started()) << d.output();
   useService(d, "on");
-  // Job A: ranks 0-1 (2 ranks); job B: ranks 2-5 (4 ranks). Each rank runs every op through weftd
+  // Job A: ranks 0-1 (2 ranks), its engines in weftd; job B: ranks 2-5 (4 ranks), running their
+  // own engines over weftd's memory (service_engine rank). Each rank runs every op through weftd
   // and again embedded, and compares.
   weft_unique_id_t ids[4];
   for (auto& id : ids) ASSERT_EQ(weft_get_unique_id(&id), WEFT_SUCCESS);
@@ -128,6 +132,7 @@ TEST(ServiceMode, TwoJobsRunEveryOpIdenticallyToEmbedded) {
   EXPECT_TRUE(runRanks(6, [&](int r, int, const weft_unique_id_t&) {
     const bool jobA = r < 2;
     const int rank = jobA ? r : r - 2, n = jobA ? 2 : 4;
+    if (!jobA) setenv("WEFT_SERVICE_ENGINE", "rank", 1);
     weft_comm_t served = initRank(rank, n, ids[jobA ? 0 : 1]);
     ASSERT_NE(served, nullptr);
     setenv("WEFT_SERVICE", "off", 1);
@@ -157,6 +162,7 @@ TEST(ServiceMode, TwoJobsRunEveryOpIdenticallyToEmbedded) {
   EXPECT_TRUE(releasesEverything(d));
   EXPECT_EQ(d.stop(SIGTERM, 20), 0) << d.output();
   EXPECT_NE(d.output().find("engine in weftd, workers: 1"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("engine in the rank"), std::string::npos) << d.output();
 }
 
 // `n` ranks through weftd (service on), whose timeout is far longer than a failure may take: the
@@ -186,10 +192,20 @@ std::vector<RankExit> lastRankDies(int n, const std::function<void()>& die) {
   });
 }
 
+void aRankDies(const char* engine);
+
+// Whoever runs the engines: weftd writes the failure where the ranks' engines look.
 TEST(ServiceMode, ARankThatDiesFailsItsPeersAtOnce) {
+  for (const char* engine : {"weftd", "rank"}) {
+    SCOPED_TRACE(std::string("service_engine ") + engine);
+    aRankDies(engine);
+  }
+}
+
+void aRankDies(const char* engine) {
   WeftdProcess d;
   ASSERT_TRUE(d.started()) << d.output();
-  useService(d, "on");
+  useService(d, "on", engine);
   const std::vector<RankExit> exits = lastRankDies(3, [] { ::kill(::getpid(), SIGKILL); });
   ASSERT_EQ(exits.size(), 3u);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
@@ -349,9 +365,8 @@ TEST(ServiceMode, AJobWithItsOwnEngineOutlivesAKilledWeftd) {
   ASSERT_TRUE(d->started()) << d->output();
   const std::string dir = d->dir();
   const pid_t daemon = d->pid();
-  useService(*d, "on");
-  // service_staging_bytes 0: the ranks run their engines; weftd only made the memory.
-  setenv("WEFT_SERVICE_STAGING_BYTES", "0", 1);
+  // The ranks run their engines; weftd only made the memory.
+  useService(*d, "on", "rank");
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
     weft_config_t config = WEFT_CONFIG_INITIALIZER;
     config.timeout_s = 10;
@@ -368,7 +383,6 @@ TEST(ServiceMode, AJobWithItsOwnEngineOutlivesAKilledWeftd) {
     EXPECT_EQ(static_cast<float*>(y)[4242], 3.0f);
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
   }));
-  unsetenv("WEFT_SERVICE_STAGING_BYTES");
   EXPECT_EQ(d->stop(0, 20), -SIGKILL);
   // A new communicator finds the dead weftd's socket and says so.
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {

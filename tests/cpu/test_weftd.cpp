@@ -93,7 +93,7 @@ std::vector<uint8_t> rawHeader(uint32_t magic, uint16_t version, uint16_t type, 
 }
 
 // Rank 0's attach of a communicator: 8 queue slots and inbox slots, 64 KiB tiles and one-shot
-// area, a 5 s timeout; the rest as given.
+// area, a 5 s timeout; the rest as given, with the engine in weftd where a staging segment is.
 service::Attach attachOf(uint64_t commId, int32_t nranks, uint64_t heapBytes, uint32_t workers, uint64_t stagingBytes) {
   service::Attach a{};
   a.commId = commId;
@@ -107,6 +107,7 @@ service::Attach attachOf(uint64_t commId, int32_t nranks, uint64_t heapBytes, ui
   a.oneShotBytes = 64 << 10;
   a.timeoutNs = 5'000'000'000;
   a.stagingBytes = stagingBytes;
+  a.engineInWeftd = stagingBytes > 0 ? 1 : 0;
   return a;
 }
 

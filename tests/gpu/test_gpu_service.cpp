@@ -1,5 +1,6 @@
 // Service mode on GPUs: weftd makes every rank's heap on the rank's GPU (device memory passed by
-// file descriptor) and the ranks run their engines over it, behind the unchanged C API. The ops
+// file descriptor) and the ranks run their engines over it (or weftd runs its persistent kernel
+// for them, service_engine weftd), behind the unchanged C API. The ops
 // give embedded mode's results, eagerly and replayed from a graph; weftd holds the communicator's
 // memory while it lives and lets it go after; a rank that dies fails its peer's ops, naming it,
 // long before the timeout.
@@ -29,6 +30,7 @@ class GpuService : public GpusAndEngine {
   void TearDown() override {
     unsetenv("WEFT_SERVICE_DIR");
     unsetenv("WEFT_SERVICE");
+    unsetenv("WEFT_SERVICE_ENGINE");
   }
   // The ranks this test forks find `d`, and must use it (service=on fails init otherwise).
   static void useService(const WeftdProcess& d) {
@@ -44,16 +46,15 @@ std::vector<uint8_t> input(uint64_t seed, int rank, uint64_t count) {
   return v;
 }
 
-// service_staging_bytes > 0 (the default): weftd's persistent kernel runs the ranks' ops, reading
-// their inputs (cudaMalloc memory here) where weftd maps them; 0: the ranks run their engines.
+// service_engine weftd: weftd's persistent kernel runs the ranks' ops, reading their inputs
+// (cudaMalloc memory here) where weftd maps them; rank (the default): the ranks run their engines.
 TEST_P(GpuService, OpsRunOverHeapsWeftdMakesOnEachGpu) {
   WEFT_REQUIRE_GPUS(gpus());
-  for (const char* staging : {"64M", "0"}) {
-    SCOPED_TRACE(std::string("service_staging_bytes ") + staging);
-    setenv("WEFT_SERVICE_STAGING_BYTES", staging, 1);
+  for (const char* engine : {"weftd", "rank"}) {
+    SCOPED_TRACE(std::string("service_engine ") + engine);
+    setenv("WEFT_SERVICE_ENGINE", engine, 1);
     opsOverWeftdHeaps();
   }
-  unsetenv("WEFT_SERVICE_STAGING_BYTES");
 }
 
 void GpuService::opsOverWeftdHeaps() {
@@ -110,6 +111,7 @@ TEST_P(GpuService, AnEngineThatLeftWhenIdleIsWokenAndFreedInputsAreLetGo) {
   unsetenv("WEFT_SERVICE_ENGINE_IDLE_US");
   ASSERT_TRUE(d.started()) << d.output();
   useService(d);
+  setenv("WEFT_SERVICE_ENGINE", "weftd", 1);
   const uint64_t seed = freshSeed();
   constexpr uint64_t kCount = 4096;
   const RankBody body = [&](int rank, int nranks, const weft_unique_id_t& id) {
@@ -137,13 +139,15 @@ TEST_P(GpuService, AnEngineThatLeftWhenIdleIsWokenAndFreedInputsAreLetGo) {
 
 // Rank 1 is killed after init; rank 0's next op waits for it. weftd sees the rank's process end
 // and fails rank 0's engine: its op ends within seconds (the timeout is 60), naming rank 1's
-// process, and weftd lets the memory go.
+// process, and weftd lets the memory go. The launched case runs the ranks' own kernels
+// (service_engine rank), the persistent one weftd's.
 TEST_P(GpuService, ARankThatDiesFailsItsPeerNamingIt) {
   WEFT_REQUIRE_GPUS(gpus());
   if (gpus() != 2) GTEST_SKIP() << "two ranks make the case";
   WeftdProcess d;
   ASSERT_TRUE(d.started()) << d.output();
   useService(d);
+  setenv("WEFT_SERVICE_ENGINE", gEngine == "persistent" ? "weftd" : "rank", 1);
   const std::vector<RankExit> exits = forkRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
     weft_config_t config = WEFT_CONFIG_INITIALIZER;
     config.timeout_s = 60;

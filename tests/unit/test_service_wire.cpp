@@ -141,6 +141,19 @@ TEST(ServiceWire, BodiesAreCheckedFieldByField) {
   a.tileBytes = 65536;
   memcpy(f.body.data(), &a, sizeof a);
   EXPECT_TRUE(decodeAttach(f, &out, &why)) << why;
+  // weftd's engine on the CPU backend needs its staging segment; the engine word is a flag.
+  a.engineInWeftd = 1;
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_TRUE(decodeAttach(f, &out, &why)) << why;
+  a.stagingBytes = 0;
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttach(f, &out, &why));
+  EXPECT_NE(why.find("staging segment"), std::string::npos) << why;
+  a.stagingBytes = 1 << 20;
+  a.engineInWeftd = 2;
+  memcpy(f.body.data(), &a, sizeof a);
+  EXPECT_FALSE(decodeAttach(f, &out, &why));
+  a.engineInWeftd = 0;
   // Device heaps name every rank's GPU, and nothing past the communicator's ranks.
   a.deviceHeaps = 1;
   for (int r = 0; r < 3; ++r) a.gpus[r] = packPciId("0000:1" + std::to_string(r) + ":00");
