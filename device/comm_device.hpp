@@ -393,6 +393,20 @@ WEFT_HOST_DEVICE Status postRows(const CommView& v, const WaitSite& site, int pe
   return Status::kOk;
 }
 
+// Leader-only, after the group's stores of `rows` runs of `rowBytes` laid back to back in the
+// mirror from `offset`, which belong at offset + i * stride in the peer's heap: has the proxy
+// carry them as one message (at most packRunBytes(v), which the caller packed for).
+WEFT_HOST_DEVICE Status postPacked(const CommView& v, const WaitSite& site, int peer, uint64_t offset, uint64_t rows,
+                                   uint64_t rowBytes, uint64_t stride) {
+  return postTrigger(v, site, triggerWord0(TriggerKind::kPutPacked, peer, offset), rowsWord(rows, rowBytes, stride));
+}
+
+// The most bytes of rows one kPutPacked may carry; 0 where nothing posts to a proxy.
+WEFT_HOST_DEVICE uint64_t packRunBytes(const CommView& v) {
+  const ProxyView* p = proxyOf(v);
+  return p != nullptr ? p->packBytes : 0;
+}
+
 // put() of `bytes` to `offset` in peer's heap, then, where the peer is reached through the proxy,
 // a trigger that carries them. Every thread gets the outcome.
 template <class Coop>

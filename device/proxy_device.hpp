@@ -35,11 +35,13 @@ enum class TriggerKind : uint32_t {
   kSignalAdd = 4,    // ... or add `value` at offset, with release order at the peer
   kDeliver = 5,      // mirror bytes [offset, offset + bytes) carried as a message and stored at
                      // the peer in 8-byte words, each whole (flagged lines: ll_device.hpp)
+  kPutPacked = 6,    // `rows` runs of `rowBytes` back to back in the mirror from offset, which go
+                     // to offset + i * stride at the peer: one message, at most packBytes
 };
 
 struct Trigger {
   uint64_t w0;  // [63] commit (lap parity) | [62:60] kind | [59:40] peer | [39:0] offset
-  uint64_t w1;  // kPut/kDeliver: bytes; kSignal*: value; kPutRows: rows:16 | rowBytes:24 | stride:24
+  uint64_t w1;  // kPut/kDeliver: bytes; kSignal*: value; kPutRows/kPutPacked: rows:16 | rowBytes:24 | stride:24
 };
 static_assert(sizeof(Trigger) == 16, "a trigger is two words");
 
@@ -71,12 +73,12 @@ WEFT_HOST_DEVICE uint64_t rowsWord(uint64_t rows, uint64_t rowBytes, uint64_t st
 // hands its address to the engine as entry `nranks` of the heap table (null: no proxy), so the
 // view every kernel takes stays the same size (comm_device.hpp says why that matters).
 struct ProxyView {
-  Trigger* ring;         // [depth], host memory the device writes
-  uint64_t* head;        // slots claimed by producers
-  const uint64_t* tail;  // slots the proxy has taken (written by the host)
-  uint64_t* tailSeen;    // the producers' latest look at tail (saves a host read per trigger)
-  uint32_t depth;        // a power of two
-  uint32_t reserved;
+  Trigger* ring;            // [depth], host memory the device writes
+  uint64_t* head;           // slots claimed by producers
+  const uint64_t* tail;     // slots the proxy has taken (written by the host)
+  uint64_t* tailSeen;       // the producers' latest look at tail (saves a host read per trigger)
+  uint32_t depth;           // a power of two
+  uint32_t packBytes;       // the most payload one message carries: a kPutPacked run's bound
   const uint8_t* viaProxy;  // [nranks]: 1 where the peer is reached through the proxy
 };
 

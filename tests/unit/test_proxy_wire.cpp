@@ -1,7 +1,7 @@
 // The host proxy's messages (transport/net/backend.hpp): rows cut into whole-row messages and
-// copied into place at the receiver, data applied as it comes and every signal only after what its
-// sender sent before it, whatever order they arrive in (lanes overtake each other), and malformed
-// ones refused without touching the heap.
+// copied into place at the receiver (packed rows as one run), data applied as it comes and every signal only after what
+// its sender sent before it, whatever order they arrive in (lanes overtake each other), and malformed ones refused
+// without touching the heap.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -46,6 +46,17 @@ class Wire {
   uint64_t payloadMax_;
 };
 
+// Row r of `at` is in `heap` at offset + r * at.stride, copied from the mirror's row r at
+// `mirrorStride` (the stride itself, or rowBytes for packed rows); every other byte is 0xee.
+void expectRowsLanded(const std::vector<uint8_t>& heap, const std::vector<uint8_t>& mirror, uint64_t offset,
+                      const Rows& at, uint64_t mirrorStride) {
+  for (uint64_t i = 0; i < heap.size(); ++i) {
+    const uint64_t r = i < offset ? at.rows : (i - offset) / at.stride, inRow = (i - offset) % at.stride;
+    const bool copied = i >= offset && r < at.rows && inRow < at.rowBytes;
+    ASSERT_EQ(heap[i], copied ? mirror[offset + r * mirrorStride + inRow] : 0xee) << "byte " << i;
+  }
+}
+
 TEST(ProxyWire, RowsTravelAsWholeRowsAndLandAtTheirStride) {
   // 40 rows of 3000 bytes at a stride of 5000: 21 rows fill a message, so two messages.
   const uint64_t rows = 40, rowBytes = 3000, stride = 5000, offset = 128;
@@ -60,11 +71,24 @@ TEST(ProxyWire, RowsTravelAsWholeRowsAndLandAtTheirStride) {
   ArrivalOrder order(2);
   for (const Sent& s : sent)
     EXPECT_EQ(order.arrive(Region{heap.data(), heap.size()}, s.m, s.payload.data(), s.payload.size()), "");
-  for (uint64_t i = 0; i < heap.size(); ++i) {
-    const uint64_t r = i < offset ? rows : (i - offset) / stride, inRow = (i - offset) % stride;
-    const bool copied = i >= offset && r < rows && inRow < rowBytes;
-    ASSERT_EQ(heap[i], copied ? mirror[i] : 0xee) << "byte " << i;
-  }
+  expectRowsLanded(heap, mirror, offset, Rows{rows, rowBytes, stride}, stride);
+}
+
+// The embedding's samples, which the device packed back to back in its mirror from the first
+// one's place: one message whose payload is that run, and each row lands at its stride.
+TEST(ProxyWire, PackedRowsTravelAsOneRunAndLandAtTheirStride) {
+  const uint64_t rows = 12, rowBytes = 2048, stride = 4096, offset = 256;
+  std::vector<uint8_t> mirror(offset + rows * stride), heap(mirror.size(), 0xee);
+  std::iota(mirror.begin(), mirror.end(), uint8_t{7});
+  Wire w(mirror.data(), 0);
+  w.message(kMsgPacked, offset, rowsValue(Rows{rows, rowBytes, stride}));
+  ASSERT_EQ(w.sent.size(), 1u);
+  EXPECT_EQ(w.sent[0].m.bytes, rows * rowBytes);
+  EXPECT_TRUE(std::equal(w.sent[0].payload.begin(), w.sent[0].payload.end(), mirror.begin() + offset));
+  ArrivalOrder order(2);
+  const Sent& s = w.sent[0];
+  EXPECT_EQ(order.arrive(Region{heap.data(), heap.size()}, s.m, s.payload.data(), s.payload.size()), "");
+  expectRowsLanded(heap, mirror, offset, Rows{rows, rowBytes, stride}, rowBytes);
 }
 
 TEST(ProxyWire, ABackEndsSmallerMessagesCutRowsAndFlaggedDataSmaller) {
@@ -221,6 +245,9 @@ TEST(ProxyWire, MalformedMessagesAreRefusedAndTouchNothing) {
   EXPECT_NE(arrive(WireMessage{kMsgRows, 1024, 0, 0, 3500, rowsValue(Rows{1, 1024, 1024})}, 1024), "");
   EXPECT_NE(arrive(WireMessage{kMsgRows, 1024, 0, 0, 0, rowsValue(Rows{2, 1024, 1024})}, 1024), "");
   EXPECT_NE(arrive(WireMessage{kMsgRows, 2048, 0, 0, 0, rowsValue(Rows{2, 1024, 512})}, 2048), "");
+  EXPECT_NE(arrive(WireMessage{kMsgPacked, 2048, 0, 0, 0, rowsValue(Rows{2, 1024, 512})}, 2048), "");
+  EXPECT_NE(arrive(WireMessage{kMsgPacked, 2048, 0, 0, 2048, rowsValue(Rows{2, 1024, 2048})}, 2048), "");
+  EXPECT_NE(arrive(WireMessage{kMsgPacked, 1024, 0, 0, 0, rowsValue(Rows{2, 1024, 2048})}, 1024), "");
   EXPECT_NE(arrive(WireMessage{kMsgSignalStore, 0, 0, 0, 4092, 1}, 0), "");
   EXPECT_NE(arrive(WireMessage{99, 0, 0, 0, 0, 1}, 0), "");
   EXPECT_EQ(std::count(heap.begin(), heap.end(), 0), static_cast<long>(heap.size()));

@@ -24,7 +24,7 @@ uint64_t rowsValue(const Rows& r) { return dev::rowsWord(r.rows, r.rowBytes, r.s
 
 uint64_t payloadBytes(uint32_t kind, uint64_t value) {
   if (kind == kMsgDeliver) return value;
-  if (kind == kMsgRows) return rowsOf(value).payload();
+  if (kind == kMsgRows || kind == kMsgPacked) return rowsOf(value).payload();
   return 0;
 }
 
@@ -34,13 +34,16 @@ void packPayload(const uint8_t* mirror, uint32_t kind, uint64_t offset, uint64_t
   } else if (kind == kMsgRows) {
     const Rows r = rowsOf(value);
     for (uint64_t i = 0; i < r.rows; ++i) memcpy(out + i * r.rowBytes, mirror + offset + i * r.stride, r.rowBytes);
+  } else if (kind == kMsgPacked) {
+    memcpy(out, mirror + offset, rowsOf(value).payload());
   }
 }
 
 std::string applyMessage(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes) {
-  const Rows rows = m.kind == kMsgRows ? rowsOf(m.value) : Rows{};
-  const uint64_t bytes = m.kind == kMsgDeliver ? m.bytes : m.kind == kMsgRows ? rows.span() : 8;
-  const uint64_t align = m.kind == kMsgRows ? 1 : 8;
+  const bool rowsKind = m.kind == kMsgRows || m.kind == kMsgPacked;
+  const Rows rows = rowsKind ? rowsOf(m.value) : Rows{};
+  const uint64_t bytes = m.kind == kMsgDeliver ? m.bytes : rowsKind ? rows.span() : 8;
+  const uint64_t align = rowsKind ? 1 : 8;
   if (m.offset % align != 0 || m.offset > heap.bytes || bytes > heap.bytes - m.offset)
     return "a message for heap offset " + std::to_string(m.offset) + " (" + std::to_string(bytes) +
            " bytes) outside the heap or not aligned";
@@ -65,7 +68,8 @@ std::string applyMessage(Region heap, const WireMessage& m, const void* payload,
       }
       return "";
     }
-    case kMsgRows: {
+    case kMsgRows:
+    case kMsgPacked: {
       if (payloadBytes != m.bytes || m.bytes != rows.payload() || (rows.rows > 1 && rows.stride < rows.rowBytes))
         return "a rows message of " + std::to_string(payloadBytes) + " bytes that says " + std::to_string(m.bytes) +
                " (" + std::to_string(rows.rows) + " rows of " + std::to_string(rows.rowBytes) + " at stride " +

@@ -47,6 +47,10 @@ constexpr uint32_t kMsgHello = 7;    // value: the sender's rank; sent once at c
 // rowsWord(rows, rowBytes, stride) (device/proxy_device.hpp), the payload the rows back to back.
 // Small puts go this way (Proxy: proxy_eager_bytes), so that a signal after them needs no flush.
 constexpr uint32_t kMsgRows = 8;
+// Rows the sender's device laid back to back in its mirror from `offset` (TriggerKind::kPutPacked):
+// the payload is that one run, sent from the mirror in place, and the receiving proxy puts row i
+// at offset + i * stride. `value` as kMsgRows'. Never cut: the device packs at most a message.
+constexpr uint32_t kMsgPacked = 9;
 // A message carries at most this many payload bytes (a multiple of 16): flagged data and rows
 // are cut into messages of their own at that size.
 constexpr uint64_t kMsgPayloadMax = 65536;
@@ -72,7 +76,7 @@ class NetBackend {
   virtual void put(int peer, uint64_t offset, uint64_t bytes) = 0;
   // One wire message to `peer`, sent only once every byte put to it before through this back-end
   // is visible there: a signal (store or add `value` at `offset`), mirror bytes stored word by
-  // word (kMsgDeliver), or mirror rows copied into place (kMsgRows); its payload at most
+  // word (kMsgDeliver), or mirror rows copied into place (kMsgRows, kMsgPacked); its payload at most
   // messageBytes() (cutMessage). `seq`: its number among the heap messages to `peer` (the proxy
   // numbers them in the order the device posted them, whichever lane carries each).
   virtual void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) = 0;
@@ -101,7 +105,7 @@ class NetBackend {
 
 struct WireMessage {
   uint32_t kind;
-  uint32_t bytes;  // payload bytes that follow (kMsgDeliver, kMsgRows)
+  uint32_t bytes;  // payload bytes that follow (kMsgDeliver, kMsgRows, kMsgPacked)
   uint32_t from;   // the sender's rank
   uint32_t seq;    // the sender's count of heap messages to this rank before this one
   uint64_t offset;
@@ -112,7 +116,7 @@ static_assert(sizeof(WireMessage) == 32, "a wire struct");
 // Whether a message kind writes the heap (and so is numbered and applied in the sender's order).
 inline bool writesHeap(uint32_t kind) { return kind != kMsgGoodbye && kind != kMsgHello; }
 
-// The rows of a kMsgRows `value`.
+// The rows of a kMsgRows or kMsgPacked `value`.
 struct Rows {
   uint64_t rows, rowBytes, stride;
   uint64_t payload() const { return rows * rowBytes; }
@@ -120,7 +124,8 @@ struct Rows {
 };
 Rows rowsOf(uint64_t value);
 uint64_t rowsValue(const Rows& r);
-// The payload a held message carries: its bytes of the mirror, the rows of kMsgRows back to back.
+// The payload a held message carries: its bytes of the mirror, the rows of kMsgRows back to back
+// (kMsgPacked's are already).
 uint64_t payloadBytes(uint32_t kind, uint64_t value);
 void packPayload(const uint8_t* mirror, uint32_t kind, uint64_t offset, uint64_t value, uint8_t* out);
 

@@ -261,6 +261,7 @@ dev::ProxyView Proxy::deviceView(uint8_t* shared, uint64_t* head, uint64_t* tail
   v.tail = reinterpret_cast<const uint64_t*>(at(tail_));
   v.tailSeen = tailSeen;
   v.depth = depth_;
+  v.packBytes = static_cast<uint32_t>(messageBytes_);
   v.viaProxy = at(sharedViaProxy_);
   return v;
 }
@@ -331,6 +332,16 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
         send(peer, kMsgRows, offset, w1);
       else
         for (uint64_t i = 0; i < r.rows; ++i) carry(peer, offset + i * r.stride, r.rowBytes);
+      return;
+    }
+    case dev::TriggerKind::kPutPacked: {
+      // Rows the device laid back to back (the embedding's samples): one message, sent from the
+      // mirror in place, and the peer's proxy puts each row at its stride.
+      const Rows r = rowsOf(w1);
+      if (r.rows == 0 || r.payload() > messageBytes_ || (r.rows > 1 && r.stride < r.rowBytes) ||
+          !inMirror(offset, r.span()))
+        break;
+      dispatch(peer, kMsgPacked, offset, w1);
       return;
     }
     case dev::TriggerKind::kSignalStore:

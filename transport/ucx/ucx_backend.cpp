@@ -370,12 +370,13 @@ bool UcxBackend::send(int peer, WireMessage m) {
   Peer& p = peers_[peer];
   if (p.failed) return true;  // dropped: the fault is recorded, the op will fail
   m.from = static_cast<uint32_t>(me_);
-  // A payload that is one run of the mirror goes from there (UCX copies it or sends it in place);
-  // rows at a stride are packed behind the header.
+  // A payload that is one run of the mirror goes from there (UCX copies it or sends it in place):
+  // flagged data, one row, and the rows the device packed; rows at a stride are packed behind the
+  // header.
   const uint64_t value = m.kind == kMsgDeliver ? m.bytes : m.value;
   const Rows rows = m.kind == kMsgRows ? rowsOf(m.value) : Rows{};
-  const bool inPlace =
-      m.kind == kMsgDeliver || (m.kind == kMsgRows && (rows.rows == 1 || rows.stride == rows.rowBytes));
+  const bool inPlace = m.kind == kMsgDeliver || m.kind == kMsgPacked ||
+                       (m.kind == kMsgRows && (rows.rows == 1 || rows.stride == rows.rowBytes));
   auto buffer = std::make_unique<uint8_t[]>(sizeof m + (inPlace ? 0 : m.bytes));
   memcpy(buffer.get(), &m, sizeof m);
   const uint8_t* payload = buffer.get() + sizeof m;
