@@ -209,7 +209,8 @@ class Engine {
   std::optional<uint64_t> itemsFinished(double seconds);
   // Whether `desc` runs as a kernel of this process of its own (with this process's pointers)
   // rather than in the engine that serves the queue: the GEMM beside a persistent kernel (its
-  // tiles need more shared memory than a worker has). Never on the CPU backend.
+  // tiles need more shared memory than a worker has), and under weftd's engine the GEMV (its
+  // speed is the loads in flight on every SM). Never on the CPU backend.
   bool runsAlone(const dev::OpDesc& desc) const;
   // The persistent kernel's fault, "" while it has none (and for every other engine).
   std::string kernelFault();
@@ -223,8 +224,8 @@ class Engine {
   // The GEMV + AllReduce's `blas` path: the vendor BLAS's GEMV on `stream` (or into the graph it
   // is capturing), ordered after the engine's earlier ops as an op of its own would be. Returns
   // false, having done nothing, where this engine has no vendor BLAS (the CPU engine, the persistent
-  // engine, HIP builds) or the BLAS cannot take the shape; throws weft::Error if the BLAS fails.
-  // Called under the communicator's submit lock.
+  // engine, weftd's for an eager op, HIP builds) or the BLAS cannot take the shape; throws weft::Error if the BLAS
+  // fails. Called under the communicator's submit lock.
   bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
   // Checks `stream` before anything is published (throws kInvalidArgument); returns whether it is
   // capturing a graph.

@@ -588,7 +588,8 @@ struct Engine::Impl {
     return gpu::launchOp(view, d, blocks, threads, stream, proxied);
   }
 
-  // Persistent engine, GEMM op: it runs as its own kernel (its tiles need the SM's shared memory).
+  // Persistent engine, an op that runs alone (runsAlone: the GEMM, and the GEMV under weftd's):
+  // its own kernel.
   // A one-item marker op takes its ticket, so the stream starts the kernel once the engine has
   // finished every op before it; the event after the kernel holds back the next op the engine
   // would take from another stream.
@@ -828,11 +829,12 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stre
 
 dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
 
-// Launched engine only: a kernel beside the persistent one would need an op's ticket to wait for
-// the engine's earlier ops (the GEMM's marker), and the path table was measured with launched ops.
+// Launched engine, and captured ops: an eager kernel beside a persistent engine (weftd's) would
+// need an op's ticket to wait for the engine's earlier ops on other streams (the GEMM's and the
+// GEMV's marker), and the path table was measured with launched ops.
 bool Engine::vendorGemv(const GemvOperands& g, void* stream, bool capturing) {
   Impl& e = *impl_;
-  if (!e.blas || !gpu::VendorBlas::fits(g.batch, g.n, g.k)) return false;
+  if (!e.blas || (e.persistent && !capturing) || !gpu::VendorBlas::fits(g.batch, g.n, g.k)) return false;
   gpu::Outcome o;
   if (!capturing && e.lastStream && e.lastStream != stream) o = gpu::streamWaitEvent(stream, e.lastOp);
   if (o) o = e.blas->gemv(g.x, g.w, g.y, g.batch, g.n, g.k, g.dt, stream);
@@ -885,7 +887,7 @@ std::string Engine::kernelFault() {
 }
 
 uint32_t Engine::itemsOf(const dev::OpDesc& desc) const {
-  // The persistent engine's GEMM takes its ticket with a one-item marker op (enqueueAlone), whose
+  // An op that runs alone beside a persistent engine takes its ticket with a one-item marker op (enqueueAlone), whose
   // queue slot is what the status watch reads.
   if (impl_->persistent) return runsAlone(desc) ? 1u : desc.nitems;
   return impl_->asLaunched(desc).nitems;

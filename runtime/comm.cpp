@@ -261,7 +261,13 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     a.deviceHeaps = mine.device[0] != '\0' ? 1 : 0;
     a.engineInWeftd = s.getString("service_engine") == "weftd" ? 1 : 0;
     // A GPU engine in weftd maps the inputs instead of staging them.
-    if (a.engineInWeftd && !a.deviceHeaps) a.stagingBytes = static_cast<uint64_t>(s.getInt("service_staging_bytes"));
+    if (a.engineInWeftd && !a.deviceHeaps) {
+      a.stagingBytes = static_cast<uint64_t>(s.getInt("service_staging_bytes"));
+      if (a.stagingBytes == 0)
+        throw Error(Code::kInvalidArgument,
+                    "service_staging_bytes: 0 leaves weftd's engine (service_engine weftd) no way to read inputs "
+                    "outside the symmetric heap; set it above 0, or service_engine=rank to run the engine here");
+    }
     for (int r = 0; r < nranks && a.deviceHeaps; ++r)
       if ((a.gpus[r] = service::packPciId(std::string(all[r].device, strnlen(all[r].device, sizeof all[r].device)))) ==
           0)
@@ -456,7 +462,7 @@ void Comm::requireHealthy() const {
 
 Code Comm::submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing) {
   // weftd's GPU engine follows the pointers of the ops it takes from the queue; a captured op and
-  // the GEMM (which runs alone) are kernels of this process, with its own.
+  // the GEMM and GEMV (which run alone) are kernels of this process, with its own.
   if (weftdInputs_ && !capturing && !engine_->runsAlone(desc)) {
     dev::OpDesc d = desc;
     weftdInputs_->prepare(d, nranks_);

@@ -139,8 +139,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        "only, others get rank)"},
       {"service_staging_bytes", SettingType::kSize, "64M",
        "Service mode, service_engine weftd, CPU backend: a rank's staging segment, through which weftd's engine "
-       "reads the inputs of an op that are not in the symmetric heap",
-       4096, 68719476736.0},
+       "reads the inputs of an op that are not in the symmetric heap (0 is refused there; unused elsewhere)",
+       0, 68719476736.0},
       {"service_mps", SettingType::kString, "auto",
        "weftd on GPUs: auto (use the MPS control daemon at CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps, if one "
        "answers; else start one with pipe and log directories under service_dir, quit when weftd exits) or off"},

@@ -154,7 +154,7 @@ std::vector<int> CommRegistry::attach(uint32_t uid, pid_t pid, const Attach& a, 
                   reinterpret_cast<uint64_t>(me.heap->data()),
                   reinterpret_cast<uint64_t>(me.staging.data())};
   std::vector<int> fds{me.heapFd, me.queueFd};
-  if (c.engineInWeftd && !a.deviceHeaps) fds.push_back(me.stagingFd);
+  if (stagesFor(uid, a)) fds.push_back(me.stagingFd);
   for (int r = 0; r < a.nranks; ++r)
     if (r != a.rank) fds.push_back(c.ranks[r].heapFd);
   WEFT_LOG(kInfo, kService, "rank {}/{} of communicator {:016x} (uid {}, pid {}) attached; engine in {}", a.rank,

@@ -360,6 +360,22 @@ TEST(ServiceMode, InputsOutsideTheHeapMustFitTheStagingSegment) {
   clearService();
 }
 
+// weftd's engine on the CPU backend reads inputs outside the heap through the staging segment:
+// none at all is refused at init, naming the setting and the way out.
+TEST(ServiceMode, WeftdsEngineWithoutAStagingSegmentIsRefusedNamingTheSetting) {
+  WeftdProcess d;
+  ASSERT_TRUE(d.started()) << d.output();
+  useService(d, "on");
+  setenv("WEFT_SERVICE_STAGING_BYTES", "0", 1);
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_ARGUMENT,
+                          "service_staging_bytes: 0 leaves weftd's engine"));
+  }));
+  unsetenv("WEFT_SERVICE_STAGING_BYTES");
+  clearService();
+}
+
 TEST(ServiceMode, AJobWithItsOwnEngineOutlivesAKilledWeftd) {
   auto d = std::make_unique<WeftdProcess>();
   ASSERT_TRUE(d->started()) << d->output();
