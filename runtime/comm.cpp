@@ -642,15 +642,16 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
       signature(dev::SigOp::kEmbeddingAllToAll, dt, sigHash({a.localBatch, a.totalTables, a.dim}), sigHash({d.recv}));
   d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
                                 static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingAllToAll)));
-  // Through the host proxy an item of whole samples is one message of rows (a sample's vectors
-  // are one run in the receiver's output); a sample cut at either end adds a message of its own.
-  // And an item fills a message at least: each message costs the proxy's lanes a send whatever its
-  // size, and one item per block cut a 2-rank job's rows into messages of a few KiB, where the
-  // All-to-All sends whole ones.
+  // Through the host proxy an item's whole samples travel packed, as many to a message as one
+  // holds (a sample's vectors are one run in the receiver's output); a sample cut at either end
+  // adds a message of its own. So an item is whole messages of whole samples: each message costs
+  // the proxy's lanes a send whatever its size, and one item per block cut a 2-rank job's rows
+  // into messages of a few KiB, where the All-to-All sends whole ones.
   if (proxyPeers_ && a.numTables > 0) {  // proxy peers: this rank's heap has a proxy
-    const uint64_t rowBytes = std::max<uint64_t>(1, a.dim * dev::dtypeSize(dt));
-    const uint64_t bags = std::max<uint64_t>(d.tileElems, heap_->proxy()->messageBytes() / rowBytes);
-    const uint64_t whole = dev::ceilDiv(bags, a.numTables) * a.numTables;
+    const uint64_t run = a.numTables * std::max<uint64_t>(1, a.dim * dev::dtypeSize(dt));
+    const uint64_t perMessage = heap_->proxy()->messageBytes() / run;  // 0: a sample is longer
+    const uint64_t unit = std::max<uint64_t>(1, perMessage) * a.numTables;
+    const uint64_t whole = dev::ceilDiv(std::max<uint64_t>(d.tileElems, unit), unit) * unit;
     if (whole <= UINT32_MAX) d.tileElems = static_cast<uint32_t>(whole);
   }
   d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);
