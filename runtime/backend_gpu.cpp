@@ -670,10 +670,17 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, e.proxied, &e.gemmBlocks),
           "sizing the GEMM kernel's grid");
   // Under weftd's engine, weftd's persistent kernels (one per rank on this GPU, a block per SM
-  // each) hold SMs for as long as the communicator lives: a GEMM grid of every SM would run its
-  // last blocks as a second wave, after the first ones finish.
-  if (e.remote) e.gemmBlocks = std::max(e.gemmBlocks / 4, e.gemmBlocks - e.sharers * e.workers);
-  e.gemmBlocks = e.share(e.gemmBlocks);
+  // for each worker) hold SMs while they run: the ops that run as the rank's own kernels (the
+  // GEMM, the GEMV) take the grid the other SMs hold, or their last blocks would wait for a
+  // second wave (the GEMM) or stream w with fewer loads in flight than the grid assumes.
+  int sms = 1, freeSms = 1;
+  if (e.remote) {
+    require(gpu::smCount(&sms), "counting the GPU's multiprocessors");
+    sms = std::max(1, sms);
+    freeSms = std::max(sms / 4, sms - e.sharers * e.workers);
+  }
+  const auto besideWeftd = [&](int blocks) { return e.remote ? std::max(1, blocks / sms * freeSms) : blocks; };
+  e.gemmBlocks = e.share(besideWeftd(e.gemmBlocks));
   if (e.sharers > 1) {
     // Every op kernel's blocks may wait on a peer's: the sharers' kernels must all be resident at
     // once, so each takes its share of what the device holds (the generic op kernel's, for workers).
@@ -723,16 +730,9 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
       e.oneShotBlocks = std::min(e.oneShotBlocks, words);
     }
     // Through weftd's engine the GEMV runs as the rank's own kernel, as the GEMM does: weftd's 32
-    // workers streamed w at a fifth of the rate the whole GPU does. Its grid leaves out the SMs
-    // weftd's kernels hold (a block per SM for each worker of each rank's engine on this GPU).
-    if (e.remote) {
-      int sms = 0;
-      require(gpu::smCount(&sms), "counting the GPU's multiprocessors");
-      const int free = std::max(sms / 4, sms - e.sharers * e.workers);
-      e.gemvBlocks = std::max(1, e.gemvBlocks / std::max(1, sms) * free);
-    }
+    // workers streamed w at a fifth of the rate the whole GPU does.
     e.gatherBlocks = e.share(e.gatherBlocks);
-    e.gemvBlocks = e.share(e.gemvBlocks);
+    e.gemvBlocks = e.share(besideWeftd(e.gemvBlocks));
     e.oneShotBlocks = e.share(e.oneShotBlocks);
     // Without it the `blas` path runs weft's GEMV: slower where the table chose it, still correct.
     if (gpu::VendorBlas::built())
