@@ -1,6 +1,7 @@
-// The vendor BLAS behind the GEMV + AllReduce's `blas` path: where weft's fused kernel loses (batch
-// 9-64, where cuBLAS's GEMM kernels beat weft's k-split register stream), the GEMV runs as cuBLAS's
-// and weft's AllReduce follows. CUDA builds link cuBLAS (where CMake finds it); HIP builds have no
+// The vendor BLAS behind the fused ops' `blas` paths: where weft's fused kernel loses, the GEMV
+// runs as cuBLAS's and weft's AllReduce follows (batch 9-64, where cuBLAS's GEMM kernels beat weft's
+// k-split register stream), or the GEMM runs as cuBLAS's and the GEMM + All-to-All routes its rows
+// (few tokens, deep k). CUDA builds link cuBLAS (where CMake finds it); HIP builds have no
 // vendor BLAS (Debian, where weft builds, packages no hipBLAS or rocBLAS), so `built()` is false
 // there and the path falls back to weft's own GEMV. Host code; not compiled for the CPU backend.
 #pragma once
@@ -29,6 +30,10 @@ class VendorBlas {
   // y[batch, n] = x[batch, k] . w[n, k]^T (row-major, w in torch's Linear layout), float32
   // accumulation, on `stream` (or into the graph it captures). The caller checked fits().
   Outcome gemv(const void* x, const void* w, void* y, uint64_t batch, uint64_t n, uint64_t k, dev::DType dt,
+               void* stream);
+  // out[tokens, h] = a[tokens, k] . w[k, h] (row-major, as the GEMM + All-to-All takes them),
+  // float32 accumulation, on `stream`. The caller checked fits(tokens, h, k).
+  Outcome gemm(const void* a, const void* w, void* out, uint64_t tokens, uint64_t k, uint64_t h, dev::DType dt,
                void* stream);
 
  private:

@@ -36,6 +36,10 @@ Outcome devicePciId(int device, std::string* id);
 // per GPU and process); false where it has none, where NVML cannot tell, and on HIP.
 bool nvlinkActive();
 Outcome deviceMalloc(void** ptr, size_t bytes);
+// deviceMalloc with the calling thread's capture mode relaxed for the call: a thread capturing a
+// graph in the global mode (PyTorch's default) may not otherwise allocate. The memory is not part
+// of the graph; it must outlive every graph that addresses it.
+Outcome deviceMallocDuringCapture(void** ptr, size_t bytes);
 Outcome deviceFree(void* ptr);
 // Zeroes `bytes` at `ptr` on `stream` and waits (at most `seconds`) until they are zero.
 Outcome zeroDeviceNow(void* ptr, size_t bytes, void* stream, double seconds);

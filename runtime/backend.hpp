@@ -152,6 +152,14 @@ struct GemvOperands {
   dev::DType dt = dev::DType::kFloat32;
 };
 
+// A GEMM's operands: out[tokens, h] = a[tokens, k] . w[k, h], row-major, in `dt`.
+struct GemmOperands {
+  const void* a = nullptr;
+  const void* w = nullptr;
+  uint64_t tokens = 0, k = 0, h = 0;
+  dev::DType dt = dev::DType::kBFloat16;
+};
+
 // The engine of one communicator, and how ops reach it.
 //   CPU:                worker threads poll the queue; the caller waits on the host.
 //   GPU, "launched":    each op is a kernel on the caller's stream (the default: nothing stays
@@ -227,6 +235,14 @@ class Engine {
   // engine, weftd's for an eager op, HIP builds) or the BLAS cannot take the shape; throws weft::Error if the BLAS
   // fails. Called under the communicator's submit lock.
   bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
+  // The GEMM + All-to-All's blas path: the vendor BLAS's GEMM of `g` into the engine's product
+  // buffer (grown as needed and kept until the engine stops, since captured graphs address it),
+  // ordered as vendorGemv orders its GEMV; returns the buffer for the op to route, or null, having
+  // done nothing, where vendorGemv would return false. The CPU engine has no vendor BLAS; it
+  // multiplies on the calling thread (its ops are complete when their calls return) in the fused
+  // op's summation order, so that the path runs, and is tested, on every backend. Called under
+  // the communicator's submit lock.
+  const void* vendorGemm(const GemmOperands& g, void* stream, bool capturing);
   // Checks `stream` before anything is published (throws kInvalidArgument); returns whether it is
   // capturing a graph.
   static bool checkStream(void* stream);

@@ -2,13 +2,16 @@
 // per worker, and every op is waited for on the calling thread (there are no streams).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend.hpp"
 #include "bootstrap_exchange.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "device/cpu/cpu_engine.hpp"
+#include "device/dtype_device.hpp"
 #include "transport/peers.hpp"
 
 namespace weft {
@@ -94,7 +97,8 @@ struct Engine::Impl {
   WorkQueue* queue;
   dev::EngineControl* control;
   dev::CpuEngine threads;
-  int weftdWorkers = 0;  // mode "weftd": weftd runs this many workers over the queue; none run here
+  int weftdWorkers = 0;          // mode "weftd": weftd runs this many workers over the queue; none run here
+  std::vector<uint8_t> product;  // vendorGemm's
 };
 
 Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int, bool)
@@ -152,6 +156,29 @@ dev::Status Engine::finish(uint64_t ticket, uint64_t stallNs) {
 
 // No vendor BLAS on the CPU backend: the `blas` path runs weft's GEMV.
 bool Engine::vendorGemv(const GemvOperands&, void*, bool) { return false; }
+
+// The product on the calling thread, summed over k in order in float32 as the fused op's CPU
+// tile sums it (the two paths give the same bits). Never under weftd's engine, which reads only
+// memory that weftd maps.
+const void* Engine::vendorGemm(const GemmOperands& g, void*, bool) {
+  Impl& e = *impl_;
+  if (e.weftdWorkers) return nullptr;
+  const uint64_t es = dev::dtypeSize(g.dt);
+  e.product.resize(g.tokens * g.h * es);
+  const auto* a = static_cast<const uint8_t*>(g.a);
+  const auto* w = static_cast<const uint8_t*>(g.w);
+  std::vector<float> row(g.h);
+  for (uint64_t t = 0; t < g.tokens; ++t) {
+    std::fill(row.begin(), row.end(), 0.f);
+    for (uint64_t kk = 0; kk < g.k; ++kk) {
+      const float x = dev::loadAsFloat(a, t * g.k + kk, g.dt);
+      for (uint64_t j = 0; j < g.h; ++j) row[j] += x * dev::loadAsFloat(w, kk * g.h + j, g.dt);
+    }
+    uint8_t* out = e.product.data() + t * g.h * es;
+    for (uint64_t j = 0; j < g.h; ++j) dev::storeFromFloat(out, j, g.dt, row[j]);
+  }
+  return e.product.data();
+}
 
 bool Engine::quiesce(double) { return true; }
 

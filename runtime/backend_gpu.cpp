@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "backend.hpp"
 #include "bootstrap_exchange.hpp"
@@ -451,7 +452,12 @@ struct Engine::Impl {
   bool released = false;  // and the device no longer uses the communicator's memory
   int share(int resident) const { return std::max(1, resident / sharers); }
   float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
-  std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` GEMV path
+  std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` paths
+  // The GEMM + All-to-All's blas path: the vendor BLAS's product, the op's input. Grown as needed;
+  // a smaller one is kept until the engine stops (a captured graph may still address it).
+  void* product = nullptr;
+  uint64_t productBytes = 0;
+  std::vector<void*> productsOutgrown;
   std::mutex launchMutex;
   std::function<void()> wake;  // remote: asks weftd to start its kernel again (setWake)
   // Engine::itemsFinished's copies: a stream and a pinned word of their own (made on first use,
@@ -776,6 +782,8 @@ bool Engine::stop() {
     free(e.watchWord);
   }
   if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
+  for (void* p : e.productsOutgrown) gpu::deviceFree(p);
+  if (e.product) gpu::deviceFree(e.product);
   gpu::hostUnregister(e.queue->memory());
   return e.released = true;
 }
@@ -842,6 +850,27 @@ bool Engine::vendorGemv(const GemvOperands& g, void* stream, bool capturing) {
   require(o, "the vendor BLAS's GEMV (gemv_path blas)");
   if (!capturing) e.lastStream = stream;
   return true;
+}
+
+const void* Engine::vendorGemm(const GemmOperands& g, void* stream, bool capturing) {
+  Impl& e = *impl_;
+  if (!e.blas || (e.persistent && !capturing) || !gpu::VendorBlas::fits(g.tokens, g.h, g.k)) return nullptr;
+  const uint64_t bytes = g.tokens * g.h * dev::dtypeSize(g.dt);
+  if (bytes > e.productBytes) {
+    const uint64_t grown = dev::ceilDiv(bytes, uint64_t{2} << 20) * (uint64_t{2} << 20);
+    void* p = nullptr;
+    require(gpu::deviceMallocDuringCapture(&p, grown), "the GEMM's product buffer (gemm_path blas)");
+    if (e.product) e.productsOutgrown.push_back(e.product);
+    e.product = p;
+    e.productBytes = grown;
+  }
+  gpu::Outcome o;
+  if (!capturing && e.lastStream && e.lastStream != stream) o = gpu::streamWaitEvent(stream, e.lastOp);
+  if (o) o = e.blas->gemm(g.a, g.w, e.product, g.tokens, g.k, g.h, g.dt, stream);
+  if (o && !capturing) o = gpu::eventRecord(e.lastOp, stream);
+  require(o, "the vendor BLAS's GEMM (gemm_path blas)");
+  if (!capturing) e.lastStream = stream;
+  return e.product;
 }
 
 std::optional<uint64_t> Engine::itemsFinished(double seconds) {

@@ -147,6 +147,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->checkSignatures_ = s.getInt("check_signatures") != 0;
   c->pathTable_ = PathTable::load(s.getString("path_table_file"));
   c->gemvForced_ = pathSetting(FusedOp::kGemvAllReduce, s.getString("gemv_path"), "gemv_path");
+  c->gemmForced_ = pathSetting(FusedOp::kGemmAllToAll, s.getString("gemm_path"), "gemm_path");
   c->oneShotLinesFrom_ = oneShotLinesSetting(s.getString("oneshot_protocol"));
   c->host_ = localHost();
   c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));
@@ -689,9 +690,37 @@ Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void*
     if (spansOverlap(in.p, in.bytes, recv, recvBytes))
       throw Error(Code::kInvalidArgument, std::string(in.name) + ": overlaps recv");
   }
-  dev::GemmAllToAllOp::pack(g, d);
+  // The path table (or gemm_path) chooses between weft's GEMM, which sends each tile as it is
+  // computed, and the vendor BLAS's GEMM followed by the same op routing the product's rows (for
+  // few tokens and a deep k, where the vendor's kernels are faster than weft's split last wave).
+  // Ranks may differ: both run one op, whose route and stores do not depend on who multiplied.
+  // A grouped call is always fused: its experts' row ranges are in device memory, out of the
+  // vendor BLAS's reach without a host synchronisation. (The copy's narrower tiles are more items,
+  // which must still be counted in 32 bits.)
+  dev::GemmArgs routed = g;
+  std::unique_lock<std::mutex> productLock(productMutex_, std::defer_lock);
+  if (g.experts == 1 && !g.expertEnds && g.tokens > 0 && g.k > 0 && g.h > 0 &&
+      dev::GemmAllToAllOp::numItems(g.tokens, g.h, /*product=*/true) <= 0xffffffffull) {
+    const OpPath path = gemmForced_
+                            ? *gemmForced_
+                            : pathTable_.choose(FusedOp::kGemmAllToAll, pathGpu_, nranks_, {{g.tokens, g.k, g.h}}).path;
+    if (path == OpPath::kBlas) {
+      productLock.lock();
+      if (const void* product = vendorGemm({g.a, g.w, g.tokens, g.k, g.h, dt}, stream, capturing)) {
+        routed.a = static_cast<const uint8_t*>(product);
+        routed.w = nullptr;
+      }
+    }
+  }
+  dev::GemmAllToAllOp::pack(routed, d);
   d.sig = signature(dev::SigOp::kGemmAllToAll, dt, sigHash({g.h}), sigHash({d.recv}));
   return submit(d, recvBytes, stream, capturing);
+}
+
+const void* Comm::vendorGemm(const GemmOperands& g, void* stream, bool capturing) {
+  requireHealthy();
+  std::lock_guard<std::mutex> lock(submitMutex_);
+  return engine_->vendorGemm(g, stream, capturing);
 }
 
 void Comm::abort() {

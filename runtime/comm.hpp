@@ -104,6 +104,8 @@ class Comm {
   Code submitHere(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
   // The GEMV + AllReduce's blas path: the vendor BLAS's GEMV, where the engine has one (else false).
   bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
+  // The GEMM + All-to-All's blas path: the product rows to route, or null (Engine::vendorGemm).
+  const void* vendorGemm(const GemmOperands& g, void* stream, bool capturing);
   // How long the host lets an op make no progress: every wait inside it is bounded by the timeout.
   uint64_t stallNs() const { return 2 * timeoutNs_ + 1000000000ull; }
   uint64_t heapOffset(const void* p, uint64_t bytes, const char* arg) const;
@@ -151,11 +153,15 @@ class Comm {
   PathTable pathTable_;
   std::string pathGpu_;               // the GPU model the table is read for: rank 0's, on every rank
   std::optional<OpPath> gemvForced_;  // the gemv_path setting, unless auto
+  std::optional<OpPath> gemmForced_;  // the gemm_path setting, unless auto
   bool proxyPeers_ = false;           // some peer is reached through the host proxy (every rank alike)
 
   // Ticket order is op order, the same on every rank because every rank issues the same ops in the
   // same order (the engine's protocol counters rely on it).
   std::mutex submitMutex_;
+  // Held by a GEMM on the blas path from its vendor GEMM to its submit: the engine has one product
+  // buffer, and another thread's GEMM must not write it in between.
+  std::mutex productMutex_;
 };
 
 }  // namespace weft

@@ -74,6 +74,10 @@ const std::vector<SettingSpec>& settingSpecs() {
        "GEMV + AllReduce: auto (the path table decides), fused (every rank reduces every slice), fused_rsag "
        "(each slice's owner reduces it and sends it on), unfused (weft's GEMV, then AllReduce) or blas (the vendor "
        "BLAS's GEMV, then AllReduce; as unfused where the engine has no vendor BLAS)"},
+      {"gemm_path", SettingType::kString, "auto",
+       "GEMM + All-to-All: auto (the path table decides), fused (weft's GEMM sends each tile as it is computed) or "
+       "blas (the vendor BLAS's GEMM, then the op routes its rows; as fused where the engine has no vendor BLAS). "
+       "Ranks may differ"},
       {"path_table_file", SettingType::kString, "",
        "Path table for the fused ops (rows: op gpu ranks max1 max2 max3 path measured; weftctl tune measure "
        "writes one); empty: the built-in conf/path_table.tsv"},

@@ -24,8 +24,10 @@ enum class FusedOp { kGemvAllReduce = 0, kGemmAllToAll = 1, kEmbeddingAllToAll =
 // Numbered for the table's fingerprint. GEMV + AllReduce: kFused (every rank reduces every slice),
 // kFusedRsag (each slice's owner reduces it and sends it on), kUnfused (weft's GEMV, then weft's
 // AllReduce), kBlas (the vendor BLAS's GEMV, then weft's AllReduce; as kUnfused where the engine
-// has no vendor BLAS). The GEMM and embedding ops have kFused only: the engine has no unfused
-// route for them yet, so a table cannot name one.
+// has no vendor BLAS). GEMM + All-to-All: kFused, or kBlas (the vendor BLAS's GEMM, then the op
+// routes its rows as it routes the tiles it computes; as kFused where the engine has no vendor
+// BLAS). The embedding op has kFused only: the engine has no unfused route for it yet, so a table
+// cannot name one.
 enum class OpPath { kFused = 0, kUnfused = 1, kFusedRsag = 2, kBlas = 3 };
 
 const char* opName(FusedOp op);

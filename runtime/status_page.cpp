@@ -19,6 +19,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "device/gpu.hpp"
+#include "device/ops/gemm_alltoall_device.hpp"
 
 namespace weft::status {
 
@@ -233,6 +234,8 @@ OpRow Page::submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, boo
     r.nitems = items;
     r.count = d.count;
     r.bytes = bytes;
+    if (d.kind == static_cast<uint32_t>(dev::OpKind::kGemmAllToAll) && dev::GemmAllToAllOp::args(d).productGiven())
+      r.flags |= kRowVendorProduct;
     r.submitNs = now;
     h.submitted = std::max(h.submitted, ticket + 1);
     written = r;

@@ -52,9 +52,12 @@ struct OpRow {
   uint64_t submitNs;  // CLOCK_MONOTONIC, as every time on the page
   uint64_t endNs;     // when the host saw it end (kDone)
   uint32_t status;    // dev::Status (kDone)
-  uint32_t reserved;
+  uint32_t flags;     // kRow* bits (0 in pages of older runtimes, where the word was reserved)
 };
 static_assert(sizeof(OpRow) == 64, "OpRow is a wire struct");
+// A GEMM + All-to-All that routed the vendor BLAS's product (gemm_path blas) instead of
+// computing its tiles.
+constexpr uint32_t kRowVendorProduct = 1;
 
 struct Counters {
   uint64_t ops[kKinds];    // ops ended, by dev::OpKind

@@ -113,6 +113,19 @@ bool nvlinkActive() {
 Outcome deviceMalloc(void** ptr, size_t bytes) {
   return check(GPU(Malloc)(ptr, bytes), ("Malloc(" + std::to_string(bytes) + ")").c_str());
 }
+Outcome deviceMallocDuringCapture(void** ptr, size_t bytes) {
+  GPU(StreamCaptureMode) mode = GPU(StreamCaptureModeRelaxed);
+  Outcome o = check(GPU(ThreadExchangeStreamCaptureMode)(&mode), "ThreadExchangeStreamCaptureMode");
+  if (!o) return o;
+  o = deviceMalloc(ptr, bytes);
+  const Outcome back = check(GPU(ThreadExchangeStreamCaptureMode)(&mode), "ThreadExchangeStreamCaptureMode");
+  if (!back && o) {
+    (void)deviceFree(*ptr);
+    *ptr = nullptr;
+    return back;
+  }
+  return o;
+}
 Outcome deviceFree(void* ptr) { return check(GPU(Free)(ptr), "Free"); }
 Outcome zeroDeviceNow(void* ptr, size_t bytes, void* stream, double seconds) {
   const Outcome o = check(GPU(MemsetAsync)(ptr, 0, bytes, static_cast<gpuStream_t>(stream)), "MemsetAsync");
@@ -300,12 +313,12 @@ Outcome sharedBytesOf(dev::OpKind kind, bool proxied, int* bytes) {
 
 // a [tokens][k] and w [experts][k][h] as the sm_90a tile loads them (gemm_tma_device.hpp): boxes
 // of a slice's rows, 128-byte swizzled, zeros past every bound. Nothing to encode where no tile
-// loads anything.
+// loads anything, nor where the op routes a product it was given (no w).
 Outcome encodeGemmMaps(const dev::OpDesc& desc, dev::tile::GemmMaps* maps) {
   *maps = {};
 #if defined(WEFT_BACKEND_CUDA)
   const dev::GemmArgs g = dev::GemmAllToAllOp::args(desc);
-  if (!gemmUsesTma() || g.tokens == 0 || g.k == 0 || g.h == 0) return {};
+  if (!gemmUsesTma() || g.productGiven() || g.tokens == 0 || g.k == 0 || g.h == 0) return {};
   static const auto entry = driverEntry<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
   if (!entry.status) return entry.status;
   static_assert(sizeof(dev::tile::TensorMap) == sizeof(CUtensorMap));

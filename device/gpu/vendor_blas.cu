@@ -34,6 +34,10 @@ Outcome checkBlas(cublasStatus_t s, const char* call) {
 
 cublasHandle_t handleOf(void* h) { return static_cast<cublasHandle_t>(h); }
 
+cudaDataType_t typeOf(dev::DType dt) {
+  return dt == dev::DType::kFloat32 ? CUDA_R_32F : dt == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
 }  // namespace
 
 bool VendorBlas::built() { return true; }
@@ -57,9 +61,7 @@ VendorBlas::~VendorBlas() {
 
 Outcome VendorBlas::gemv(const void* x, const void* w, void* y, uint64_t batch, uint64_t n, uint64_t k, dev::DType dt,
                          void* stream) {
-  const cudaDataType_t t = dt == dev::DType::kFloat32   ? CUDA_R_32F
-                           : dt == dev::DType::kFloat16 ? CUDA_R_16F
-                                                        : CUDA_R_16BF;
+  const cudaDataType_t t = typeOf(dt);
   const int b = static_cast<int>(batch), rows = static_cast<int>(n), cols = static_cast<int>(k);
   const float one = 1.f, zero = 0.f;
   Outcome o = checkBlas(cublasSetStream(handleOf(handle_), static_cast<cudaStream_t>(stream)), "cublasSetStream");
@@ -68,6 +70,21 @@ Outcome VendorBlas::gemv(const void* x, const void* w, void* y, uint64_t batch, 
   if (o)
     o = checkBlas(cublasGemmEx(handleOf(handle_), CUBLAS_OP_T, CUBLAS_OP_N, rows, b, cols, &one, w, t, cols, x, t, cols,
                                &zero, y, t, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  "cublasGemmEx");
+  return o;
+}
+
+Outcome VendorBlas::gemm(const void* a, const void* w, void* out, uint64_t tokens, uint64_t k, uint64_t h,
+                         dev::DType dt, void* stream) {
+  const cudaDataType_t t = typeOf(dt);
+  const int m = static_cast<int>(tokens), depth = static_cast<int>(k), cols = static_cast<int>(h);
+  const float one = 1.f, zero = 0.f;
+  Outcome o = checkBlas(cublasSetStream(handleOf(handle_), static_cast<cudaStream_t>(stream)), "cublasSetStream");
+  // Row-major out[tokens, h] = a[tokens, k] . w[k, h] is, column-major, OUT (h x tokens) = W A
+  // with W h x k (leading dimension h) and A k x tokens (leading dimension k).
+  if (o)
+    o = checkBlas(cublasGemmEx(handleOf(handle_), CUBLAS_OP_N, CUBLAS_OP_N, cols, m, depth, &one, w, t, cols, a, t,
+                               depth, &zero, out, t, cols, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                   "cublasGemmEx");
   return o;
 }
@@ -87,6 +104,9 @@ bool VendorBlas::built() { return false; }
 Outcome VendorBlas::create(std::unique_ptr<VendorBlas>*) { return notBuilt(); }
 VendorBlas::~VendorBlas() = default;
 Outcome VendorBlas::gemv(const void*, const void*, void*, uint64_t, uint64_t, uint64_t, dev::DType, void*) {
+  return notBuilt();
+}
+Outcome VendorBlas::gemm(const void*, const void*, void*, uint64_t, uint64_t, uint64_t, dev::DType, void*) {
   return notBuilt();
 }
 

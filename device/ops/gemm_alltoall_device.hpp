@@ -20,6 +20,7 @@
 #include "../comm_device.hpp"
 #include "../dtype_device.hpp"
 #include "../signature_device.hpp"
+#include "../vector_device.hpp"
 #include "gemm_route_device.hpp"
 #include "gemm_split_device.hpp"
 #include "gemm_tile_device.hpp"
@@ -29,7 +30,7 @@ namespace weft::dev {
 
 struct GemmArgs {
   const uint8_t* a;
-  const uint8_t* w;           // [experts, k, h]
+  const uint8_t* w;           // [experts, k, h]; null where productGiven()
   const int64_t* sendCounts;  // [nranks], device
   int64_t* recvCounts;        // [nranks], device, or null
   const int64_t* expertEnds;  // [experts]: rows of expert e end at expertEnds[e]; null for one expert
@@ -37,10 +38,20 @@ struct GemmArgs {
   uint64_t experts;
   GemmSplit split = {};       // the last wave's tiles split along k, or none (gemm_split_device.hpp)
   float* partials = nullptr;  // split: the grid's partial slots (kSplitPartialFloats each), then a flag word each
+  // Whether `a` already holds the product, [tokens, h] (gemm_path blas: the vendor BLAS
+  // multiplied, and the op routes its rows as it routes the tiles it computes). Unambiguous: the
+  // API requires w wherever k and h are not 0; a k of 0 multiplies to zeros without reading w, and
+  // an h of 0 has no tiles.
+  WEFT_HOST_DEVICE bool productGiven() const { return !w && k != 0 && h != 0; }
 };
 
 struct GemmAllToAllOp {
   static constexpr uint32_t kTileM = tile::kM, kTileN = tile::kN;
+  // The columns of a data tile where the op copies a product it was given: a quarter of the
+  // multiply's, so that a few tokens' rows (128 x 4096: 16 tensor-core tiles) still spread over
+  // most SMs, and a block's 128 threads move its 16 KB with one load each of 8 vectors in flight.
+  static constexpr uint32_t kCopyN = 64;
+  static constexpr int kCopyUnroll = 8;
   // Group memory: the route, a tile's row pointers, the route's tag, the rows not yet counted
   // (int64 words).
   static_assert(routeWords(kRouteMaxRanks) + kTileM + 3 <= kCoopFloats / 2, "the route fits the coop's scratch");
@@ -83,8 +94,8 @@ struct GemmAllToAllOp {
     m.expertEnds = reinterpret_cast<uint64_t>(g.expertEnds);
     m.partials = reinterpret_cast<uint64_t>(g.partials);
     m.split = g.split.tiles | g.split.grid << 32;
-    d.tileElems = static_cast<uint32_t>(colTiles(g.h));
-    d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split));
+    d.tileElems = static_cast<uint32_t>(colTiles(g.h, g.productGiven()));
+    d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h, g.productGiven()), g.split));
   }
   // The op `d` (packed) on a grid of `grid` blocks with `partials` (partialsBytes(grid), zeroed
   // when allocated): its last wave split along k where that pays (gemm_split_device.hpp). Only for
@@ -92,7 +103,7 @@ struct GemmAllToAllOp {
   // parts would otherwise each cross the experts' rows).
   WEFT_HOST_DEVICE static void splitLastWave(OpDesc& d, uint32_t grid, float* partials) {
     GemmArgs g = args(d);
-    if (g.experts != 1 || !partials) return;
+    if (g.experts != 1 || !partials || g.productGiven()) return;
     g.split = planSplit(dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), grid);
     if (!g.split.on() || 2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split) > 0xffffffffu) return;
     g.partials = partials;
@@ -100,17 +111,21 @@ struct GemmAllToAllOp {
   }
   // What data item `item` multiplies (gemm_split_device.hpp).
   WEFT_HOST_DEVICE static TilePart partOf(const GemmArgs& g, uint64_t item) {
-    return tilePart(g.split, dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), item);
+    return tilePart(g.split, dataTiles(g.tokens, g.h, g.productGiven()), ceilDiv(g.k, kSplitSliceK), item);
   }
   WEFT_HOST_DEVICE static uint64_t partialsBytes(uint32_t grid) {
     return uint64_t{grid} * (kSplitPartialFloats * sizeof(float) + sizeof(uint64_t));
   }
-  WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h) { return ceilDiv(h, kTileN); }
-  WEFT_HOST_DEVICE static uint64_t dataTiles(uint64_t tokens, uint64_t h) {
-    return ceilDiv(tokens, kTileM) * colTiles(h);
+  // `product`: the op copies a product it was given (GemmArgs::productGiven) in narrower tiles.
+  WEFT_HOST_DEVICE static uint64_t tileCols(bool product) { return product ? kCopyN : kTileN; }
+  WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h, bool product = false) { return ceilDiv(h, tileCols(product)); }
+  WEFT_HOST_DEVICE static uint64_t dataTiles(uint64_t tokens, uint64_t h, bool product = false) {
+    return ceilDiv(tokens, kTileM) * colTiles(h, product);
   }
   // Without a split (the most a split adds is the grid's worth of items, checked where it is made).
-  WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h) { return 2 + dataTiles(tokens, h); }
+  WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h, bool product = false) {
+    return 2 + dataTiles(tokens, h, product);
+  }
 
   // Where data tile t of rowTiles x cols goes. The tiles run about a grid's worth at a time, in
   // item order: row-major, each such wave would read all of w and, with a short k, read it
@@ -136,11 +151,11 @@ struct GemmAllToAllOp {
   struct TileAt {
     uint64_t row0, col0;
   };
-  WEFT_HOST_DEVICE static TileAt tileAt(const CommView& v, const OpDesc& d, uint64_t tokens, uint64_t t) {
-    const uint64_t rowTiles = ceilDiv(tokens, kTileM);
+  WEFT_HOST_DEVICE static TileAt tileAt(const CommView& v, const OpDesc& d, const GemmArgs& g, uint64_t t) {
+    const uint64_t rowTiles = ceilDiv(g.tokens, kTileM);
     const TilePlace place = placeTile(t, rowTiles, d.tileElems);
     const uint64_t shift = rowTiles * static_cast<uint64_t>(v.rank + 1) / static_cast<uint64_t>(v.nranks);
-    return TileAt{((place.row + shift) % rowTiles) * kTileM, place.col * kTileN};
+    return TileAt{((place.row + shift) % rowTiles) * kTileM, place.col * tileCols(g.productGiven())};
   }
 
   // `maps`: the tensor maps of a and w, where the tile loads through them (sm_90a; the kernel's
@@ -269,9 +284,9 @@ struct GemmAllToAllOp {
                                               const TilePart& part) {
     const DType dt = static_cast<DType>(d.dtype);
     const uint64_t es = dtypeSize(dt), cols = d.tileElems;
-    const TileAt at = tileAt(v, d, g.tokens, part.tile);
+    const TileAt at = tileAt(v, d, g, part.tile);
     const uint64_t row0 = at.row0, col0 = at.col0;
-    const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + kTileN);
+    const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + tileCols(g.productGiven()));
     const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
     auto* rowPtr = reinterpret_cast<uint8_t**>(r.words + routeWords(v.nranks));
     RouteVerdict verdict;
@@ -282,7 +297,7 @@ struct GemmAllToAllOp {
       if (eLo < eHi) {
         const uint8_t* w = g.w + e * g.k * g.h * es;
         tile::Accum acc;
-        computeTile(c, v, d, dt, g, maps, item, e, w, row0, col0, part, acc);
+        if (!g.productGiven()) computeTile(c, v, d, dt, g, maps, item, e, w, row0, col0, part, acc);
 #if defined(WEFT_DEVICE_PASS)
         if (c.leader()) countUncounted(v, seq, r, cols);  // the last part's stores drained meanwhile
 #endif
@@ -307,7 +322,10 @@ struct GemmAllToAllOp {
           rowPtr[i] = v.at(dest, d.recv) + static_cast<uint64_t>(r.base()[dest] + row - r.start()[dest]) * g.h * es;
         }
         c.sync();
-        storeTile(c, dt, g, w, acc, rowPtr, row0, eLo, eHi, col0, col1);
+        if (!g.productGiven())
+          storeTile(c, dt, g, w, acc, rowPtr, row0, eLo, eHi, col0, col1);
+        else
+          copyRows(c, es, g, rowPtr, row0, eLo, eHi, col0, col1);
         if (proxyOf(v) != nullptr) {
           c.sync();
           const Status st = c.leader() ? postTileRows(v, WaitSite{seq.op, item, -1, WaitWhat::kProxyRoom}, r, rowPtr,
@@ -430,7 +448,7 @@ struct GemmAllToAllOp {
     for (uint32_t after = item + gridDim.x; after + 1 < d.nitems; after += gridDim.x) {
       const TilePart next = partOf(g, after);
       if (!next.valid) continue;
-      const TileAt t = tileAt(v, d, g.tokens, next.tile);
+      const TileAt t = tileAt(v, d, g, next.tile);
       return key(firstExpert(c, g, t.row0), t.row0, t.col0, next);
     }
     return tile::TileKey{};
@@ -509,6 +527,32 @@ struct GemmAllToAllOp {
       storeFromFloat(rowPtr[row - row0], col, dt, acc);
     }
 #endif
+  }
+
+  // The product given: rows [eLo, eHi) and columns [col0, col1) of `a`, each row to
+  // rowPtr[row - row0], as storeTile stores a computed tile. 16-byte moves (h is a multiple of 8
+  // two-byte elements), kCopyUnroll loads in flight per thread before its stores.
+  template <class Coop>
+  WEFT_HOST_DEVICE static void copyRows(const Coop& c, uint64_t es, const GemmArgs& g, uint8_t* const* rowPtr,
+                                        uint64_t row0, uint64_t eLo, uint64_t eHi, uint64_t col0, uint64_t col1) {
+    const auto chunks = static_cast<uint32_t>((col1 - col0) * es / kVecBytes);  // a tile row: at most 8
+    const auto total = static_cast<uint32_t>(eHi - eLo) * chunks;
+    const auto step = static_cast<uint32_t>(c.size());
+    const uint8_t* from = g.a + (eLo * g.h + col0) * es;
+    const uint64_t pitch = g.h * es, colByte = col0 * es;
+    for (uint32_t i0 = static_cast<uint32_t>(c.rank()); i0 < total; i0 += step * kCopyUnroll) {
+      Vec16 v[kCopyUnroll];
+      WEFT_UNROLL
+      for (int u = 0; u < kCopyUnroll; ++u) {
+        const uint32_t i = i0 + static_cast<uint32_t>(u) * step;
+        if (i < total) v[u] = load16(from + (i / chunks) * pitch + (i % chunks) * kVecBytes);
+      }
+      WEFT_UNROLL
+      for (int u = 0; u < kCopyUnroll; ++u) {
+        const uint32_t i = i0 + static_cast<uint32_t>(u) * step;
+        if (i < total) store16(rowPtr[eLo - row0 + i / chunks] + colByte + (i % chunks) * kVecBytes, v[u]);
+      }
+    }
   }
 
   // Leader-only, once the group's stores of the tile's rows [eLo, eHi) are issued: has the proxy

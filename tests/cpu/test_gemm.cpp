@@ -3,8 +3,13 @@
 // experts with empty groups, against a float64 reference, with recv poisoned so unwritten rows
 // and rows written past the received ones show; back-to-back ops on six workers; a capacity too
 // small and unsound send counts fail the op on every rank, naming the rank, with nothing stored;
-// every bad argument is named.
+// every bad argument is named. The blas path (the vendor BLAS's GEMM, then the op routes its rows)
+// gives the same results, also where ranks take different paths, and weftctl shows it was taken.
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "support/gemm_data.hpp"
@@ -86,6 +91,56 @@ TEST_P(GemmAllToAll, ManyWorkersBackToBack) {
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
   };
   EXPECT_TRUE(runRanks(GetParam(), body));
+}
+
+// `weftctl queue --json` for this process's communicators.
+std::string queueJson() {
+  const std::string cmd = std::string(WEFT_TEST_WEFTCTL) + " queue --json --pid " + std::to_string(getpid()) + " 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// gemm_path blas: the vendor BLAS's GEMM (on the CPU backend the engine's stand-in, on the calling
+// thread), then the op routes the product's rows. Every shape of the suite against the same
+// reference, first with the odd ranks fused (the paths meet in one op), then every rank blas.
+// Grouped calls and empty ones run fused whatever the setting; the status page says which ran.
+TEST_P(GemmAllToAll, TheBlasPathRoutesTheProductAndRanksMayDiffer) {
+  const uint64_t seed = freshSeed();
+  for (const bool mixed : {true, false}) {
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      const bool blas = !mixed || rank % 2 == 0;
+      setenv("WEFT_GEMM_PATH", blas ? "blas" : "fused", 1);
+      weft_comm_t comm = initRank(rank, n, id);
+      ASSERT_NE(comm, nullptr);
+      const int64_t capacity = 4 * 300;
+      void* recv = nullptr;
+      WEFT_ASSERT_OK(weft_mem_alloc(comm, capacity * 264 * 2, &recv));
+      uint64_t s = seed + (mixed ? 0 : 100);
+      int vendorOps = 0;  // the cases the blas path takes: one expert, nothing empty
+      for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
+        for (const Shape& sh : kShapes) {
+          const GemmCase c{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts};
+          gemmCase(comm, c, rank, recv, capacity);
+          vendorOps += blas && sh.experts == 1 && c.tokens(rank) > 0 && sh.k > 0 && sh.h > 0;
+        }
+      const std::string json = queueJson();
+      EXPECT_EQ(occurrences(json, "\"path\":\"blas\""), static_cast<size_t>(vendorOps)) << json;
+      EXPECT_EQ(occurrences(json, "\"op\":\"gemm_alltoall\""), 2 * std::size(kShapes)) << json;
+      WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    };
+    EXPECT_TRUE(runRanks(GetParam(), body)) << (mixed ? "odd ranks fused" : "every rank blas");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GemmAllToAll, ::testing::Values(1, 2, 3, 4),

@@ -1,7 +1,7 @@
 // weftctl tune on the CPU backend, end to end: `measure` runs a small sweep on 1 and 2 ranks and
 // writes a table that parses, carries the model, date and commit, and chooses for every measured
 // point the path it reported fastest; `show` says which row decides, or that the fallback does,
-// or that gemv_path forces the path; bad arguments are named.
+// or that gemv_path or gemm_path forces the path; bad arguments are named.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,6 +85,43 @@ TEST(TuneMeasure, WritesATableThatParsesAndChoosesWhatItMeasuredFastest) {
   std::remove(out.c_str());
 }
 
+// The GEMM + All-to-All: fused against blas (on the CPU backend the engine's stand-in for the
+// vendor BLAS), the rows choosing what each point measured fastest.
+TEST(TuneMeasure, TheGemmSweepChoosesBetweenFusedAndBlas) {
+  const std::string out = tempPath("gemm.tsv");
+  const CtlRun run = weftctl("",
+                             "tune measure --op gemm_alltoall --ranks 1,2 --tokens 8,40 --k 16 --h 24,64 --iters 2 "
+                             "--samples 3 --commit 0123456abc --out " +
+                                 out);
+  ASSERT_EQ(run.rc, 0) << run.output;
+  const std::string text = readAll(out);
+  const weft::PathTable t = weft::PathTable::parse(text, out);
+  ASSERT_FALSE(t.rows().empty()) << text;
+  for (const weft::PathRow& r : t.rows()) EXPECT_EQ(r.op, weft::FusedOp::kGemmAllToAll);
+  const std::regex group(R"(^# ([0-9]+) rank\(s\), k ([0-9]+), h ([0-9]+): us per op \(fused blas\)$)");
+  const std::regex point(R"(^#   tokens ([0-9]+) +([0-9.]+) +([0-9.]+)  -> (fused|blas)$)");
+  std::istringstream lines(text);
+  int ranks = 0, points = 0;
+  uint64_t k = 0, h = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, group)) {
+      ranks = std::stoi(m[1]);
+      k = std::stoull(m[2]);
+      h = std::stoull(m[3]);
+    } else if (std::regex_match(line, m, point)) {
+      ++points;
+      const double fused = std::stod(m[2]), blas = std::stod(m[3]);
+      EXPECT_EQ(m[4].str(), blas <= fused ? "blas" : "fused") << line;
+      const weft::PathChoice c = t.choose(weft::FusedOp::kGemmAllToAll, "cpu", ranks, {{std::stoull(m[1]), k, h}});
+      ASSERT_NE(c.row, nullptr) << line;
+      EXPECT_EQ(weft::pathName(c.path), m[4].str()) << line;
+    }
+  }
+  EXPECT_EQ(points, 2 * 2 * 2) << text;  // ranks x h x tokens
+  std::remove(out.c_str());
+}
+
 TEST(TuneShow, NamesTheDecidingRowTheFallbackOrTheForcingSetting) {
   const std::string table = tempPath("show.tsv");
   std::ofstream(table) << "# a hand-written table\n"
@@ -105,9 +142,14 @@ TEST(TuneShow, NamesTheDecidingRowTheFallbackOrTheForcingSetting) {
   EXPECT_NE(r.output.find(": blas (no row covers it: the fallback, the vendor BLAS's GEMV"), std::string::npos)
       << r.output;
   r = weftctl(env, "tune show --op gemm_alltoall --ranks 4 --shape 256,14336,4096");
-  EXPECT_NE(r.output.find("tokens 256, k 14336, h 4096: fused (no row covers it: the fallback, the op's only path"),
+  EXPECT_NE(r.output.find("tokens 256, k 14336, h 4096: blas (no row covers it: the fallback, the vendor BLAS's GEMM"),
             std::string::npos)
       << r.output;
+  r = weftctl(env, "tune show --op embedding_alltoall --ranks 4 --shape 4096,8,128");
+  EXPECT_NE(r.output.find(": fused (no row covers it: the fallback, the op's only path"), std::string::npos)
+      << r.output;
+  r = weftctl(env + " WEFT_GEMM_PATH=fused", "tune show --op gemm_alltoall --ranks 4 --shape 256,14336,4096");
+  EXPECT_NE(r.output.find(": fused (gemm_path forces it)"), std::string::npos) << r.output;
   r = weftctl(env + " WEFT_GEMV_PATH=unfused", "tune show --op gemv_allreduce --ranks 2 --shape 8,4096,512");
   EXPECT_NE(r.output.find(": unfused (gemv_path forces it)"), std::string::npos) << r.output;
   std::remove(table.c_str());
@@ -127,6 +169,11 @@ TEST(Tune, BadArgumentsAreNamed) {
       {"tune measure --ranks 1 --out - --commit xyz", "--commit: 'xyz' is not 7 to 40 hex digits"},
       {"tune measure --ranks 1 --out - --dtype int8", "--dtype: 'int8' is not float32"},
       {"tune measure --ranks 1 --out - --batch 65", "--batch: '65' is not a whole number in [1, 64]"},
+      {"tune measure --ranks 1 --out - --op embedding_alltoall", "--op: 'embedding_alltoall' is not gemv_allreduce"},
+      {"tune measure --ranks 1 --out - --tokens 8", "--tokens: only for --op gemm_alltoall"},
+      {"tune measure --ranks 1 --out - --op gemm_alltoall --batch 8", "--batch: only for --op gemv_allreduce"},
+      {"tune measure --ranks 1 --out - --op gemm_alltoall --h 12", "--h: 12 is not a multiple of 8"},
+      {"tune measure --ranks 1 --out - --op gemm_alltoall --dtype float32", "--dtype: the GEMM takes float16"},
   };
   for (const Case& c : cases) {
     const CtlRun r = weftctl("", c.args);

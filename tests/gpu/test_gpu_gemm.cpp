@@ -1,11 +1,17 @@
 // GEMM + All-to-All on 1, 2 and 4 GPUs under both engines: bfloat16 and float16, random splits
 // with zeros, odd sizes (tails of every tile and of the k pipeline), grouped experts; a last wave
 // split along k; a capacity too small fails the op on every rank with nothing stored; the op
-// captured into a CUDA graph and replayed. Skipped (and reported so) without GPUs.
+// captured into a CUDA graph and replayed; the blas path (cuBLAS's GEMM, the op routing its rows)
+// beside the fused one. Skipped (and reported so) without GPUs.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "device/ops/gemm_split_device.hpp"
 #include "gpu_support.hpp"
+#include "runtime/status_read.hpp"
 #include "support/gemm_data.hpp"
 #include "support/multirank.hpp"
 #include "support/oracle.hpp"
@@ -181,6 +187,63 @@ TEST_P(GpuGemm, ACapacityTooSmallFailsEveryRankAndStoresNothing) {
     };
     EXPECT_TRUE(runRanks(gpus(), body));
   }
+}
+
+// gemm_path blas on the even ranks, fused on the odd ones (one op, two paths): every shape of the
+// suite eagerly, then a larger one whose first op is inside a captured graph (rank 0's product,
+// over 2 MiB, outgrows the buffer during the capture), replayed twice. The launched engine runs cuBLAS's GEMM, as this
+// rank's status page says; the persistent engine has no vendor BLAS and runs every op fused.
+TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
+  WEFT_REQUIRE_GPUS(gpus());
+  const uint64_t seed = freshSeed();
+  char tmpl[] = "/tmp/weft-gpu-gemm-XXXXXX";
+  const std::string dir = std::string(mkdtemp(tmpl)) + "/pages";
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    const bool blas = rank % 2 == 0;
+    setenv("WEFT_GEMM_PATH", blas ? "blas" : "fused", 1);
+    setenv("WEFT_STATUS_DIR", dir.c_str(), 1);
+    constexpr size_t kHeap = size_t{16} << 20;  // the large case's rows from 4 ranks
+    Rank r = setUp(rank, n, id, kHeap);
+    ASSERT_NE(r.comm, nullptr);
+    uint64_t s = seed;
+    for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
+      for (const Shape& sh : kShapes) {
+        const GemmCase c{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts};
+        SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " tokens " << sh.tokens << " k " << sh.k << " h " << sh.h
+                                          << " experts " << sh.experts << " seed " << c.seed);
+        const DeviceInputs in(gemmInputs(c, rank), n);
+        WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kCapacity * sh.h * 2));
+        WEFT_ASSERT_OK(runCase(r, c, rank, in, kCapacity));
+        WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+        EXPECT_TRUE(received(r, c, rank, in, kCapacity));
+      }
+    const GemmCase big{++s, n, 2100, 264, kMaxH, WEFT_BFLOAT16, 1};
+    const int64_t capacity = kHeap / (kMaxH * 2);
+    const DeviceInputs in(gemmInputs(big, rank), n);
+    const cudaGraphExec_t exec = captureGraph(r.stream, [&] { WEFT_ASSERT_OK(runCase(r, big, rank, in, capacity)); });
+    ASSERT_NE(exec, nullptr);
+    for (int replay = 0; replay < 2; ++replay) {
+      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kHeap));
+      WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
+      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+      EXPECT_TRUE(received(r, big, rank, in, capacity)) << "replay " << replay;
+    }
+    WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
+    int vendorOps = 0, gemmOps = 0;
+    for (const status::Snapshot& page : status::readDirectory(dir).pages) {
+      if (page.header.rank != rank || page.header.pid != getpid()) continue;
+      for (const auto* rows : {&page.inFlight, &page.history})
+        for (const status::OpRow& row : *rows) {
+          if (row.kind != static_cast<uint32_t>(dev::OpKind::kGemmAllToAll)) continue;
+          ++gemmOps;
+          vendorOps += (row.flags & status::kRowVendorProduct) != 0;
+        }
+    }
+    EXPECT_GT(gemmOps, 0) << "no GEMM op on this rank's page in " << dir;
+    EXPECT_EQ(vendorOps > 0, blas && gEngine == "launched") << vendorOps << " of " << gemmOps << " GEMM ops";
+    tearDown(r);
+  };
+  EXPECT_TRUE(runRanks(gpus(), body));
 }
 
 WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuGemm);

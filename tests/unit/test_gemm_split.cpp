@@ -94,7 +94,9 @@ TEST(GemmSplit, OnlyAWaveWorthSplittingIsSplit) {
 }
 
 TEST(GemmSplit, TheEngineSplitsOnlyOneExpertsOpsWithAPartialsBuffer) {
+  const uint8_t weights[16] = {};
   GemmArgs g{};
+  g.w = weights;  // never read here
   g.tokens = 512;
   g.k = 14336;
   g.h = 4096;
@@ -119,6 +121,17 @@ TEST(GemmSplit, TheEngineSplitsOnlyOneExpertsOpsWithAPartialsBuffer) {
   GemmAllToAllOp::pack(g, grouped);
   GemmAllToAllOp::splitLastWave(grouped, 132, buffer);
   EXPECT_EQ(GemmAllToAllOp::args(grouped).split.tiles, 0u);
+  // An op that routes a product it was given (no w) multiplies nothing, so nothing to split; it
+  // copies in tiles a quarter as wide (512 x 4096: 4 x 64 of them).
+  g.experts = 1;
+  g.w = nullptr;
+  EXPECT_TRUE(g.productGiven());
+  OpDesc routed{};
+  GemmAllToAllOp::pack(g, routed);
+  GemmAllToAllOp::splitLastWave(routed, 132, buffer);
+  EXPECT_EQ(GemmAllToAllOp::args(routed).split.tiles, 0u);
+  EXPECT_EQ(routed.nitems, 2u + 4u * 64u);
+  EXPECT_EQ(routed.tileElems, 64u);
 }
 
 }  // namespace

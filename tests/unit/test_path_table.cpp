@@ -59,8 +59,10 @@ TEST(PathTable, AShapeNoRowCoversTakesThePathThatCannotLose) {
   EXPECT_EQ(g.path, OpPath::kBlas);  // the vendor BLAS's GEMV, then weft's AllReduce
   EXPECT_EQ(g.row, nullptr);
   EXPECT_EQ(fallbackPath(FusedOp::kGemvAllReduce), OpPath::kBlas);
-  // The GEMM and the embedding have one path so far: it is their fallback.
-  EXPECT_EQ(empty.choose(FusedOp::kGemmAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
+  // The GEMM's: the vendor BLAS's GEMM, then the op routes its rows.
+  EXPECT_EQ(empty.choose(FusedOp::kGemmAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kBlas);
+  EXPECT_EQ(fallbackPath(FusedOp::kGemmAllToAll), OpPath::kBlas);
+  // The embedding has one path so far: it is its fallback.
   EXPECT_EQ(empty.choose(FusedOp::kEmbeddingAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
 }
 
@@ -77,7 +79,8 @@ TEST(PathTable, EveryBadRowIsNamedByOriginLineAndField) {
   EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 +8 * * fused -\n", "tokens_max '+8'"));
   EXPECT_TRUE(parseFailsNaming("embedding_alltoall * 2 8 x * fused -\n", "num_tables_max 'x'"));
   // A path the op cannot run is refused, not run as something else.
-  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * fused_rsag -\n", "path 'fused_rsag' is not fused"));
+  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * fused_rsag -\n", "path 'fused_rsag' is not blas or fused"));
+  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * unfused -\n", "path 'unfused' is not blas or fused"));
   EXPECT_TRUE(parseFailsNaming("embedding_alltoall * 2 8 * * blas -\n", "path 'blas' is not fused"));
   // Provenance: DATE@COMMIT or '-'.
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2 8 * * fused yesterday\n", "t.tsv:1: measured 'yesterday'"));
@@ -99,6 +102,16 @@ TEST(PathTable, PathSettingsNameThemselvesAndTheOp) {
     ADD_FAILURE() << "gemv_path 'oneshot' accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gemv_path: 'oneshot' is not auto, blas, unfused, fused or fused_rsag"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(pathSetting(FusedOp::kGemmAllToAll, "blas", "gemm_path"), OpPath::kBlas);
+  EXPECT_EQ(pathSetting(FusedOp::kGemmAllToAll, "fused", "gemm_path"), OpPath::kFused);
+  try {
+    pathSetting(FusedOp::kGemmAllToAll, "unfused", "gemm_path");
+    ADD_FAILURE() << "gemm_path 'unfused' accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemm_path: 'unfused' is not auto, blas or fused (gemm_alltoall)"),
               std::string::npos)
         << e.what();
   }

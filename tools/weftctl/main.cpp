@@ -103,18 +103,23 @@ int main(int argc, char** argv) {
   show->add_option("--gpu", showOpts.gpu, "GPU model to read the table for (default: this machine's)");
   weftctl::TuneMeasureOptions measureOpts;
   auto* measure =
-      tune->add_subcommand("measure", "Time every GEMV + AllReduce path on this machine and write a path table for it");
+      tune->add_subcommand("measure", "Time every path of a fused op on this machine and write a path table for it");
+  measure->add_option("--op", measureOpts.op, "gemv_allreduce (the default) or gemm_alltoall");
   measure->add_option("--ranks", measureOpts.ranks, "World sizes to measure, comma-separated (ranks share the GPUs)")
       ->delimiter(',')
       ->check(wholeNumber(1, 64));
   measure->add_option("--out", measureOpts.out, "The table's file, '-' for stdout");
-  measure->add_option("--batch", measureOpts.batches, "Batches (default: the backend's sweep)")
+  measure->add_option("--batch", measureOpts.batches, "GEMV: batches (default: the backend's sweep)")
       ->delimiter(',')
       ->check(wholeNumber(1, 64));
-  measure->add_option("--n", measureOpts.n, "Rows of w")->delimiter(',')->check(wholeNumber(1, 1 << 20));
-  measure->add_option("--k", measureOpts.kLocal, "k_local: columns of w on each rank")
+  measure->add_option("--n", measureOpts.n, "GEMV: rows of w")->delimiter(',')->check(wholeNumber(1, 1 << 20));
+  measure->add_option("--k", measureOpts.k, "GEMV: k_local, the columns of w on each rank; GEMM: k")
       ->delimiter(',')
       ->check(wholeNumber(1, 1 << 20));
+  measure->add_option("--tokens", measureOpts.tokens, "GEMM: rows of a on each rank")
+      ->delimiter(',')
+      ->check(wholeNumber(1, 1 << 20));
+  measure->add_option("--h", measureOpts.h, "GEMM: columns of w")->delimiter(',')->check(wholeNumber(1, 1 << 20));
   measure->add_option("--dtype", measureOpts.dtype, "float32, float16 or bfloat16");
   measure->add_option("--iters", measureOpts.iters, "Ops per timed sample (default: 200 on a GPU, 3 on the CPU)")
       ->check(wholeNumber(1, 1000000));

@@ -74,8 +74,9 @@ void printText(const st::Listing& l, const QueueOptions& o) {
     std::string last;
     for (size_t i = s.history.size(), n = 0; i-- > 0 && n < 4; ++n) {
       const st::OpRow& r = s.history[i];
-      last += std::string(n ? "; " : "") + "#" + num(r.ticket) + " " + st::kindName(r.kind) + " " +
-              secondsText(r.endNs - r.submitNs) + " " + st::statusName(r.status);
+      last += std::string(n ? "; " : "") + "#" + num(r.ticket) + " " + st::kindName(r.kind) +
+              (r.flags & st::kRowVendorProduct ? " (blas)" : "") + " " + secondsText(r.endNs - r.submitNs) + " " +
+              st::statusName(r.status);
     }
     if (!last.empty()) std::printf("    last ops: %s\n", last.c_str());
     if (const std::string f = failureLine(s); !f.empty()) std::printf("    first failure: %s\n", f.c_str());
@@ -90,7 +91,10 @@ void printText(const st::Listing& l, const QueueOptions& o) {
 std::string rowJson(const st::OpRow& r) {
   return "{\"ticket\":" + num(r.ticket) + ",\"op\":" + jsonString(st::kindName(r.kind)) +
          ",\"dtype\":" + jsonString(st::dtypeName(r.dtype)) + ",\"count\":" + num(r.count) +
-         ",\"bytes\":" + num(r.bytes) + ",\"items\":" + num(r.nitems);
+         ",\"bytes\":" + num(r.bytes) + ",\"items\":" + num(r.nitems) +
+         (r.kind == static_cast<uint32_t>(weft::dev::OpKind::kGemmAllToAll)
+              ? std::string(",\"path\":") + (r.flags & st::kRowVendorProduct ? "\"blas\"" : "\"fused\"")
+              : "");
 }
 
 std::string pageJson(const st::Snapshot& s) {
@@ -195,7 +199,7 @@ std::string opText(const st::OpRow& r) {
   else if (kind == weft::dev::OpKind::kAllToAll)
     what += " of " + num(r.count) + " " + st::dtypeName(r.dtype) + " per rank";
   else
-    what += std::string(" (") + st::dtypeName(r.dtype) + ")";
+    what += std::string(" (") + st::dtypeName(r.dtype) + (r.flags & st::kRowVendorProduct ? ", blas" : "") + ")";
   return what + ", " + num(r.bytes) + " B";
 }
 

@@ -1,5 +1,6 @@
 // weftctl tune measure's sweep: the shapes it times, the report the ranks send, and how measured
-// points become rows of a path table.
+// points become rows of a path table. One op per run (--op): the GEMV + AllReduce or the GEMM +
+// All-to-All, each with every path it has forced in turn.
 #pragma once
 
 #include <cstdint>
@@ -12,19 +13,28 @@
 
 namespace weftctl {
 
-struct GemvPoint {
-  uint64_t batch = 0, n = 0, kLocal = 0;
+// One shape of the sweep: the op's three sizes in weft::shapeNames(op)'s order (GEMV: batch, n,
+// k_local; GEMM: tokens, k, h), the first being the one whose runs of points make rows.
+struct SweepPoint {
+  uint64_t dims[3] = {0, 0, 0};
 };
 
-// Every (k_local, n, batch) of the options, or of the backend's default sweep, sorted so; throws
-// weft::Error naming the option with a size out of range.
-std::vector<GemvPoint> gemvSweep(const TuneMeasureOptions& o, bool cpuBackend);
+// The op --op names (gemv_allreduce or gemm_alltoall); throws weft::Error naming --op otherwise.
+weft::FusedOp measuredOp(const TuneMeasureOptions& o);
+// The paths a run of `op` times, each forced by its setting (pathSettingName).
+const std::vector<weft::OpPath>& measuredPaths(weft::FusedOp op);
+const char* pathSettingName(weft::FusedOp op);
+
+// Every shape of the options, or of the backend's default sweep for the op, sorted by the last
+// size, then the second, then the first; throws weft::Error naming an option with a size out of
+// range or one the op does not take.
+std::vector<SweepPoint> sweepOf(const TuneMeasureOptions& o, weft::FusedOp op, bool cpuBackend);
 
 // Microseconds per op of each path, per point (by index into the sweep).
 using PointTimes = std::vector<std::map<weft::OpPath, double>>;
 // Rank 0's report ("PATH INDEX MICROSECONDS" lines); throws if a line is malformed or a point
-// lacks a path.
-PointTimes parseReport(const std::string& report, const std::vector<GemvPoint>& points);
+// lacks one of the op's paths.
+PointTimes parseReport(const std::string& report, weft::FusedOp op, const std::vector<SweepPoint>& points);
 
 struct PathRowsFor {
   int nranks = 0;
@@ -33,11 +43,12 @@ struct PathRowsFor {
 // The fastest path of one point (ties go to the vendor BLAS, then the unfused path: the paths that
 // cannot lose by construction).
 weft::OpPath fastest(const std::map<weft::OpPath, double>& times);
-// The table: a header saying where and how it was measured, then per world size and (k_local, n)
-// the measured times as comments and one row per run of batches with the same fastest path (a
-// row covers batches up to its last, n and k_local up to the measured ones).
-std::string writeTable(const TuneMeasureOptions& o, const std::string& model, const std::string& measured,
-                       const std::vector<GemvPoint>& points, const std::vector<PathRowsFor>& worlds);
+// The table: a header saying where and how it was measured, then per world size and (second,
+// third size) the measured times as comments and one row per run of first sizes with the same
+// fastest path (a row covers first sizes up to its last, the other two up to the measured ones).
+std::string writeTable(const TuneMeasureOptions& o, weft::FusedOp op, const std::string& model,
+                       const std::string& measured, const std::vector<SweepPoint>& points,
+                       const std::vector<PathRowsFor>& worlds);
 
 bool commitOk(const std::string& commit);
 

@@ -1,7 +1,8 @@
 // weftctl tune: `show` prints the path table in effect and, given an op and a shape, the path a
 // communicator would take and why (the deciding row, a forcing setting, or the fallback);
-// `measure` times every path of the GEMV + AllReduce on this machine, for each world size asked,
-// and writes a table whose rows name the GPU model, the date and the commit. Each returns the
+// `measure` times every path of one fused op (the GEMV + AllReduce or the GEMM + All-to-All) on
+// this machine, for each world size asked, and writes a table whose rows name the GPU model, the
+// date and the commit. Each returns the
 // process's exit status; bad arguments throw weft::Error naming the option.
 #pragma once
 
@@ -20,10 +21,14 @@ struct TuneShowOptions {
 int runTuneShow(const TuneShowOptions& o);
 
 struct TuneMeasureOptions {
-  std::vector<int> ranks;          // world sizes; ranks of one size share this host's devices
-  std::vector<uint64_t> batches;   // empty: the backend's default sweep
-  std::vector<uint64_t> n;         // rows of w
-  std::vector<uint64_t> kLocal;    // columns of w on each rank
+  std::string op = "gemv_allreduce";  // or gemm_alltoall
+  std::vector<int> ranks;             // world sizes; ranks of one size share this host's devices
+  // Each empty: the backend's default sweep.
+  std::vector<uint64_t> batches;   // GEMV: batch
+  std::vector<uint64_t> n;         // GEMV: rows of w
+  std::vector<uint64_t> k;         // GEMV: columns of w on each rank (k_local); GEMM: k
+  std::vector<uint64_t> tokens;    // GEMM: rows of a on each rank
+  std::vector<uint64_t> h;         // GEMM: columns of w
   std::string dtype = "bfloat16";  // float32 | float16 | bfloat16
   int iters = 0;                   // ops per timed sample (0: the backend's default)
   int samples = 5;                 // timed samples per path and shape; the median counts

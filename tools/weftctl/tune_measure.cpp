@@ -1,8 +1,9 @@
 // weftctl tune measure: for each world size, starts that many ranks on this host (forked from
 // weftctl before anything touches a device, so each child starts its device afresh), and each
-// rank times the GEMV + AllReduce with every path forced (one communicator per path, as weft-bench
-// does) over the sweep. Rank 0 reports its medians through a pipe; the parent keeps each shape's
-// fastest path and writes the rows (sweep.cpp turns the points into rows).
+// rank times the op (the GEMV + AllReduce or the GEMM + All-to-All) with every path forced (one
+// communicator per path, as weft-bench does) over the sweep. Rank 0 reports its medians through a
+// pipe; the parent keeps each shape's fastest path and writes the rows (sweep.cpp turns the
+// points into rows).
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -36,9 +37,6 @@ using weft::Error;
 using Clock = std::chrono::steady_clock;
 
 const bool kCpu = std::string(WEFT_BUILD_GPU) == "cpu";
-constexpr weft::OpPath kGemvPaths[] = {weft::OpPath::kFused, weft::OpPath::kFusedRsag, weft::OpPath::kUnfused,
-                                       weft::OpPath::kBlas};
-
 weft::dev::DType dtypeOf(const std::string& name) {
   if (name == "float32") return weft::dev::DType::kFloat32;
   if (name == "float16") return weft::dev::DType::kFloat16;
@@ -56,41 +54,103 @@ void* patterned(weft::Comm& comm, uint64_t bytes) {
   return p;
 }
 
+// Rank `rank`'s rows of each GEMM shape: an even split over the ranks (the remainder to the last).
+std::vector<int64_t> evenSplit(uint64_t tokens, int nranks) {
+  std::vector<int64_t> counts(nranks, static_cast<int64_t>(tokens / nranks));
+  counts.back() += static_cast<int64_t>(tokens % nranks);
+  return counts;
+}
+
+// The bytes of the sweep's largest input, weights and output (the GEMM's recv holds a rank's
+// tokens and one row per rank more: run() passes that capacity).
+struct Footprint {
+  uint64_t in = 0, w = 0, out = 0;
+  Footprint(weft::FusedOp op, const std::vector<SweepPoint>& points, weft::dev::DType dt, int nranks) {
+    const uint64_t es = weft::dev::dtypeSize(dt);
+    const bool gemv = op == weft::FusedOp::kGemvAllReduce;
+    for (const SweepPoint& p : points) {
+      in = std::max(in, p.dims[0] * (gemv ? p.dims[2] : p.dims[1]) * es);
+      w = std::max(w, p.dims[1] * p.dims[2] * es);
+      out = std::max(out, (gemv ? p.dims[0] * p.dims[1] : (p.dims[0] + nranks) * p.dims[2]) * es);
+    }
+  }
+  uint64_t heap() const { return ((in + w + out) * 5 / 4 + (64 << 20)) >> 20 << 20; }
+};
+
+// The ops of the sweep's points, over heap blocks made for its largest shape.
+class PointOps {
+ public:
+  PointOps(weft::Comm& comm, weft::FusedOp op, const Footprint& f, weft::dev::DType dt, int nranks)
+      : comm_(comm), op_(op), dt_(dt), nranks_(nranks) {
+    in_ = patterned(comm, f.in);
+    w_ = patterned(comm, f.w);
+    out_ = comm.memAlloc(f.out);
+    counts_ = static_cast<int64_t*>(comm.memAlloc(nranks * sizeof(int64_t)));
+  }
+  // Sets the point's inputs up (the GEMM's send counts); then run() issues its op.
+  void prepare(const SweepPoint& p) {
+    point_ = p;
+    if (op_ != weft::FusedOp::kGemmAllToAll) return;
+    const std::vector<int64_t> counts = evenSplit(p.dims[0], nranks_);
+    weft::copyToDevice(counts_, counts.data(), counts.size() * sizeof(int64_t));
+  }
+  weft::Code run() {
+    const SweepPoint& p = point_;
+    if (op_ == weft::FusedOp::kGemvAllReduce)
+      return comm_.gemvAllReduce(in_, w_, out_, static_cast<uint32_t>(p.dims[0]), p.dims[1], p.dims[2], dt_, nullptr);
+    const weft::dev::GemmArgs g{static_cast<const uint8_t*>(in_),
+                                static_cast<const uint8_t*>(w_),
+                                counts_,
+                                nullptr,
+                                nullptr,
+                                p.dims[0],
+                                p.dims[1],
+                                p.dims[2],
+                                p.dims[0] + static_cast<uint64_t>(nranks_),
+                                1};
+    return comm_.gemmAllToAll(g, out_, dt_, nullptr);
+  }
+
+ private:
+  weft::Comm& comm_;
+  weft::FusedOp op_;
+  weft::dev::DType dt_;
+  void* in_ = nullptr;
+  void* w_ = nullptr;
+  void* out_ = nullptr;
+  int nranks_ = 1;
+  int64_t* counts_ = nullptr;
+  SweepPoint point_;
+};
+
 // One rank of a world of `nranks`: every path over every point, one line per (path, point) on
 // `report` (rank 0 only): "PATH INDEX MICROSECONDS". Every rank issues the same ops in the same
 // order (the count is fixed, never adapted to what one rank saw), as collectives need.
-void measureRank(const TuneMeasureOptions& o, const std::vector<GemvPoint>& points,
+void measureRank(const TuneMeasureOptions& o, weft::FusedOp op, const std::vector<SweepPoint>& points,
                  const std::vector<weft::UniqueId>& ids, int rank, int nranks, FILE* report) {
   weft::selectDevice(rank);
   const weft::dev::DType dt = dtypeOf(o.dtype);
-  const uint64_t es = weft::dev::dtypeSize(dt);
-  uint64_t xBytes = 0, wBytes = 0, yBytes = 0;
-  for (const GemvPoint& p : points) {
-    xBytes = std::max(xBytes, p.batch * p.kLocal * es);
-    wBytes = std::max(wBytes, p.n * p.kLocal * es);
-    yBytes = std::max(yBytes, p.batch * p.n * es);
-  }
-  const uint64_t heap = ((xBytes + wBytes + yBytes) * 5 / 4 + (64 << 20)) >> 20 << 20;
-  for (size_t i = 0; i < std::size(kGemvPaths); ++i) {
-    const char* path = weft::pathName(kGemvPaths[i]);
-    const weft::Settings s =
-        weft::Settings::resolve({{"gemv_path", path}, {"heap_bytes", std::to_string(heap)}, {"service", "off"}});
+  const Footprint footprint(op, points, dt, nranks);
+  const std::vector<weft::OpPath>& paths = measuredPaths(op);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const char* path = weft::pathName(paths[i]);
+    const weft::Settings s = weft::Settings::resolve(
+        {{pathSettingName(op), path}, {"heap_bytes", std::to_string(footprint.heap())}, {"service", "off"}});
     std::unique_ptr<weft::Comm> comm = weft::Comm::create(ids[i], rank, nranks, s);
-    void* x = patterned(*comm, xBytes);
-    void* w = patterned(*comm, wBytes);
-    void* y = comm->memAlloc(yBytes);
+    PointOps ops(*comm, op, footprint, dt, nranks);
     for (size_t at = 0; at < points.size(); ++at) {
-      const GemvPoint& p = points[at];
-      auto op = [&] {
-        const weft::Code c = comm->gemvAllReduce(x, w, y, static_cast<uint32_t>(p.batch), p.n, p.kLocal, dt, nullptr);
-        if (c != weft::Code::kSuccess) throw Error(c, std::string("gemv_path ") + path + ": the op failed");
+      ops.prepare(points[at]);
+      auto once = [&] {
+        const weft::Code c = ops.run();
+        if (c != weft::Code::kSuccess)
+          throw Error(c, std::string(pathSettingName(op)) + " " + path + ": the op failed");
       };
-      for (int warm = 0; warm < 2; ++warm) op();
+      for (int warm = 0; warm < 2; ++warm) once();
       weft::deviceSynchronize(o.timeoutS);
       std::vector<double> perOp;
       for (int sample = 0; sample < o.samples; ++sample) {
         const auto start = Clock::now();
-        for (int it = 0; it < o.iters; ++it) op();
+        for (int it = 0; it < o.iters; ++it) once();
         weft::deviceSynchronize(o.timeoutS);
         perOp.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / o.iters);
       }
@@ -104,10 +164,10 @@ void measureRank(const TuneMeasureOptions& o, const std::vector<GemvPoint>& poin
 
 // Forks the ranks of one world size; returns rank 0's report lines. Throws if a rank fails or the
 // run passes o.timeoutS (its ranks are then killed).
-std::string runWorld(const TuneMeasureOptions& o, const std::vector<GemvPoint>& points, int nranks) {
+std::string runWorld(const TuneMeasureOptions& o, weft::FusedOp op, const std::vector<SweepPoint>& points, int nranks) {
   const weft::Settings s = weft::Settings::resolve();
   std::vector<weft::UniqueId> ids;
-  for (size_t i = 0; i < std::size(kGemvPaths); ++i)
+  for (size_t i = 0; i < measuredPaths(op).size(); ++i)
     ids.push_back(weft::createUniqueId(s.getString("bootstrap_addr"), s.getString("bootstrap_ifname")));
   int pipeFds[2];
   if (pipe(pipeFds) != 0) throw Error(Code::kSystem, "tune measure: pipe failed");
@@ -122,7 +182,7 @@ std::string runWorld(const TuneMeasureOptions& o, const std::vector<GemvPoint>& 
       FILE* report = rank == 0 ? fdopen(pipeFds[1], "w") : nullptr;
       int status = 0;
       try {
-        measureRank(o, points, ids, rank, nranks, report);
+        measureRank(o, op, points, ids, rank, nranks, report);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "weftctl: tune measure: rank %d of %d: %s\n", rank, nranks, e.what());
         status = 1;
@@ -206,23 +266,25 @@ int runTuneMeasure(const TuneMeasureOptions& given) {
   TuneMeasureOptions o = given;
   if (o.out.empty()) throw Error(Code::kInvalidArgument, "--out: where to write the table (or '-' for stdout)");
   if (o.ranks.empty()) throw Error(Code::kInvalidArgument, "--ranks: the world sizes to measure (e.g. 1,2,4)");
-  dtypeOf(o.dtype);
+  const weft::FusedOp op = measuredOp(o);
+  if (dtypeOf(o.dtype) == weft::dev::DType::kFloat32 && op == weft::FusedOp::kGemmAllToAll)
+    throw Error(Code::kInvalidArgument, "--dtype: the GEMM takes float16 or bfloat16");
   if (o.commit.empty()) o.commit = WEFTCTL_COMMIT;
   if (!commitOk(o.commit))
     throw Error(Code::kInvalidArgument, "--commit: '" + o.commit +
                                             "' is not 7 to 40 hex digits (this build does not know its commit: it "
                                             "was not configured in a git checkout)");
   if (o.iters == 0) o.iters = kCpu ? 3 : 200;  // a GPU sample must outlast the 200 us poll of its end
-  const std::vector<GemvPoint> points = gemvSweep(o, kCpu);
+  const std::vector<SweepPoint> points = sweepOf(o, op, kCpu);
   const std::string model = modelOfThisMachine();
   const std::string measured = today() + "@" + o.commit;
   std::vector<PathRowsFor> worlds;
   for (int nranks : o.ranks) {
-    std::fprintf(stderr, "weftctl: tune measure: %d rank(s), %zu shapes x %zu paths on %s\n", nranks, points.size(),
-                 std::size(kGemvPaths), model.c_str());
-    worlds.push_back(PathRowsFor{nranks, parseReport(runWorld(o, points, nranks), points)});
+    std::fprintf(stderr, "weftctl: tune measure: %s, %d rank(s), %zu shapes x %zu paths on %s\n", weft::opName(op),
+                 nranks, points.size(), measuredPaths(op).size(), model.c_str());
+    worlds.push_back(PathRowsFor{nranks, parseReport(runWorld(o, op, points, nranks), op, points)});
   }
-  const std::string table = writeTable(o, model, measured, points, worlds);
+  const std::string table = writeTable(o, op, model, measured, points, worlds);
   if (o.out == "-") {
     std::fputs(table.c_str(), stdout);
     return 0;

@@ -42,10 +42,16 @@ weft::OpShape parseShape(weft::FusedOp op, const std::string& text) {
 
 // Why a shape takes the fallback, per op.
 const char* fallbackReason(weft::FusedOp op) {
-  return op == weft::FusedOp::kGemvAllReduce
-             ? "the vendor BLAS's GEMV, then weft's AllReduce: the baseline's own compute, so it cannot lose; weft's "
-               "GEMV where the engine has no vendor BLAS"
-             : "the op's only path so far";
+  switch (op) {
+    case weft::FusedOp::kGemvAllReduce:
+      return "the vendor BLAS's GEMV, then weft's AllReduce: the baseline's own compute, so it cannot lose; weft's "
+             "GEMV where the engine has no vendor BLAS";
+    case weft::FusedOp::kGemmAllToAll:
+      return "the vendor BLAS's GEMM, then weft routes its rows: the baseline's own compute, so it cannot lose; "
+             "fused where the engine has no vendor BLAS, and for grouped experts";
+    default:
+      return "the op's only path so far";
+  }
 }
 
 }  // namespace
@@ -70,9 +76,12 @@ int runTuneShow(const TuneShowOptions& o) {
   std::printf("%s on %d rank(s) of %s, %s %llu, %s %llu, %s %llu: ", weft::opName(*op), o.ranks,
               gpu.empty() ? "no GPU" : gpu.c_str(), names[0], static_cast<unsigned long long>(shape.dims[0]), names[1],
               static_cast<unsigned long long>(shape.dims[1]), names[2], static_cast<unsigned long long>(shape.dims[2]));
-  if (*op == weft::FusedOp::kGemvAllReduce)
-    if (const auto forced = weft::pathSetting(*op, s.getString("gemv_path"), "gemv_path")) {
-      std::printf("%s (gemv_path forces it)\n", weft::pathName(*forced));
+  const char* setting = *op == weft::FusedOp::kGemvAllReduce  ? "gemv_path"
+                        : *op == weft::FusedOp::kGemmAllToAll ? "gemm_path"
+                                                              : nullptr;
+  if (setting)
+    if (const auto forced = weft::pathSetting(*op, s.getString(setting), setting)) {
+      std::printf("%s (%s forces it)\n", weft::pathName(*forced), setting);
       return 0;
     }
   const weft::PathChoice c = t.choose(*op, gpu, o.ranks, shape);
