@@ -61,8 +61,10 @@ struct GemvRow {
 
 struct GemmRow {
   int64_t tokens = 0, k = 0, h = 0;
-  double fusedUs = 0, baseUs = 0, gemmUs = 0, weftGemmUs = 0, allToAllUs = 0;  // medians per op
-  double hostUs = 0;                                                           // host time per fused submission
+  // Medians per op: weft as the path table runs it, each path forced, the baseline, cuBLAS's GEMM
+  // alone, weft's own GEMM alone, the all-to-all alone.
+  double weftUs = 0, fusedUs = 0, blasUs = 0, baseUs = 0, gemmUs = 0, weftGemmUs = 0, allToAllUs = 0;
+  double hostUs = 0;  // host time per submission (the table's path)
   double flops() const { return 2.0 * tokens * k * h; }
   int64_t diff = -1;  // elements off the baseline; -1: unchecked
 };
@@ -98,12 +100,13 @@ struct Solo {
   Solo(const Solo&) = delete;
   Solo& operator=(const Solo&) = delete;
 };
-// A second communicator of the same ranks whose GEMV + AllReduce always takes `gemvPath` (a
-// gemv_path value), and a heap block of `bytes` in it. Collective.
+// A second communicator of the same ranks whose fused op always takes one path (`setting`, the
+// environment variable of gemv_path or gemm_path, set to `path`), and a heap block of `bytes` in
+// it. Collective.
 struct Peers {
   weft_comm_t comm = nullptr;
   void* heap = nullptr;
-  Peers(Context& c, const char* gemvPath, size_t bytes);
+  Peers(Context& c, const char* setting, const char* path, size_t bytes);
   ~Peers();
   Peers(const Peers&) = delete;
   Peers& operator=(const Peers&) = delete;

@@ -115,14 +115,14 @@ Solo::~Solo() {
   weft_comm_destroy(comm);
 }
 
-Peers::Peers(Context& c, const char* gemvPath, size_t bytes) {
+Peers::Peers(Context& c, const char* setting, const char* path, size_t bytes) {
   weft_unique_id_t id{};
   if (c.rank == 0) weftOk(weft_get_unique_id(&id), "weft_get_unique_id (second communicator)");
   shareFromRank0(c, id.internal, sizeof id.internal, "share the second communicator's id");
   weft_config_t config = WEFT_CONFIG_INITIALIZER;
   config.heap_bytes = bytes + (16u << 20);
   {
-    const ScopedEnv path("WEFT_GEMV_PATH", gemvPath);
+    const ScopedEnv forced(setting, path);
     weftOk(weft_comm_init_rank(&comm, c.nranks, id, c.rank, &config), "weft_comm_init_rank (second communicator)");
   }
   weftOk(weft_mem_alloc(comm, bytes, &heap), "weft_mem_alloc (second communicator)");

@@ -92,8 +92,8 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
     fillRamp<<<64, 256, 0, c.stream>>>(offsets, s.tables * s.globalBatch + 1, s.pooling);
     fillRamp<<<1, 64, 0, c.stream>>>(tableOffsets, s.tables + 1, s.rows);
     auto fused = [&] {
-      if (weft_embedding_alltoall(c.weft, w, tableOffsets, s.tables, indices, offsets, nullptr, WEFT_POOL_SUM, c.weftRecv, lb,
-                                  total, s.tables * c.rank, s.dim, t.weft, c.stream) != WEFT_SUCCESS)
+      if (weft_embedding_alltoall(c.weft, w, tableOffsets, s.tables, indices, offsets, nullptr, WEFT_POOL_SUM,
+                                  c.weftRecv, lb, total, s.tables * c.rank, s.dim, t.weft, c.stream) != WEFT_SUCCESS)
         die(std::string("weft: ") + weft_get_last_error(nullptr));
     };
     const dev::EmbeddingArgs args{static_cast<const uint8_t*>(w),

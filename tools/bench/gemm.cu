@@ -1,8 +1,10 @@
-// weft-bench gemm_alltoall: the fused op against cuBLAS GEMM + NCCL all-to-all with splits in the
-// same run, on the same stream, plus the GEMM alone (cuBLAS, and weft's own with every row kept on
-// its rank) and the all-to-all alone, so that max(compute, comm) can be read off. Every rank has
-// `tokens` rows, split unevenly (0.75x to 1.25x of an even share) over the destinations. The
-// baseline is given the splits on the host for free; weft reads them from device memory.
+// weft-bench gemm_alltoall: weft's op as the path table runs it, and with each path forced (fused:
+// weft's GEMM sending its tiles; blas: cuBLAS's GEMM, then the op routing its rows), against
+// cuBLAS GEMM + NCCL all-to-all with splits in the same run, on the same stream, plus the GEMM
+// alone (cuBLAS, and weft's own with every row kept on its rank) and the all-to-all alone, so that
+// max(compute, comm) can be read off. Every rank has `tokens` rows, split unevenly (0.75x to 1.25x
+// of an even share) over the destinations. The baseline is given the splits on the host for free;
+// weft reads them from device memory.
 #include <cmath>
 #include <cstdio>
 
@@ -22,6 +24,18 @@ std::vector<int64_t> splitOf(int src, int nranks, int64_t tokens) {
   return out;
 }
 
+// The rows any rank's recv must hold for shape `s` on `n` ranks: what it receives, and at least
+// its own tokens (weft's GEMM alone keeps every row on its rank).
+int64_t capacityOf(const GemmShape& s, int n) {
+  int64_t capacity = 0;
+  for (int dst = 0; dst < n; ++dst) {
+    int64_t into = 0;
+    for (int src = 0; src < n; ++src) into += splitOf(src, n, s.tokens)[dst];
+    capacity = std::max({capacity, into, s.tokens});
+  }
+  return capacity;
+}
+
 }  // namespace
 
 std::vector<GemmRow> runGemm(Context& c, const Options& o) {
@@ -29,22 +43,19 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
   if (t.bytes != 2) die("--dtype: the GEMM takes bf16 or half");
   const cudaDataType_t ct = t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
   const Blas blas(c.stream);
+  uint64_t recvMax = 0;
+  for (const GemmShape& s : o.gemmShapes)
+    recvMax = std::max<uint64_t>(recvMax, capacityOf(s, c.nranks) * s.h * t.bytes);
+  const Peers fusedComm(c, "WEFT_GEMM_PATH", "fused", recvMax), blasComm(c, "WEFT_GEMM_PATH", "blas", recvMax);
   std::vector<GemmRow> rows;
   for (const GemmShape& s : o.gemmShapes) {
     GemmRow r{s.tokens, s.k, s.h};
     const int n = c.nranks, me = c.rank;
     const std::vector<int64_t> send = splitOf(me, n, s.tokens);
     std::vector<int64_t> from(n), self(n, 0);
-    int64_t capacity = 0, received = 0;
-    for (int src = 0; src < n; ++src) {
-      int64_t total = 0;
-      for (int d = 0; d < n; ++d) total += splitOf(src, n, s.tokens)[d];  // == tokens
-      from[src] = splitOf(src, n, s.tokens)[me];
-      received += from[src];
-      int64_t into = 0;
-      for (int i = 0; i < n; ++i) into += splitOf(i, n, s.tokens)[src];
-      capacity = std::max({capacity, into, total});
-    }
+    const int64_t capacity = capacityOf(s, n);
+    int64_t received = 0;
+    for (int src = 0; src < n; ++src) received += from[src] = splitOf(src, n, s.tokens)[me];
     self[me] = s.tokens;
     if (static_cast<uint64_t>(capacity * s.h * t.bytes) > o.maxBytes) die("gemm_alltoall: -e is too small for recv");
     void *a, *w, *out, *baseRecv;
@@ -61,9 +72,9 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
     fillKernel<<<1024, 256, 0, c.stream>>>(a, t.dev, seed, me, s.tokens * s.k);
     fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, seed + 1, me, s.k * s.h);
     const float one = 1.f, zero = 0.f;
-    auto weftOp = [&](const int64_t* counts) {
-      if (weft_gemm_alltoall(c.weft, a, w, counts, c.weftRecv, capacity, nullptr, s.tokens, s.k, s.h, t.weft,
-                             c.stream) != WEFT_SUCCESS)
+    auto weftOn = [&](weft_comm_t comm, void* recv, const int64_t* counts) {
+      if (weft_gemm_alltoall(comm, a, w, counts, recv, capacity, nullptr, s.tokens, s.k, s.h, t.weft, c.stream) !=
+          WEFT_SUCCESS)
         die(std::string("weft: ") + weft_get_last_error(nullptr));
     };
     // Row-major out[tokens, h] = a[tokens, k] . w[k, h] is, column-major, OUT(h x tokens) = W A.
@@ -93,16 +104,22 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
       allToAll();
     };
     if (o.check) {
-      weftOp(sendDev);
+      weftOn(c.weft, c.weftRecv, sendDev);
+      weftOn(fusedComm.comm, fusedComm.heap, sendDev);
+      weftOn(blasComm.comm, blasComm.heap, sendDev);
       baseline();
       cuda(cudaStreamSynchronize(c.stream), "sync");
-      r.diff = differing(t, c.weftRecv, baseRecv, received * s.h, 2 * rounding(t));  // two roundings
+      r.diff = 0;
+      for (void* got : {c.weftRecv, fusedComm.heap, blasComm.heap})
+        r.diff += differing(t, got, baseRecv, received * s.h, 2 * rounding(t));  // two roundings
     }
     timeBothWays(c, o,
-                 {{[&] { weftOp(sendDev); }, &r.fusedUs, &r.hostUs},
+                 {{[&] { weftOn(c.weft, c.weftRecv, sendDev); }, &r.weftUs, &r.hostUs},
+                  {[&] { weftOn(fusedComm.comm, fusedComm.heap, sendDev); }, &r.fusedUs},
+                  {[&] { weftOn(blasComm.comm, blasComm.heap, sendDev); }, &r.blasUs},
                   {baseline, &r.baseUs},
                   {gemm, &r.gemmUs},
-                  {[&] { weftOp(selfDev); }, &r.weftGemmUs},
+                  {[&] { weftOn(fusedComm.comm, fusedComm.heap, selfDev); }, &r.weftGemmUs},
                   {allToAll, &r.allToAllUs}});
     rows.push_back(r);
     for (void* p : {a, w, out, baseRecv, static_cast<void*>(sendDev), static_cast<void*>(selfDev)}) cudaFree(p);
@@ -114,21 +131,25 @@ void reportGemm(const Context& c, const Options& o, const std::vector<GemmRow>& 
   if (c.rank != 0) return;
   std::printf(
       "# weft-bench gemm_alltoall, %d ranks, dtype %s, %s; baseline: cuBLAS GEMM + NCCL all-to-all (splits)\n"
-      "# weft_gemm: weft's op with every row kept on its rank (its GEMM alone)\n",
+      "# weft_us: the path table's choice; fused_us / blas_us: each path forced (weft's GEMM sending its tiles; "
+      "cuBLAS's GEMM, then weft routing its rows); speedup: the baseline over weft_us\n"
+      "# weft_gemm: weft's op with every row kept on its rank (its GEMM alone); fused/max: fused_us over "
+      "max(gemm_us, a2a_us)\n",
       c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager");
-  std::printf("%6s %6s %6s %10s %10s %8s %10s %10s %8s %10s %9s %9s %8s %8s\n", "tokens", "k", "h", "fused_us",
-              "base_us", "speedup", "gemm_us", "weftgemm", "w/cublas", "a2a_us", "fused/max", "TFLOP/s", "#diff",
-              "host_us");
+  std::printf("%6s %6s %6s %9s %9s %9s %9s %8s %9s %9s %8s %9s %9s %8s %6s %8s\n", "tokens", "k", "h", "weft_us",
+              "fused_us", "blas_us", "base_us", "speedup", "gemm_us", "weftgemm", "w/cublas", "a2a_us", "fused/max",
+              "TFLOP/s", "#diff", "host_us");
   JsonRows json(c, o, "gemm_alltoall");
   for (const GemmRow& r : rows) {
-    std::printf("%6lld %6lld %6lld %10.2f %10.2f %8.2f %10.2f %10.2f %8.2f %10.2f %9.2f %9.1f %8lld %8.2f\n",
-                (long long)r.tokens, (long long)r.k, (long long)r.h, r.fusedUs, r.baseUs, r.baseUs / r.fusedUs,
-                r.gemmUs, r.weftGemmUs, r.gemmUs / r.weftGemmUs, r.allToAllUs,
+    std::printf("%6lld %6lld %6lld %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f %9.2f %8.2f %9.2f %9.2f %8.1f %6lld %8.2f\n",
+                (long long)r.tokens, (long long)r.k, (long long)r.h, r.weftUs, r.fusedUs, r.blasUs, r.baseUs,
+                r.baseUs / r.weftUs, r.gemmUs, r.weftGemmUs, r.gemmUs / r.weftGemmUs, r.allToAllUs,
                 r.fusedUs / std::max(r.gemmUs, r.allToAllUs), r.flops() / (r.weftGemmUs * 1e6), (long long)r.diff,
                 r.hostUs);
     json.add([&](std::ostream& j) {
-      j << ", \"tokens\": " << r.tokens << ", \"k\": " << r.k << ", \"h\": " << r.h << ", \"fused_us\": " << r.fusedUs
-        << ", \"baseline_us\": " << r.baseUs << ", \"gemm_us\": " << r.gemmUs << ", \"weft_gemm_us\": " << r.weftGemmUs
+      j << ", \"tokens\": " << r.tokens << ", \"k\": " << r.k << ", \"h\": " << r.h << ", \"weft_us\": " << r.weftUs
+        << ", \"fused_us\": " << r.fusedUs << ", \"blas_us\": " << r.blasUs << ", \"baseline_us\": " << r.baseUs
+        << ", \"gemm_us\": " << r.gemmUs << ", \"weft_gemm_us\": " << r.weftGemmUs
         << ", \"alltoall_us\": " << r.allToAllUs << ", \"differing\": " << r.diff;
     });
   }

@@ -28,8 +28,9 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   const Solo solo(maxBatch * o.gemvN * t.bytes);
   // weft with each path forced, for the path table (conf/path_table.tsv).
   const size_t yMax = maxBatch * o.gemvN * t.bytes;
-  const Peers fusedComm(c, "fused", yMax), rsagComm(c, "fused_rsag", yMax), unfusedComm(c, "unfused", yMax),
-      blasComm(c, "blas", yMax);
+  const char* setting = "WEFT_GEMV_PATH";
+  const Peers fusedComm(c, setting, "fused", yMax), rsagComm(c, setting, "fused_rsag", yMax),
+      unfusedComm(c, setting, "unfused", yMax), blasComm(c, setting, "blas", yMax);
   const Peers* forced[] = {&fusedComm, &rsagComm, &unfusedComm, &blasComm};
   std::vector<GemvRow> rows;
   for (int64_t k : o.gemvK)
