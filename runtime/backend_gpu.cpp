@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -837,18 +838,32 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stre
 
 dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
 
+namespace {
+
+// A vendor BLAS call on `stream`, ordered as a launched op is: after the engine's earlier ops on
+// other streams, and before its later ones (in a capture, the graph orders it).
+void orderedVendorCall(void*& lastStream, void* lastOp, void* stream, bool capturing,
+                       const std::function<gpu::Outcome()>& call, const char* what) {
+  gpu::Outcome o;
+  if (!capturing && lastStream && lastStream != stream) o = gpu::streamWaitEvent(stream, lastOp);
+  if (o) o = call();
+  if (o && !capturing) o = gpu::eventRecord(lastOp, stream);
+  require(o, what);
+  if (!capturing) lastStream = stream;
+}
+
+}  // namespace
+
 // Launched engine, and captured ops: an eager kernel beside a persistent engine (weftd's) would
 // need an op's ticket to wait for the engine's earlier ops on other streams (the GEMM's and the
 // GEMV's marker), and the path table was measured with launched ops.
 bool Engine::vendorGemv(const GemvOperands& g, void* stream, bool capturing) {
   Impl& e = *impl_;
   if (!e.blas || (e.persistent && !capturing) || !gpu::VendorBlas::fits(g.batch, g.n, g.k)) return false;
-  gpu::Outcome o;
-  if (!capturing && e.lastStream && e.lastStream != stream) o = gpu::streamWaitEvent(stream, e.lastOp);
-  if (o) o = e.blas->gemv(g.x, g.w, g.y, g.batch, g.n, g.k, g.dt, stream);
-  if (o && !capturing) o = gpu::eventRecord(e.lastOp, stream);
-  require(o, "the vendor BLAS's GEMV (gemv_path blas)");
-  if (!capturing) e.lastStream = stream;
+  orderedVendorCall(
+      e.lastStream, e.lastOp, stream, capturing,
+      [&] { return e.blas->gemv(g.x, g.w, g.y, g.batch, g.n, g.k, g.dt, stream); },
+      "the vendor BLAS's GEMV (gemv_path blas)");
   return true;
 }
 
@@ -864,12 +879,10 @@ const void* Engine::vendorGemm(const GemmOperands& g, void* stream, bool capturi
     e.product = p;
     e.productBytes = grown;
   }
-  gpu::Outcome o;
-  if (!capturing && e.lastStream && e.lastStream != stream) o = gpu::streamWaitEvent(stream, e.lastOp);
-  if (o) o = e.blas->gemm(g.a, g.w, e.product, g.tokens, g.k, g.h, g.dt, stream);
-  if (o && !capturing) o = gpu::eventRecord(e.lastOp, stream);
-  require(o, "the vendor BLAS's GEMM (gemm_path blas)");
-  if (!capturing) e.lastStream = stream;
+  orderedVendorCall(
+      e.lastStream, e.lastOp, stream, capturing,
+      [&] { return e.blas->gemm(g.a, g.w, e.product, g.tokens, g.k, g.h, g.dt, stream); },
+      "the vendor BLAS's GEMM (gemm_path blas)");
   return e.product;
 }
 

@@ -695,12 +695,10 @@ Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void*
   // few tokens and a deep k, where the vendor's kernels are faster than weft's split last wave).
   // Ranks may differ: both run one op, whose route and stores do not depend on who multiplied.
   // A grouped call is always fused: its experts' row ranges are in device memory, out of the
-  // vendor BLAS's reach without a host synchronisation. (The copy's narrower tiles are more items,
-  // which must still be counted in 32 bits.)
+  // vendor BLAS's reach without a host synchronisation.
   dev::GemmArgs routed = g;
   std::unique_lock<std::mutex> productLock(productMutex_, std::defer_lock);
-  if (g.experts == 1 && !g.expertEnds && g.tokens > 0 && g.k > 0 && g.h > 0 &&
-      dev::GemmAllToAllOp::numItems(g.tokens, g.h, /*product=*/true) <= 0xffffffffull) {
+  if (g.experts == 1 && !g.expertEnds && g.tokens > 0 && g.k > 0 && g.h > 0) {
     const OpPath path = gemmForced_
                             ? *gemmForced_
                             : pathTable_.choose(FusedOp::kGemmAllToAll, pathGpu_, nranks_, {{g.tokens, g.k, g.h}}).path;

@@ -47,10 +47,10 @@ struct GemmArgs {
 
 struct GemmAllToAllOp {
   static constexpr uint32_t kTileM = tile::kM, kTileN = tile::kN;
-  // The columns of a data tile where the op copies a product it was given: a quarter of the
-  // multiply's, so that a few tokens' rows (128 x 4096: 16 tensor-core tiles) still spread over
-  // most SMs, and a block's 128 threads move its 16 KB with one load each of 8 vectors in flight.
-  static constexpr uint32_t kCopyN = 64;
+  // Vectors in flight per thread where the op copies a product it was given: a tile's 64 KB in
+  // four rounds of a block's 128 threads. (The copy keeps the multiply's tiles: in tiles a
+  // quarter as wide, each item's count, a system-scope release that waits for its stores,
+  // cost more than the wider spread over the SMs saved; docs/perf.md.)
   static constexpr int kCopyUnroll = 8;
   // Group memory: the route, a tile's row pointers, the route's tag, the rows not yet counted
   // (int64 words).
@@ -94,8 +94,8 @@ struct GemmAllToAllOp {
     m.expertEnds = reinterpret_cast<uint64_t>(g.expertEnds);
     m.partials = reinterpret_cast<uint64_t>(g.partials);
     m.split = g.split.tiles | g.split.grid << 32;
-    d.tileElems = static_cast<uint32_t>(colTiles(g.h, g.productGiven()));
-    d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h, g.productGiven()), g.split));
+    d.tileElems = static_cast<uint32_t>(colTiles(g.h));
+    d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split));
   }
   // The op `d` (packed) on a grid of `grid` blocks with `partials` (partialsBytes(grid), zeroed
   // when allocated): its last wave split along k where that pays (gemm_split_device.hpp). Only for
@@ -111,21 +111,17 @@ struct GemmAllToAllOp {
   }
   // What data item `item` multiplies (gemm_split_device.hpp).
   WEFT_HOST_DEVICE static TilePart partOf(const GemmArgs& g, uint64_t item) {
-    return tilePart(g.split, dataTiles(g.tokens, g.h, g.productGiven()), ceilDiv(g.k, kSplitSliceK), item);
+    return tilePart(g.split, dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), item);
   }
   WEFT_HOST_DEVICE static uint64_t partialsBytes(uint32_t grid) {
     return uint64_t{grid} * (kSplitPartialFloats * sizeof(float) + sizeof(uint64_t));
   }
-  // `product`: the op copies a product it was given (GemmArgs::productGiven) in narrower tiles.
-  WEFT_HOST_DEVICE static uint64_t tileCols(bool product) { return product ? kCopyN : kTileN; }
-  WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h, bool product = false) { return ceilDiv(h, tileCols(product)); }
-  WEFT_HOST_DEVICE static uint64_t dataTiles(uint64_t tokens, uint64_t h, bool product = false) {
-    return ceilDiv(tokens, kTileM) * colTiles(h, product);
+  WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h) { return ceilDiv(h, kTileN); }
+  WEFT_HOST_DEVICE static uint64_t dataTiles(uint64_t tokens, uint64_t h) {
+    return ceilDiv(tokens, kTileM) * colTiles(h);
   }
   // Without a split (the most a split adds is the grid's worth of items, checked where it is made).
-  WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h, bool product = false) {
-    return 2 + dataTiles(tokens, h, product);
-  }
+  WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h) { return 2 + dataTiles(tokens, h); }
 
   // Where data tile t of rowTiles x cols goes. The tiles run about a grid's worth at a time, in
   // item order: row-major, each such wave would read all of w and, with a short k, read it
@@ -151,11 +147,11 @@ struct GemmAllToAllOp {
   struct TileAt {
     uint64_t row0, col0;
   };
-  WEFT_HOST_DEVICE static TileAt tileAt(const CommView& v, const OpDesc& d, const GemmArgs& g, uint64_t t) {
-    const uint64_t rowTiles = ceilDiv(g.tokens, kTileM);
+  WEFT_HOST_DEVICE static TileAt tileAt(const CommView& v, const OpDesc& d, uint64_t tokens, uint64_t t) {
+    const uint64_t rowTiles = ceilDiv(tokens, kTileM);
     const TilePlace place = placeTile(t, rowTiles, d.tileElems);
     const uint64_t shift = rowTiles * static_cast<uint64_t>(v.rank + 1) / static_cast<uint64_t>(v.nranks);
-    return TileAt{((place.row + shift) % rowTiles) * kTileM, place.col * tileCols(g.productGiven())};
+    return TileAt{((place.row + shift) % rowTiles) * kTileM, place.col * kTileN};
   }
 
   // `maps`: the tensor maps of a and w, where the tile loads through them (sm_90a; the kernel's
@@ -284,9 +280,9 @@ struct GemmAllToAllOp {
                                               const TilePart& part) {
     const DType dt = static_cast<DType>(d.dtype);
     const uint64_t es = dtypeSize(dt), cols = d.tileElems;
-    const TileAt at = tileAt(v, d, g, part.tile);
+    const TileAt at = tileAt(v, d, g.tokens, part.tile);
     const uint64_t row0 = at.row0, col0 = at.col0;
-    const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + tileCols(g.productGiven()));
+    const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + kTileN);
     const RouteView r{reinterpret_cast<int64_t*>(c.floats()), v.nranks};
     auto* rowPtr = reinterpret_cast<uint8_t**>(r.words + routeWords(v.nranks));
     RouteVerdict verdict;
@@ -448,7 +444,7 @@ struct GemmAllToAllOp {
     for (uint32_t after = item + gridDim.x; after + 1 < d.nitems; after += gridDim.x) {
       const TilePart next = partOf(g, after);
       if (!next.valid) continue;
-      const TileAt t = tileAt(v, d, g, next.tile);
+      const TileAt t = tileAt(v, d, g.tokens, next.tile);
       return key(firstExpert(c, g, t.row0), t.row0, t.col0, next);
     }
     return tile::TileKey{};
@@ -535,7 +531,7 @@ struct GemmAllToAllOp {
   template <class Coop>
   WEFT_HOST_DEVICE static void copyRows(const Coop& c, uint64_t es, const GemmArgs& g, uint8_t* const* rowPtr,
                                         uint64_t row0, uint64_t eLo, uint64_t eHi, uint64_t col0, uint64_t col1) {
-    const auto chunks = static_cast<uint32_t>((col1 - col0) * es / kVecBytes);  // a tile row: at most 8
+    const auto chunks = static_cast<uint32_t>((col1 - col0) * es / kVecBytes);  // a tile row: at most 32
     const auto total = static_cast<uint32_t>(eHi - eLo) * chunks;
     const auto step = static_cast<uint32_t>(c.size());
     const uint8_t* from = g.a + (eLo * g.h + col0) * es;

@@ -60,6 +60,21 @@ constexpr int64_t kCapacity = 4 * 1024, kMaxH = 520;
 
 class GpuGemm : public GpusAndEngine {};
 
+// Every shape of kShapes in both dtypes, each checked before the next (seeds from *seed on).
+void everyShape(Rank& r, int rank, int n, uint64_t* seed) {
+  for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
+    for (const Shape& sh : kShapes) {
+      const GemmCase c{++*seed, n, sh.tokens, sh.k, sh.h, dt, sh.experts};
+      SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " tokens " << sh.tokens << " k " << sh.k << " h " << sh.h
+                                        << " experts " << sh.experts << " seed " << c.seed);
+      const DeviceInputs in(gemmInputs(c, rank), n);
+      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kCapacity * sh.h * 2));
+      WEFT_ASSERT_OK(runCase(r, c, rank, in, kCapacity));
+      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
+      EXPECT_TRUE(received(r, c, rank, in, kCapacity));
+    }
+}
+
 TEST_P(GpuGemm, RandomSplitsOddShapesAndExperts) {
   WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
@@ -67,17 +82,7 @@ TEST_P(GpuGemm, RandomSplitsOddShapesAndExperts) {
     Rank r = setUp(rank, n, id, kCapacity * kMaxH * 2);
     ASSERT_NE(r.comm, nullptr);
     uint64_t s = seed;
-    for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
-      for (const Shape& sh : kShapes) {
-        const GemmCase c{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts};
-        SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " tokens " << sh.tokens << " k " << sh.k << " h " << sh.h
-                                          << " experts " << sh.experts << " seed " << c.seed);
-        const DeviceInputs in(gemmInputs(c, rank), n);
-        WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kCapacity * sh.h * 2));
-        WEFT_ASSERT_OK(runCase(r, c, rank, in, kCapacity));
-        WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-        EXPECT_TRUE(received(r, c, rank, in, kCapacity));
-      }
+    everyShape(r, rank, n, &s);
     tearDown(r);
   };
   EXPECT_TRUE(runRanks(gpus(), body));
@@ -206,17 +211,7 @@ TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
     Rank r = setUp(rank, n, id, kHeap);
     ASSERT_NE(r.comm, nullptr);
     uint64_t s = seed;
-    for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
-      for (const Shape& sh : kShapes) {
-        const GemmCase c{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts};
-        SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " tokens " << sh.tokens << " k " << sh.k << " h " << sh.h
-                                          << " experts " << sh.experts << " seed " << c.seed);
-        const DeviceInputs in(gemmInputs(c, rank), n);
-        WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kCapacity * sh.h * 2));
-        WEFT_ASSERT_OK(runCase(r, c, rank, in, kCapacity));
-        WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-        EXPECT_TRUE(received(r, c, rank, in, kCapacity));
-      }
+    everyShape(r, rank, n, &s);
     const GemmCase big{++s, n, 2100, 264, kMaxH, WEFT_BFLOAT16, 1};
     const int64_t capacity = kHeap / (kMaxH * 2);
     const DeviceInputs in(gemmInputs(big, rank), n);
