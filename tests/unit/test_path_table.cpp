@@ -173,5 +173,28 @@ TEST(PathTable, TheBuiltInTableParsesAndKeepsTheMeasuredGemvChoices) {
   }
 }
 
+// The built-in GEMM rows: cuBLAS's GEMM, then weft routing its rows, for a few hundred tokens; the
+// fused op for more, on H200 (measured) and elsewhere (the '*' rows); the 2-rank H200 exception
+// at 8192 x 14336 x 4096, where cuBLAS's GEMM was measured faster.
+TEST(PathTable, TheBuiltInTableRunsFewTokensThroughTheVendorGemm) {
+  const PathTable t = PathTable::load("");
+  auto gemm = [&](const char* gpu, int ranks, uint64_t tokens, uint64_t k, uint64_t h) {
+    return t.choose(FusedOp::kGemmAllToAll, gpu, ranks, {{tokens, k, h}}).path;
+  };
+  for (const char* gpu : {"NVIDIA_H200", "NVIDIA_H100_80GB_HBM3", "cpu"})
+    for (int ranks : {1, 2, 4}) {
+      SCOPED_TRACE(std::string(gpu) + " ranks " + std::to_string(ranks));
+      EXPECT_EQ(gemm(gpu, ranks, 128, 14336, 4096), OpPath::kBlas);
+      EXPECT_EQ(gemm(gpu, ranks, 256, 2048, 7168), OpPath::kBlas);
+      EXPECT_EQ(gemm(gpu, ranks, 1024, 2048, 7168), OpPath::kFused);
+      EXPECT_EQ(gemm(gpu, ranks, 4096, 2048, 7168), OpPath::kFused);
+      EXPECT_EQ(gemm(gpu, ranks, 16384, 2048, 7168), OpPath::kFused);
+    }
+  EXPECT_EQ(gemm("NVIDIA_H200", 2, 512, 14336, 4096), OpPath::kBlas);
+  EXPECT_EQ(gemm("NVIDIA_H200", 2, 8192, 14336, 4096), OpPath::kBlas);
+  EXPECT_EQ(gemm("NVIDIA_H200", 1, 8192, 14336, 4096), OpPath::kFused);
+  EXPECT_EQ(gemm("NVIDIA_H200", 4, 8192, 14336, 4096), OpPath::kFused);
+}
+
 }  // namespace
 }  // namespace weft
