@@ -157,9 +157,8 @@ dev::Status Engine::finish(uint64_t ticket, uint64_t stallNs) {
 // No vendor BLAS on the CPU backend: the `blas` path runs weft's GEMV.
 bool Engine::vendorGemv(const GemvOperands&, void*, bool) { return false; }
 
-// The product on the calling thread, summed over k in order in float32 as the fused op's CPU
-// tile sums it (the two paths give the same bits). Never under weftd's engine, which reads only
-// memory that weftd maps.
+// The product on the calling thread, summed over k in order in float32, as the fused op's CPU
+// tile sums it. Never under weftd's engine, which reads only memory that weftd maps.
 const void* Engine::vendorGemm(const GemmOperands& g, void*, bool) {
   Impl& e = *impl_;
   if (e.weftdWorkers) return nullptr;
