@@ -26,7 +26,7 @@ const std::vector<OpInfo>& ops() {
        "gemv_allreduce",
        {"batch", "n", "k_local"},
        {OpPath::kBlas, OpPath::kUnfused, OpPath::kFused, OpPath::kFusedRsag}},
-      {FusedOp::kGemmAllToAll, "gemm_alltoall", {"tokens", "k", "h"}, {OpPath::kBlas, OpPath::kFused}},
+      {FusedOp::kGemmAllToAll, "gemm_alltoall", {"tokens", "k", "h"}, {OpPath::kFused, OpPath::kBlas}},
       {FusedOp::kEmbeddingAllToAll, "embedding_alltoall", {"local_batch", "num_tables", "dim"}, {OpPath::kFused}},
   };
   return kOps;

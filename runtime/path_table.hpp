@@ -9,7 +9,7 @@
 // communicator's size or '*'; a maximum is a positive integer or '*'. measured: DATE@COMMIT of
 // the run that chose the path (weftctl tune measure), or '-' for a row written by hand.
 // The first row whose op, gpu and ranks match and whose maxima hold the shape decides. A shape no
-// row covers takes the op's fallback (fallbackPath), the path that cannot lose by construction.
+// row covers takes the op's fallback (fallbackPath).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +26,8 @@ enum class FusedOp { kGemvAllReduce = 0, kGemmAllToAll = 1, kEmbeddingAllToAll =
 // AllReduce), kBlas (the vendor BLAS's GEMV, then weft's AllReduce; as kUnfused where the engine
 // has no vendor BLAS). GEMM + All-to-All: kFused, or kBlas (the vendor BLAS's GEMM, then the op
 // routes its rows as it routes the tiles it computes; as kFused where the engine has no vendor
-// BLAS). The embedding op has kFused only: the engine has no unfused route for it yet, so a table
-// cannot name one.
+// BLAS). The GEMM's fallback stays kFused: its kBlas pays the routing op's fixed cost, so unlike
+// the GEMV's it can lose (measured: from about 512 tokens). The embedding op has kFused only.
 enum class OpPath { kFused = 0, kUnfused = 1, kFusedRsag = 2, kBlas = 3 };
 
 const char* opName(FusedOp op);
@@ -36,8 +36,9 @@ const char* pathName(OpPath p);
 // The paths `op` can run, as text for messages ("fused, fused_rsag, unfused or blas").
 std::string pathList(FusedOp op);
 bool opHasPath(FusedOp op, OpPath p);
-// What a shape no row covers runs: the unfused path through the vendor BLAS where the op has one
-// (it is the baseline's own compute, followed by weft's collective), else the op's only path.
+// What a shape no row covers runs: for the GEMV, the vendor BLAS's GEMV then weft's AllReduce
+// (the baseline's own compute and a collective at least as fast: it cannot lose by construction);
+// for the GEMM and the embedding, the fused op.
 OpPath fallbackPath(FusedOp op);
 // The names of the three maxima of `op`'s rows, in order ("batch", "n", "k_local").
 const char* const* shapeNames(FusedOp op);

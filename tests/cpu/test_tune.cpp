@@ -86,11 +86,12 @@ TEST(TuneMeasure, WritesATableThatParsesAndChoosesWhatItMeasuredFastest) {
 }
 
 // The GEMM + All-to-All: fused against blas (on the CPU backend the engine's stand-in for the
-// vendor BLAS), the rows choosing what each point measured fastest.
+// vendor BLAS), the rows choosing what each point measured fastest; 3 ranks split neither token
+// count evenly.
 TEST(TuneMeasure, TheGemmSweepChoosesBetweenFusedAndBlas) {
   const std::string out = tempPath("gemm.tsv");
   const CtlRun run = weftctl("",
-                             "tune measure --op gemm_alltoall --ranks 1,2 --tokens 8,40 --k 16 --h 24,64 --iters 2 "
+                             "tune measure --op gemm_alltoall --ranks 1,3 --tokens 8,40 --k 16 --h 24,64 --iters 2 "
                              "--samples 3 --commit 0123456abc --out " +
                                  out);
   ASSERT_EQ(run.rc, 0) << run.output;
@@ -142,7 +143,7 @@ TEST(TuneShow, NamesTheDecidingRowTheFallbackOrTheForcingSetting) {
   EXPECT_NE(r.output.find(": blas (no row covers it: the fallback, the vendor BLAS's GEMV"), std::string::npos)
       << r.output;
   r = weftctl(env, "tune show --op gemm_alltoall --ranks 4 --shape 256,14336,4096");
-  EXPECT_NE(r.output.find("tokens 256, k 14336, h 4096: blas (no row covers it: the fallback, the vendor BLAS's GEMM"),
+  EXPECT_NE(r.output.find("tokens 256, k 14336, h 4096: fused (no row covers it: the fallback, the fused op"),
             std::string::npos)
       << r.output;
   r = weftctl(env, "tune show --op embedding_alltoall --ranks 4 --shape 4096,8,128");

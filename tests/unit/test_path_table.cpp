@@ -59,9 +59,9 @@ TEST(PathTable, AShapeNoRowCoversTakesThePathThatCannotLose) {
   EXPECT_EQ(g.path, OpPath::kBlas);  // the vendor BLAS's GEMV, then weft's AllReduce
   EXPECT_EQ(g.row, nullptr);
   EXPECT_EQ(fallbackPath(FusedOp::kGemvAllReduce), OpPath::kBlas);
-  // The GEMM's: the vendor BLAS's GEMM, then the op routes its rows.
-  EXPECT_EQ(empty.choose(FusedOp::kGemmAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kBlas);
-  EXPECT_EQ(fallbackPath(FusedOp::kGemmAllToAll), OpPath::kBlas);
+  // The GEMM's is the fused op: its blas path pays the routing op's fixed cost, so it can lose.
+  EXPECT_EQ(empty.choose(FusedOp::kGemmAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
+  EXPECT_EQ(fallbackPath(FusedOp::kGemmAllToAll), OpPath::kFused);
   // The embedding has one path so far: it is its fallback.
   EXPECT_EQ(empty.choose(FusedOp::kEmbeddingAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
 }
@@ -79,8 +79,8 @@ TEST(PathTable, EveryBadRowIsNamedByOriginLineAndField) {
   EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 +8 * * fused -\n", "tokens_max '+8'"));
   EXPECT_TRUE(parseFailsNaming("embedding_alltoall * 2 8 x * fused -\n", "num_tables_max 'x'"));
   // A path the op cannot run is refused, not run as something else.
-  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * fused_rsag -\n", "path 'fused_rsag' is not blas or fused"));
-  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * unfused -\n", "path 'unfused' is not blas or fused"));
+  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * fused_rsag -\n", "path 'fused_rsag' is not fused or blas"));
+  EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * unfused -\n", "path 'unfused' is not fused or blas"));
   EXPECT_TRUE(parseFailsNaming("embedding_alltoall * 2 8 * * blas -\n", "path 'blas' is not fused"));
   // Provenance: DATE@COMMIT or '-'.
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2 8 * * fused yesterday\n", "t.tsv:1: measured 'yesterday'"));
@@ -111,7 +111,7 @@ TEST(PathTable, PathSettingsNameThemselvesAndTheOp) {
     pathSetting(FusedOp::kGemmAllToAll, "unfused", "gemm_path");
     ADD_FAILURE() << "gemm_path 'unfused' accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("gemm_path: 'unfused' is not auto, blas or fused (gemm_alltoall)"),
+    EXPECT_NE(std::string(e.what()).find("gemm_path: 'unfused' is not auto, fused or blas (gemm_alltoall)"),
               std::string::npos)
         << e.what();
   }
@@ -190,6 +190,7 @@ TEST(PathTable, TheBuiltInTableRunsFewTokensThroughTheVendorGemm) {
       EXPECT_EQ(gemm(gpu, ranks, 4096, 2048, 7168), OpPath::kFused);
       EXPECT_EQ(gemm(gpu, ranks, 16384, 2048, 7168), OpPath::kFused);
     }
+  EXPECT_EQ(gemm("NVIDIA_H200", 2, 256, 2048, 4096), OpPath::kFused);
   EXPECT_EQ(gemm("NVIDIA_H200", 2, 512, 14336, 4096), OpPath::kBlas);
   EXPECT_EQ(gemm("NVIDIA_H200", 2, 8192, 14336, 4096), OpPath::kBlas);
   EXPECT_EQ(gemm("NVIDIA_H200", 1, 8192, 14336, 4096), OpPath::kFused);

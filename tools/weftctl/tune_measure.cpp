@@ -54,10 +54,11 @@ void* patterned(weft::Comm& comm, uint64_t bytes) {
   return p;
 }
 
-// Rank `rank`'s rows of each GEMM shape: an even split over the ranks (the remainder to the last).
+// The rows each rank sends to each destination: an even split, the remainder one row each to the
+// first destinations (so no rank receives more than tokens + nranks - 1 rows: run()'s capacity).
 std::vector<int64_t> evenSplit(uint64_t tokens, int nranks) {
   std::vector<int64_t> counts(nranks, static_cast<int64_t>(tokens / nranks));
-  counts.back() += static_cast<int64_t>(tokens % nranks);
+  for (uint64_t d = 0; d < tokens % static_cast<uint64_t>(nranks); ++d) ++counts[d];
   return counts;
 }
 

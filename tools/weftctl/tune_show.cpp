@@ -47,8 +47,7 @@ const char* fallbackReason(weft::FusedOp op) {
       return "the vendor BLAS's GEMV, then weft's AllReduce: the baseline's own compute, so it cannot lose; weft's "
              "GEMV where the engine has no vendor BLAS";
     case weft::FusedOp::kGemmAllToAll:
-      return "the vendor BLAS's GEMM, then weft routes its rows: the baseline's own compute, so it cannot lose; "
-             "fused where the engine has no vendor BLAS, and for grouped experts";
+      return "the fused op (the blas path pays the routing op's fixed cost, so it is no safe default)";
     default:
       return "the op's only path so far";
   }
