@@ -7,6 +7,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/config.hpp"
 #include "runtime/path_table.hpp"
+#include "sweep.hpp"
 #include "tune.hpp"
 
 namespace weftctl {
@@ -75,9 +76,8 @@ int runTuneShow(const TuneShowOptions& o) {
   std::printf("%s on %d rank(s) of %s, %s %llu, %s %llu, %s %llu: ", weft::opName(*op), o.ranks,
               gpu.empty() ? "no GPU" : gpu.c_str(), names[0], static_cast<unsigned long long>(shape.dims[0]), names[1],
               static_cast<unsigned long long>(shape.dims[1]), names[2], static_cast<unsigned long long>(shape.dims[2]));
-  const char* setting = *op == weft::FusedOp::kGemvAllReduce  ? "gemv_path"
-                        : *op == weft::FusedOp::kGemmAllToAll ? "gemm_path"
-                                                              : nullptr;
+  // The embedding has one path: no setting forces it.
+  const char* setting = *op == weft::FusedOp::kEmbeddingAllToAll ? nullptr : pathSettingName(*op);
   if (setting)
     if (const auto forced = weft::pathSetting(*op, s.getString(setting), setting)) {
       std::printf("%s (%s forces it)\n", weft::pathName(*forced), setting);
