@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -381,7 +382,10 @@ Comm::~Comm() {
   engine_.reset();
   // Once the engine posts no more: what it posted still goes to the peers (they may wait for it),
   // unless the communicator was aborted.
-  if (proxy) proxy->stop(/*drain=*/!aborted);
+  // A proxy thread left stuck in the network library (a peer died holding its lock) may still
+  // apply arrivals to the heap and read the mirrors: they are leaked with it.
+  const bool proxyStopped = proxy ? proxy->stop(/*drain=*/!aborted) : true;
+  if (!proxyStopped) (void)heap_.release();
   if (!released) {
     // A kernel may still read or write them: unmapping would fault the GPU, leaking costs memory.
     (void)heap_.release();
@@ -450,9 +454,14 @@ uint64_t Comm::heapOffset(const void* p, uint64_t bytes, const char* arg) const 
   if (heap_->offsetInBlock(p, 0) || heap_->overlaps(p, 1))
     throw Error(Code::kInvalidArgument, std::string(arg) + ": " + std::to_string(bytes) +
                                             " bytes run past the end of its weft_mem_alloc block");
+  // The addresses, so that a pointer from another communicator or a translated view is told apart.
+  char where[96];
+  snprintf(where, sizeof where, " (%p; this communicator's heap is %p + %llu bytes)", p,
+           static_cast<const void*>(heap_->base(rank_)), static_cast<unsigned long long>(heap_->segmentBytes()));
   throw Error(Code::kInvalidArgument, std::string(arg) +
                                           ": must be a buffer from weft_mem_alloc on this communicator (the "
-                                          "symmetric heap)");
+                                          "symmetric heap)" +
+                                          where);
 }
 
 void Comm::requireHealthy() const {

@@ -18,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/process.hpp"
 #include "device/gpu.hpp"
 #include "device/ops/gemm_alltoall_device.hpp"
 
@@ -66,21 +67,6 @@ uint64_t monotonicNs() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-}
-
-uint64_t processStart(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  // Field 2 (the command) may hold spaces and parentheses: count from the last ')'.
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  const char* p = line.c_str() + close + 1;
-  for (int field = 3; field < 22 && *p; ++field) {
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-  }
-  return std::strtoull(p, nullptr, 10);
 }
 
 std::string directory(const std::string& setting) {

@@ -107,8 +107,6 @@ static_assert(sizeof(PageHeader) % 8 == 0, "rows follow the header");
 
 uint64_t pageBytes(uint32_t depth, int32_t nranks);
 uint64_t monotonicNs();
-// The start time of process `pid` in clock ticks since boot, or 0 if unknown.
-uint64_t processStart(int pid);
 // status_dir, or /dev/shm/weft-<uid> where it is empty.
 std::string directory(const std::string& setting);
 // Opens the directory (creating it, mode 0700, if `create`), refusing one that is a symbolic

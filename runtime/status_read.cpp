@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/process.hpp"
 
 namespace weft::status {
 
@@ -69,10 +70,12 @@ std::string checkHeader(const PageHeader& h, uint64_t fileBytes) {
 
 void liveness(Snapshot* s) {
   const PageHeader& h = s->header;
-  const bool exists = kill(h.pid, 0) == 0 || errno == EPERM;
-  const uint64_t start = exists ? processStart(h.pid) : 0;
-  s->alive = exists && (h.procStart == 0 || start == 0 || start == h.procStart);
-  s->liveness = s->alive ? "alive" : exists ? "dead (pid reused)" : "dead";
+  // A zombie (a rank killed, its launcher not yet reaping it) is dead.
+  s->alive = !processEnded(ProcessIdentity{h.pid, h.procStart, 0});
+  const uint64_t start = s->alive ? 0 : processStart(h.pid);
+  s->liveness = s->alive                                                 ? "alive"
+                : start != 0 && h.procStart != 0 && start != h.procStart ? "dead (pid reused)"
+                                                                         : "dead";
 }
 
 // Opens the status directory (refusing an unsafe one, as the writer does) and lists its entries,

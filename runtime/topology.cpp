@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/process.hpp"
+
 namespace weft {
 
 HostIdentity localHost() {
@@ -13,11 +15,7 @@ HostIdentity localHost() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
   h.hostname = name;
-  std::string bootId;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
-  uint64_t x = 1469598103934665603ull;
-  for (unsigned char c : h.hostname + "/" + bootId) x = (x ^ c) * 1099511628211ull;
-  h.hash = x;
+  h.hash = thisHostHash();
   return h;
 }
 

@@ -90,12 +90,6 @@ class Proxy : public ::testing::TestWithParam<Backend> {};
 TEST_P(Proxy, AKilledRankFailsTheSurvivorsWithinTheTimeout) {
   WEFT_SKIP_UNDER_SANITIZERS();
   const Backend b = GetParam();
-  // A known hang, not yet fixed (issue 32's notes): libfabric 1.17's shm provider guards a
-  // peer's receive queue with a spin lock in shared memory, and a rank killed while holding it
-  // leaves a survivor's proxy thread spinning in fi_send for good (seen 2 of 3 times in a loaded
-  // `ctest -j2`); destroy then waits on that thread.
-  if (std::string(b.name) == "ofi_shm")
-    GTEST_SKIP() << "libfabric shm: a killed peer can leave fi_send spinning on its lock (known hang)";
   std::vector<RankExit> exits = forkRanks(3, [&](int rank, int n, const weft_unique_id_t& id) {
     useBackend(b);
     weft_config_t config = WEFT_CONFIG_INITIALIZER;
@@ -130,6 +124,40 @@ TEST_P(Proxy, AKilledRankFailsTheSurvivorsWithinTheTimeout) {
     const auto destroy = Clock::now();
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
     EXPECT_LT(secondsSince(destroy), 3.0);  // the proxy's drain is bounded with a dead peer
+  });
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_FALSE(exits[1].exited);
+  for (int r : {0, 2}) EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
+}
+
+// A rank of this host that dies while the others wait in an op for it: they fail at once, long
+// before timeout_s, naming it (the proxy watches its host's peers: shared-memory transports
+// cannot tell), and destroy is prompt.
+TEST_P(Proxy, ARankThatDiesOnThisHostFailsTheWaitingOpsAtOnce) {
+  WEFT_SKIP_UNDER_SANITIZERS();
+  const Backend b = GetParam();
+  std::vector<RankExit> exits = forkRanks(3, [&](int rank, int n, const weft_unique_id_t& id) {
+    useBackend(b);
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 60.0;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    std::vector<float> x(100000, 1.0f);
+    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr));  // connections up
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others wait in the next op
+      kill(getpid(), SIGKILL);
+    }
+    const auto start = Clock::now();
+    EXPECT_EQ(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr), WEFT_ERR_TRANSPORT);
+    EXPECT_LT(secondsSince(start), 5.0);
+    EXPECT_NE(std::string(weft_get_last_error(nullptr)).find("rank 1"), std::string::npos)
+        << weft_get_last_error(nullptr);
+    const auto destroy = Clock::now();
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    EXPECT_LT(secondsSince(destroy), 3.0);
   });
   ASSERT_EQ(exits.size(), 3u);
   EXPECT_FALSE(exits[1].exited);

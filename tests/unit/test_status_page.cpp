@@ -214,7 +214,9 @@ TEST(StatusPage, PagesCarriedBetweenHostsReadBackOrAreRefused) {
     }
     const Listing r = decodePages(bad, "node7");
     EXPECT_LE(r.pages.size(), here.pages.size());
-    if (r.pages.size() < here.pages.size()) EXPECT_FALSE(r.refused.empty());
+    if (r.pages.size() < here.pages.size()) {
+      EXPECT_FALSE(r.refused.empty());
+    }
   }
   EXPECT_FALSE(decodePages("", "node7").refused.empty());
   EXPECT_FALSE(decodePages("weft-pages 1\nweft-page x.page 99999999999 0 1\n", "node7").refused.empty());

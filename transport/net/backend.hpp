@@ -82,6 +82,12 @@ class NetBackend {
   virtual void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) = 0;
   // Completes what it can and applies the messages that arrived. Returns whether anything moved.
   virtual bool progress() = 0;
+  // `peer`'s process has ended (the proxy watches the peers of its host): a fault, unless the peer
+  // said goodbye first, and nothing more is sent to it or held for it. A library's shared-memory
+  // transport may guard a peer's queue with a lock in that peer's memory, which a process killed
+  // while holding it never releases: the next send to it would spin for good. Called from the
+  // thread that drives this back-end.
+  virtual void peerGone(int peer, const std::string& why) = 0;
   // How long one operation may be refused for want of resources (a peer that no longer takes
   // data) before the peer counts as failed: timeout_s, and little while stopping.
   void setPatience(double seconds) { patienceNs_ = static_cast<uint64_t>(seconds * 1e9); }
@@ -200,6 +206,8 @@ class OrderedMessages {
     peers_[peer].held.push_back(Held{kind, offset, value, seq, peers_[peer].putsIssued});
   }
   bool holding(int peer) const { return !peers_[peer].held.empty(); }
+  // A failed peer's: nothing of it will be sent.
+  void drop(int peer) { peers_[peer].held.clear(); }
   size_t held() const {
     size_t n = 0;
     for (const auto& p : peers_) n += p.held.size();

@@ -76,13 +76,15 @@ class OfiBackend final : public NetBackend {
   void put(int peer, uint64_t offset, uint64_t bytes) override;
   void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) override;
   bool progress() override;
+  void peerGone(int peer, const std::string& why) override;
   // The providers that move bytes with the CPUs: tcp (ofi_rxm over it), shm, sockets, udp.
   bool copiesWrites() const override {
     for (const char* p : {"tcp", "shm", "sockets", "udp"})
       if (provider_.find(p) != std::string::npos) return true;
     return false;
   }
-  uint64_t outstanding() const override { return inFlight_ + held_->held(); }
+  // What a failed peer has posted never counts: its completions may never come.
+  uint64_t outstanding() const override { return inFlight_ - lostInFlight_ + held_->held(); }
   uint64_t messageBytes() const override { return messageBytes_; }
   std::optional<PeerFault> fault() const override { return fault_; }
   void sayGoodbye() override;
@@ -95,6 +97,7 @@ class OfiBackend final : public NetBackend {
     std::set<uint64_t> open;     // writes issued and not complete, by seq
     std::deque<Write> unposted;  // writes not yet taken by the endpoint, in order
     uint64_t refusedSince = 0;   // when the endpoint began refusing the first of them (0: it is not)
+    uint64_t posted = 0;         // operations the endpoint took for it and has not completed
     bool failed = false;
     bool closed = false;  // it said goodbye
     // Every write before this one has completed: its bytes are visible at the peer.
@@ -110,6 +113,8 @@ class OfiBackend final : public NetBackend {
   bool sendHeld(int peer, const OrderedMessages::Held& h);
   bool postWrites(int peer);
   void failPeer(int peer);
+  // An operation's completion, or its error.
+  void completed(Op* op);
   fid_mr* registerRegion(Region r, uint64_t access, uint64_t key);
 
   fi_info* info_ = nullptr;
@@ -134,7 +139,8 @@ class OfiBackend final : public NetBackend {
   std::vector<Op*> freeSends_;
   std::vector<Op> writeOps_;  // a pool: a write's op comes back with its completion
   std::vector<Op*> freeWrites_;
-  uint64_t inFlight_ = 0;
+  uint64_t inFlight_ = 0;      // writes queued or posted, messages posted
+  uint64_t lostInFlight_ = 0;  // of those, posted to peers that failed since
   int me_ = -1;
   std::unique_ptr<OrderedMessages> held_;
   ArrivalOrder* arrivals_ = nullptr;
@@ -333,6 +339,7 @@ bool OfiBackend::postWrites(int peer) {
       if (rc == 0) freeWrites_.pop_back();
     }
     if (rc == 0) {
+      ++p.posted;
       p.unposted.pop_front();
       p.refusedSince = 0;
       moved = true;
@@ -348,16 +355,33 @@ bool OfiBackend::postWrites(int peer) {
   return moved;
 }
 
-// Drops what was queued for a failed peer: its writes count as done (nothing will land), so that
-// what is held behind them is dropped in turn rather than kept forever.
+// Drops what was queued for a failed peer: its writes count as done (nothing will land); what is
+// held for it is dropped by the next progress() (this may run inside a release of it).
 void OfiBackend::failPeer(int peer) {
   Peer& p = peers_[peer];
+  if (!p.failed) lostInFlight_ += p.posted;
   p.failed = true;
   for (const Write& w : p.unposted) {
     p.open.erase(w.seq);
     --inFlight_;
   }
   p.unposted.clear();
+}
+
+void OfiBackend::peerGone(int peer, const std::string& why) {
+  if (peers_[peer].failed) return;
+  while (drainCq()) {
+  }  // a goodbye that came before the end makes it no fault
+  noteFault(peer, why);
+  failPeer(peer);
+}
+
+void OfiBackend::completed(Op* op) {
+  --inFlight_;
+  if (op->peer < 0) return;
+  Peer& p = peers_[op->peer];
+  --p.posted;
+  if (p.failed) --lostInFlight_;
 }
 
 void OfiBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) {
@@ -401,6 +425,7 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
   freeSends_.pop_back();
   op->peer = peer;
   ++inFlight_;
+  ++p.posted;
   return true;
 }
 
@@ -417,7 +442,7 @@ bool OfiBackend::drainCq() {
                           " failed: " + fi_cq_strerror(cq_, err.prov_errno, err.err_data, nullptr, 0) + " (" +
                           fiText(err.err) + ")");
       if (op && op->kind != Op::kRecv) {
-        --inFlight_;
+        completed(op);
         if (op->kind == Op::kWrite) {
           if (peer >= 0) peers_[peer].open.erase(op->seq);
           freeWrites_.push_back(op);
@@ -437,12 +462,12 @@ bool OfiBackend::drainCq() {
     Op* op = static_cast<Op*>(entries[i].op_context);
     switch (op->kind) {
       case Op::kWrite:
-        --inFlight_;
+        completed(op);
         peers_[op->peer].open.erase(op->seq);
         freeWrites_.push_back(op);
         break;
       case Op::kSend:
-        --inFlight_;
+        completed(op);
         freeSends_.push_back(op);
         break;
       case Op::kRecv: {
@@ -469,10 +494,16 @@ bool OfiBackend::progress() {
   while (drainCq()) moved = true;
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
     if (!peers_[r].unposted.empty()) moved |= postWrites(r);
-  for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
-    if (held_->holding(r))
-      moved |= held_->release(r, peers_[r].visible(held_->putsIssued(r)),
-                              [&](const OrderedMessages::Held& h) { return sendHeld(r, h); });
+  for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
+    if (!held_->holding(r)) continue;
+    if (peers_[r].failed) {
+      held_->drop(r);  // nothing of it will be sent
+      moved = true;
+      continue;
+    }
+    moved |= held_->release(r, peers_[r].visible(held_->putsIssued(r)),
+                            [&](const OrderedMessages::Held& h) { return sendHeld(r, h); });
+  }
   return moved;
 }
 

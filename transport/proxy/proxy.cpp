@@ -27,7 +27,8 @@ struct OpenReport {
   int32_t lanes;         // proxy_lanes (0: auto)
   int32_t cpus;          // CPUs this process may run on
   int32_t copiesWrites;  // the back-end's writes are CPU copies
-  int32_t unused;
+  int32_t pid;
+  uint64_t procStart, pidNamespace;
 };
 
 std::string openOne(const std::string& name, const std::vector<uint8_t>& viaProxy, Region heap,
@@ -64,11 +65,8 @@ int cpusAllowed() {
   return CPU_COUNT(&set);
 }
 
-uint64_t hostHash() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return std::hash<std::string>{}(name);
-}
+// How often the watcher looks at the processes of its host's peers.
+constexpr auto kWatchInterval = std::chrono::milliseconds(50);
 
 }  // namespace
 
@@ -136,7 +134,11 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   backend_ = lanes_[0]->backend.get();
   OpenReport mine{};
   snprintf(mine.backend, sizeof mine.backend, "%s", backend_ ? backend_->name() : "");
-  mine.host = hostHash();
+  mine.host = thisHostHash();
+  const ProcessIdentity self = thisProcess();
+  mine.pid = self.pid;
+  mine.procStart = self.start;
+  mine.pidNamespace = self.pidNamespace;
   mine.lanes = options.lanes;
   mine.cpus = cpusAllowed();
   mine.copiesWrites = backend_ && backend_->copiesWrites();
@@ -158,6 +160,11 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
       throw Error(Code::kInvalidUsage, "proxy_backend: rank " + std::to_string(r) + " opened " + all[r].backend +
                                            ", rank " + std::to_string(ex.rank()) + " opened " + all[ex.rank()].backend +
                                            "; every rank must use the same back-end");
+  watched_.assign(nranks_, ProcessIdentity{});
+  gone_ = std::make_unique<std::atomic<uint8_t>[]>(nranks_);
+  for (int r = 0; r < nranks_; ++r)
+    if (viaProxy_[r] && all[r].host == mine.host && all[r].pidNamespace == mine.pidNamespace && mine.pidNamespace)
+      watched_[r] = ProcessIdentity{all[r].pid, all[r].procStart, all[r].pidNamespace};
   // Every rank opens as many lanes as the one that wants fewest: lane i connects to lane i.
   int lanes = 16;
   for (int r = 0; r < nranks_; ++r) {
@@ -223,10 +230,12 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
       runningOn_ = sched_getcpu();
       started.set_value("");
     } catch (const Error& e) {
+      lanes_[0]->ended.store(true, std::memory_order_release);
       started.set_value(e.what());
       return;
     }
     run();
+    lanes_[0]->ended.store(true, std::memory_order_release);
   });
   if (const std::string err = ready.get(); !err.empty()) {
     thread_.join();
@@ -234,23 +243,103 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   }
   for (size_t i = 1; i < lanes_.size(); ++i) {
     Lane& lane = *lanes_[i];
-    lane.thread = std::thread([this, &lane] { runLane(lane); });
+    lane.thread = std::thread([this, &lane] {
+      runLane(lane);
+      lane.ended.store(true, std::memory_order_release);
+    });
   }
+  if (std::any_of(watched_.begin(), watched_.end(), [](const ProcessIdentity& p) { return p.pid != 0; }))
+    watcher_ = std::thread([this] { watchPeers(); });
 }
 
-void Proxy::stop(bool drain) {
+bool Proxy::stop(bool drain) {
+  if (stopped_) return *stopped_;
   drain_ = drain;
   stop_ = true;
-  if (thread_.joinable()) thread_.join();
+  bool joined = true;
+  if (thread_.joinable()) joined = joinUnlessStuck(thread_, *lanes_[0]);
   lanesStop_ = true;  // the proxy thread sets it once the lanes may close; at once if it never ran
-  for (auto& lane : lanes_)
-    if (lane->thread.joinable()) lane->thread.join();
+  for (size_t i = 1; i < lanes_.size(); ++i)
+    if (lanes_[i]->thread.joinable()) joined &= joinUnlessStuck(lanes_[i]->thread, *lanes_[i]);
+  {
+    std::lock_guard<std::mutex> lock(watchMutex_);  // lanesStop_ is set: the watcher wakes and ends
+  }
+  watchWake_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+  if (!joined)
+    WEFT_LOG(kError, kProxy,
+             "host proxy: a thread took no step for {} ms inside {} (a peer that died holding a lock in the "
+             "library's shared memory leaves its senders spinning); it is left running, and this communicator's "
+             "memory is not freed",
+             kStuckMs, backend_ ? backend_->describe() : std::string("its back-end"));
+  stopped_ = joined;
+  return joined;
+}
+
+bool Proxy::joinUnlessStuck(std::thread& thread, const Lane& lane) {
+  using Clock = std::chrono::steady_clock;
+  uint64_t seen = lane.steps.load(std::memory_order_relaxed);
+  auto since = Clock::now();
+  while (!lane.ended.load(std::memory_order_acquire)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (const uint64_t now = lane.steps.load(std::memory_order_relaxed); now != seen) {
+      seen = now;
+      since = Clock::now();
+    } else if (Clock::now() - since > std::chrono::milliseconds(kStuckMs)) {
+      thread.detach();
+      return false;
+    }
+  }
+  thread.join();
+  return true;
 }
 
 Proxy::~Proxy() {
-  stop(true);
+  if (!stop(true)) {
+    // A thread left running may still use the back-ends, the arrivals and the mappings.
+    for (auto& lane : lanes_) (void)lane.release();
+    (void)arrivals_.release();
+    return;
+  }
   lanes_.clear();
   unmapAll();
+}
+
+void Proxy::watchPeers() {
+  uint32_t marked = 0;  // goneCount_ after the previous look
+  int unapplied = 0;    // looks since the proxy thread last caught up with the marks
+  bool told = false;
+  std::unique_lock<std::mutex> lock(watchMutex_);
+  while (!watchWake_.wait_for(lock, kWatchInterval, [&] { return lanesStop_.load(); })) {
+    // The back-ends tell a peer's end from a goodbye, so the fault is theirs to note. But a proxy
+    // thread that has not applied the marks for three looks is stuck (in a send to that peer, as
+    // like as not; it applies them within microseconds otherwise), and then the ops hear of the
+    // end from here.
+    unapplied = marked > lanes_[0]->goneSeen.load(std::memory_order_relaxed) ? unapplied + 1 : 0;
+    if (!told && unapplied >= 3 && !stop_.load()) {
+      told = true;
+      for (int r = 0; r < nranks_; ++r)
+        if (gone_[r].load(std::memory_order_relaxed)) noteFault(PeerFault{r, goneText(r)});
+    }
+    for (int r = 0; r < nranks_; ++r) {
+      if (!watched_[r].pid || gone_[r].load(std::memory_order_relaxed) || !processEnded(watched_[r])) continue;
+      gone_[r].store(1, std::memory_order_relaxed);
+      goneCount_.fetch_add(1, std::memory_order_release);
+    }
+    marked = goneCount_.load(std::memory_order_relaxed);
+  }
+}
+
+std::string Proxy::goneText(int peer) const {
+  return "rank " + std::to_string(peer) + " (pid " + std::to_string(watched_[peer].pid) + " on this host) has ended";
+}
+
+void Proxy::applyGone(Lane& lane) {
+  const uint32_t count = goneCount_.load(std::memory_order_acquire);
+  if (lane.goneSeen.load(std::memory_order_relaxed) == count) return;
+  for (int r = 0; r < nranks_; ++r)
+    if (gone_[r].load(std::memory_order_relaxed)) lane.backend->peerGone(r, goneText(r));
+  lane.goneSeen.store(count, std::memory_order_relaxed);
 }
 
 dev::ProxyView Proxy::deviceView(uint8_t* shared, uint64_t* head, uint64_t* tailSeen) const {
@@ -408,6 +497,8 @@ void Proxy::waitForRoom() {
   if (lanesLoad(false) < laneLoadMax_) return;
   const uint64_t since = gpu::nowNs();
   while (lanesLoad(false) >= laneLoadMax_) {
+    lanes_[0]->steps.fetch_add(1, std::memory_order_relaxed);
+    applyGone(*lanes_[0]);
     backend_->progress();
     if (const auto f = backend_->fault(); f) noteFault(*f);
     if ((stop_.load(std::memory_order_relaxed) && !drain_.load(std::memory_order_relaxed)) || fault()) return;
@@ -448,7 +539,10 @@ uint32_t Proxy::drainRing() {
 
 void Proxy::run() {
   uint32_t idle = 0;
+  std::atomic<uint64_t>& steps = lanes_[0]->steps;
   while (!stop_.load(std::memory_order_relaxed)) {
+    steps.fetch_add(1, std::memory_order_relaxed);
+    applyGone(*lanes_[0]);
     // Up to a ring's worth of triggers, then progress: neither starves the other.
     bool moved = drainRing() != 0;
     moved |= backend_->progress();
@@ -480,6 +574,8 @@ void Proxy::run() {
   };
   while (std::chrono::steady_clock::now() < until) {
     if (!committed() && carried()) break;
+    steps.fetch_add(1, std::memory_order_relaxed);
+    applyGone(*lanes_[0]);
     drainRing();
     backend_->progress();
   }
@@ -488,7 +584,10 @@ void Proxy::run() {
   lanesStop_ = true;
   backend_->sayGoodbye();
   const auto bye = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (backend_->outstanding() != 0 && std::chrono::steady_clock::now() < bye) backend_->progress();
+  while (backend_->outstanding() != 0 && std::chrono::steady_clock::now() < bye) {
+    steps.fetch_add(1, std::memory_order_relaxed);
+    backend_->progress();
+  }
 }
 
 // A lane after the first: hands its commands to its back-end and progresses it (which applies
@@ -498,6 +597,8 @@ void Proxy::runLane(Lane& lane) {
   std::vector<Command> batch;
   uint32_t idle = 0;
   auto step = [&] {
+    lane.steps.fetch_add(1, std::memory_order_relaxed);
+    applyGone(lane);
     {
       std::lock_guard<std::mutex> lock(lane.mutex);
       batch.swap(lane.incoming);
@@ -532,7 +633,10 @@ void Proxy::runLane(Lane& lane) {
   while (lane.load() != 0 && std::chrono::steady_clock::now() < until) step();
   b.sayGoodbye();
   const auto bye = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (b.outstanding() != 0 && std::chrono::steady_clock::now() < bye) b.progress();
+  while (b.outstanding() != 0 && std::chrono::steady_clock::now() < bye) {
+    lane.steps.fetch_add(1, std::memory_order_relaxed);
+    b.progress();
+  }
 }
 
 }  // namespace weft::transport

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/process.hpp"
 #include "device/proxy_device.hpp"
 #include "transport/net/backend.hpp"
 
@@ -68,9 +70,14 @@ class Proxy {
   // Every rank has finished every op (finalize's barrier): peers may now close their connections,
   // which is no fault.
   void closing() { closing_ = true; }
-  // Stops the thread once it has carried every trigger posted so far (bounded: a dead peer must
-  // not hold destroy). abort: at once.
-  void stop(bool drain);
+  // Stops the threads once they have carried every trigger posted so far (bounded: a dead peer
+  // must not hold destroy). !drain: at once. Returns false where a thread stopped taking steps
+  // inside the network library (kStuckMs) and was left running: it may still touch this object,
+  // the heap and the mirrors, so the owner must then leak them (Comm does). Later calls return the
+  // first call's answer.
+  bool stop(bool drain);
+  // How long a thread may take no step before stop() leaves it.
+  static constexpr int kStuckMs = 1500;
 
  private:
   // A message for a lane other than the first: one wire message, numbered.
@@ -87,6 +94,9 @@ class Proxy {
     std::vector<Command> incoming;      // under mutex
     std::atomic<uint64_t> queued{0};    // commands given to it and not yet handed to its back-end
     std::atomic<uint64_t> inFlight{0};  // its back-end's outstanding(), as its thread last saw it
+    std::atomic<uint64_t> steps{0};     // its thread's loop turns, for stop() to tell it stuck
+    std::atomic<bool> ended{false};     // its thread has returned
+    std::atomic<uint32_t> goneSeen{0};  // goneCount_ as its thread last applied it
     uint64_t load() const { return queued.load(std::memory_order_relaxed) + inFlight.load(std::memory_order_relaxed); }
   };
   void start(Exchange& ex, Region heap, const ProxyOptions& options);
@@ -108,6 +118,16 @@ class Proxy {
   void carry(int peer, uint64_t offset, uint64_t bytes);
   void dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value);
   void noteFault(const PeerFault& f);
+  // The watcher thread: every kWatchInterval marks the watched peers whose process has ended, for
+  // each lane's thread to tell its back-end; notes the fault itself where the proxy thread does not
+  // take the marks (stuck in a send to the dead peer), so that ops fail at once all the same.
+  void watchPeers();
+  std::string goneText(int peer) const;
+  // From `lane`'s own thread: tells its back-end of the peers marked gone since it last looked.
+  void applyGone(Lane& lane);
+  // Joins `lane`'s thread (the first lane's: thread_) once it has returned; leaves it where it
+  // takes no step for kStuckMs. Returns whether it was joined.
+  bool joinUnlessStuck(std::thread& thread, const Lane& lane);
 
   int nranks_;
   Region heap_;
@@ -139,6 +159,15 @@ class Proxy {
   std::atomic<bool> closing_{false};
   std::atomic<bool> lanesStop_{false};
   std::atomic<int> runningOn_{-1};
+  std::optional<bool> stopped_;  // stop()'s answer, once it has run
+  // The proxy peers on this host, in this pid namespace (pid 0 for the others): the proxy thread
+  // checks their processes, so that a dead one fails at once and is sent nothing more.
+  std::vector<ProcessIdentity> watched_;
+  std::thread watcher_;  // where any peer is watched
+  std::mutex watchMutex_;
+  std::condition_variable watchWake_;
+  std::unique_ptr<std::atomic<uint8_t>[]> gone_;  // [nranks]: its process has ended
+  std::atomic<uint32_t> goneCount_{0};
   mutable std::mutex faultMutex_;
   std::optional<PeerFault> fault_;
   std::function<void(const PeerFault&)> sink_;

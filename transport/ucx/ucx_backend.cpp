@@ -60,6 +60,7 @@ class UcxBackend final : public NetBackend {
   void put(int peer, uint64_t offset, uint64_t bytes) override;
   void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) override;
   bool progress() override;
+  void peerGone(int peer, const std::string& why) override;
   bool copiesWrites() const override;
   uint64_t outstanding() const override { return pending_.size() + (held_ ? held_->held() : 0); }
   std::optional<PeerFault> fault() const override { return fault_; }
@@ -414,6 +415,11 @@ bool UcxBackend::advanceFlushes() {
       moved = true;
     }
     if (!held_->holding(r)) continue;
+    if (p.failed) {
+      held_->drop(r);  // nothing of it will be sent
+      moved = true;
+      continue;
+    }
     moved |= held_->release(r, p.visible, [&](const OrderedMessages::Held& h) {
       const auto bytes = static_cast<uint32_t>(payloadBytes(h.kind, h.value));
       return send(r, WireMessage{h.kind, bytes, 0, h.seq, h.offset, h.kind == kMsgDeliver ? 0 : h.value});
@@ -451,6 +457,15 @@ bool UcxBackend::progress() {
   done_.clear();
   moved |= advanceFlushes();
   return moved;
+}
+
+void UcxBackend::peerGone(int peer, const std::string& why) {
+  if (peers_[peer].failed) return;
+  // A goodbye that came before the end makes it no fault.
+  for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) {
+  }
+  noteFault(peer, why);
+  peers_[peer].failed = true;  // what is held for it is dropped by the next progress()
 }
 
 }  // namespace
