@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "common/process.hpp"
 #include "device/ops/allreduce_device.hpp"
 #include "device/ops/allreduce_oneshot_device.hpp"
 #include "device/ops/alltoall_device.hpp"
@@ -43,6 +44,8 @@ struct RankInfo {
   uint64_t nodeRanks;
   uint64_t serviceInstance;  // the weftd this rank found (Welcome::instance); 0: none
   uint64_t checkSignatures;
+  uint64_t procStart;     // ProcessIdentity: the peer watch tells a reused pid,
+  uint64_t pidNamespace;  // and leaves alone ranks whose pids mean nothing here
   int32_t pid;
   char hostname[60];
   char device[32];    // Engine::deviceKey(): ranks of a host with the same one share a GPU
@@ -173,7 +176,10 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.nodeRanks = static_cast<uint64_t>(s.getInt("node_ranks"));
   mine.serviceInstance = c->daemon_ ? c->daemon_->welcome().instance : 0;
   mine.checkSignatures = c->checkSignatures_ ? 1 : 0;
-  mine.pid = static_cast<int32_t>(getpid());
+  const ProcessIdentity self = thisProcess();
+  mine.pid = self.pid;
+  mine.procStart = self.start;
+  mine.pidNamespace = self.pidNamespace;
   snprintf(mine.hostname, sizeof mine.hostname, "%s", c->host_.hostname.c_str());
   snprintf(mine.device, sizeof mine.device, "%s", Engine::deviceKey().c_str());
   snprintf(mine.gpuModel, sizeof mine.gpuModel, "%s", gpuModel().c_str());
@@ -293,7 +299,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
       // would write now: they are completed (as aborted) here.
       WorkQueue* queue = c->queue_.get();
       c->daemon_->watch([queue, pid = c->daemon_->welcome().pid] {
-        queue->failWeftdGone(pid);  // raises `abort`: a submit after the completion below sees it
+        queue->failPeerGone(-1, pid, kGoneSeenByWeftd);  // raises `abort`: a later submit sees it
         if (!kHostSeesEnd) queue->completeAborted();
       });
     }
@@ -336,8 +342,17 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   // weftd's GPU kernel leaves when its queue idles (service_engine_idle_us); the rank's next op
   // asks for it again.
   if (c->weftdInputs_) c->engine_->setWake([daemon = c->daemon_.get()] { daemon->wake(); });
-  if (s.getInt("status_pages"))
+  if (s.getInt("status_pages")) {
     c->startStatusPage(id, s.getString("status_dir"), std::chrono::milliseconds(s.getInt("status_interval_ms")));
+    // weftd sees its ranks' ends itself (service mode); proxy peers, the proxy does.
+    std::vector<ProcessIdentity> peers(nranks);
+    for (int r = 0; r < nranks; ++r)
+      if (r != rank && c->paths_[r] == transport::Path::kP2p && all[r].hostHash == mine.hostHash &&
+          all[r].pidNamespace == mine.pidNamespace && mine.pidNamespace != 0 && all[r].pid != mine.pid)
+        peers[r] = ProcessIdentity{all[r].pid, all[r].procStart, all[r].pidNamespace};
+    if (!c->daemon_ && std::any_of(peers.begin(), peers.end(), [](const ProcessIdentity& p) { return p.pid != 0; }))
+      c->startPeerWatch(std::move(peers), id, s.getString("status_dir"));
+  }
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes{}", rank, nranks, c->host_.hostname,
            c->engine_->describe(), c->queue_->depth(), c->tileBytes_, c->daemon_ ? ", heap and queue from weftd" : "");
   return c;
@@ -366,8 +381,29 @@ void Comm::startStatusPage(const UniqueId& id, const std::string& dir, std::chro
   }
 }
 
+void Comm::startPeerWatch(std::vector<ProcessIdentity> peers, const UniqueId& id, const std::string& dir) {
+  uint8_t idBytes[kUniqueIdBytes];
+  id.encode(idBytes);
+  const uint64_t comm = status::commId(idBytes, sizeof idBytes);
+  const std::string where = status::directory(dir);
+  const std::vector<ProcessIdentity> pids = peers;
+  // A rank removes its page when it destroys the communicator: one that ended with its page still
+  // there did not (a rank without a page counts as having left cleanly: the wait's timeout stays).
+  auto leftCleanly = [comm, where, pids](int r) { return !status::pageRemains(where, comm, r, pids[r].pid); };
+  auto ended = [this](int r, int pid) {
+    WEFT_LOG(kError, kInit,
+             "rank {}: rank {}'s process (pid {}) ended without destroying the communicator: its ops fail", rank_, r,
+             pid);
+    queue_->failPeerGone(r, pid, kGoneSeenByRank);
+    engine_->raise({&dev::EngineControl::error});
+  };
+  peerWatch_ = std::make_unique<PeerWatch>(std::move(peers), std::move(leftCleanly), std::move(ended),
+                                           std::chrono::milliseconds(50));
+}
+
 Comm::~Comm() {
-  watch_.reset();  // it reads the page, the queue and the engine
+  peerWatch_.reset();  // it fails the queue and the engine
+  watch_.reset();      // it reads the page, the queue and the engine
   if (queue_) queue_->reportProgress(nullptr);
   page_.reset();
   // The proxy outlives the queue (it goes with the heap): it must not report into a freed one.

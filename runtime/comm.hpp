@@ -19,6 +19,7 @@
 #include "device/ops/gemm_alltoall_device.hpp"
 #include "heap.hpp"
 #include "path_table.hpp"
+#include "peer_watch.hpp"
 #include "status_page.hpp"
 #include "status_watch.hpp"
 #include "topology.hpp"
@@ -90,6 +91,10 @@ class Comm {
   // the same communicator id. Without one (a directory it may not use), the job runs on. On a GPU
   // backend the status watch reads the engine's progress into it every `watchInterval` (0: never).
   void startStatusPage(const UniqueId& id, const std::string& dir, std::chrono::milliseconds watchInterval);
+  // Embedded mode with status pages: watches the processes of the p2p peers on this host
+  // (peers[r]; pid 0 for the others), so that one that ends without destroying the communicator
+  // fails its ops at once.
+  void startPeerWatch(std::vector<ProcessIdentity> peers, const UniqueId& id, const std::string& dir);
   // Throws the sticky failure of an earlier op, if any.
   void requireHealthy() const;
   // What the first failure was: the proxy's fault, or the failing wait's record.
@@ -138,9 +143,10 @@ class Comm {
   std::unique_ptr<SymmetricHeap> heap_;
   std::vector<void*> peerBases_;  // heap_->base(r) for every rank, for externalView
   std::unique_ptr<WorkQueue> queue_;
-  std::unique_ptr<status::Page> page_;  // null where status_pages is 0 or the page could not be made
-  std::unique_ptr<StatusWatch> watch_;  // GPU backends with a page: ops end where the host sees nothing
-  std::unique_ptr<Engine> engine_;      // declared last: stops before the queue and heap go
+  std::unique_ptr<status::Page> page_;    // null where status_pages is 0 or the page could not be made
+  std::unique_ptr<StatusWatch> watch_;    // GPU backends with a page: ops end where the host sees nothing
+  std::unique_ptr<PeerWatch> peerWatch_;  // it fails the queue and the engine: goes before them
+  std::unique_ptr<Engine> engine_;        // declared last: stops before the queue and heap go
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
   uint64_t oneShotMax_ = 0;   // oneshot_max_bytes: the one-shot AllReduce's largest input

@@ -1,5 +1,6 @@
 #include "status_page.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -105,6 +106,23 @@ uint64_t commId(const uint8_t* idBytes, size_t n) {
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   return h ^ (h >> 33);
+}
+
+bool pageRemains(const std::string& dir, uint64_t commId, int rank, int pid) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "%016llx-r%d-p%d-", static_cast<unsigned long long>(commId), rank, pid);
+  DIR* d = opendir(dir.c_str());
+  if (!d) return false;
+  bool found = false;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".page") == 0) {
+      found = true;
+      break;
+    }
+  }
+  closedir(d);
+  return found;
 }
 
 std::unique_ptr<Page> Page::create(const std::string& dir, const Identity& id, uint32_t depth) {

@@ -114,6 +114,10 @@ std::string directory(const std::string& setting);
 int openDirectory(const std::string& path, bool create, std::string* why);
 // The same 64 bits on every rank of a communicator, from its unique id's bytes.
 uint64_t commId(const uint8_t* idBytes, size_t n);
+// Whether `dir` holds a page of communicator `commId`'s rank `rank` made by process `pid`: a rank
+// removes its page when it destroys the communicator, so a process that ended with its page still
+// there ended without destroying it.
+bool pageRemains(const std::string& dir, uint64_t commId, int rank, int pid);
 
 // What a communicator shows of itself on its page.
 struct Identity {

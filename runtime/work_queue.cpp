@@ -124,12 +124,14 @@ void WorkQueue::noteProgress(uint64_t ticket, uint64_t now) {
     gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, now);
 }
 
-void WorkQueue::failWeftdGone(int pid) {
+void WorkQueue::failPeerGone(int peer, int pid, uint64_t seenBy) {
   dev::CommView v;
   v.queue = header_;
-  dev::recordFailure(v, dev::WaitSite{0, 0, -1, dev::WaitWhat::kPeerGone}, Status::kTransport, 0,
+  dev::recordFailure(v, dev::WaitSite{0, 0, peer, dev::WaitWhat::kPeerGone}, Status::kTransport, seenBy,
                      static_cast<uint64_t>(pid));
-  gpu::atomicStore<gpu::Order::kRelease>(&header_->abort, 1u);
+  // Without weftd there is no engine to finish the ops: submits must stop too. A rank's engine
+  // lives on, and its caller raises the engine's own error word.
+  if (peer < 0) gpu::atomicStore<gpu::Order::kRelease>(&header_->abort, 1u);
 }
 
 void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed) {
@@ -219,8 +221,9 @@ std::string failureText(const dev::WaitRecord& r, int self) {
            "), which ran this communicator's engine, has ended; every op of the communicator fails";
   if (static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPeerGone)
     return "rank " + std::to_string(r.peer) + "'s process (pid " + std::to_string(r.observed) +
-           ") ended without destroying the communicator (weftd saw its connection close); every op of the "
-           "communicator fails";
+           ") ended without destroying the communicator (" +
+           (r.expected == kGoneSeenByRank ? "a rank of its host saw it end" : "weftd saw its connection close") +
+           "); every op of the communicator fails";
   const char* what = r.status == static_cast<uint32_t>(Status::kAborted) ? "aborted" : "timed out";
   // A split GEMM wave's partials come from this rank's own blocks: `peer` is the range's index.
   const bool local = static_cast<dev::WaitWhat>(r.what) == dev::WaitWhat::kPartial;

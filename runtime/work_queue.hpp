@@ -22,6 +22,8 @@ struct SlotProgress {
 // WaitRecord::peer of a kPeerGone record (observed: weftd's pid) that weftd writes when its engine
 // of the communicator failed on its own (a GPU kernel's fault); -1 is weftd's own end.
 constexpr int32_t kWeftdEngineFailed = -2;
+// WaitRecord::expected of a kPeerGone record: who saw the process end.
+constexpr uint64_t kGoneSeenByWeftd = 0, kGoneSeenByRank = 1;
 
 class WorkQueue {
  public:
@@ -70,9 +72,11 @@ class WorkQueue {
   // Set before ops are submitted and cleared after the last one returns.
   void reportProgress(SlotProgress* rows) { progress_ = rows; }
 
-  // Service mode: weftd (process `pid`), which ran this queue's engine, has gone. Records that as
-  // the communicator's failure and makes every host wait give up (after its abort grace).
-  void failWeftdGone(int pid);
+  // The process `pid` of rank `peer` ended without destroying the communicator (-1: weftd, which
+  // ran this queue's engine); `seenBy`: who saw it end (kGoneSeenByWeftd or kGoneSeenByRank).
+  // Records that as the communicator's failure, which every host wait reads; for weftd also raises
+  // `abort` (no engine is left to finish the ops).
+  void failPeerGone(int peer, int pid, uint64_t seenBy);
   // Records a failure the host found while waiting on op `ticket` (first failure wins, sticky).
   void recordHostFailure(uint64_t ticket, dev::Status st, uint64_t expected, uint64_t observed);
   // Human-readable first failure of the communicator ("" if none).

@@ -24,10 +24,13 @@ weft_config_t shortTimeout(double seconds) {
   return c;
 }
 
-// Ranks other than `absent` run one AllReduce that `absent` never joins.
+// Ranks other than `absent` run one AllReduce that `absent` never joins. Without status pages the
+// ranks cannot tell a killed peer from a slow one (the peer watch needs its page), so the wait's
+// timeout is what ends it.
 void expectTimeoutWithout(int absent, bool absentDies) {
   const double timeout = 1.0;
   std::vector<RankExit> exits = forkRanks(3, [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_STATUS_PAGES", "0", 1);
     weft_config_t config = shortTimeout(timeout);
     weft_comm_t comm = initRank(rank, n, id, &config);
     ASSERT_NE(comm, nullptr);
@@ -67,7 +70,58 @@ void expectTimeoutWithout(int absent, bool absentDies) {
 
 TEST(Faults, RankThatNeverJoinsMakesOthersTimeOut) { expectTimeoutWithout(2, false); }
 
-TEST(Faults, KilledRankMakesOthersTimeOut) { expectTimeoutWithout(1, true); }
+TEST(Faults, KilledRankWithoutStatusPagesMakesOthersTimeOut) { expectTimeoutWithout(1, true); }
+
+// A rank of the host killed while the others wait in an op for it: they fail at once (the peer
+// watch sees its process end with its status page still there), long before timeout_s, naming it.
+TEST(Faults, KilledRankFailsTheOthersAtOnce) {
+  std::vector<RankExit> exits = forkRanks(3, [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_config_t config = shortTimeout(60);
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    std::vector<float> x(100000, 1.0f);
+    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr));
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others wait in the next op
+      kill(getpid(), SIGKILL);
+    }
+    const auto start = Clock::now();
+    EXPECT_TRUE(failsWith(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr), WEFT_ERR_TRANSPORT,
+                          "rank 1's process"));
+    EXPECT_LT(secondsSince(start), 5.0);
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_EQ(async, WEFT_ERR_TRANSPORT);
+    const auto again = Clock::now();
+    EXPECT_EQ(weft_alltoall(comm, x.data(), y, 16, WEFT_FLOAT32, nullptr), WEFT_ERR_TRANSPORT);
+    EXPECT_LT(secondsSince(again), 0.5);
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  });
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_FALSE(exits[1].exited);
+  for (int r : {0, 2}) EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
+}
+
+// A rank that destroys the communicator and leaves while the others still hold theirs is no fault.
+TEST(Faults, ARankThatDestroysAndLeavesIsNoFault) {
+  std::vector<RankExit> exits = forkRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    weft_comm_t comm = initRank(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    std::vector<float> x(4096, 1.0f);
+    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, x.size(), WEFT_FLOAT32, nullptr));
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 1 is gone by now
+    weft_result_t async = WEFT_ERR_INTERNAL;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_EQ(async, WEFT_SUCCESS);
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  for (int r : {0, 1}) EXPECT_TRUE(exits[r].exited && exits[r].code == 0) << "rank " << r;
+}
 
 TEST(Faults, AbortFromAnotherThreadEndsAWaitingOpWithinOneSecond) {
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {

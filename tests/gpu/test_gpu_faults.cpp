@@ -1,6 +1,9 @@
-// Faults on the GPU end with an error, never a hung stream: a peer that never arrives (timeout),
-// abort from another thread while the op waits, the same for an op replayed from a CUDA graph; plus
-// two communicators on one GPU.
+// Faults on the GPU end with an error, never a hung stream: a peer that never arrives (timeout), a
+// peer killed (at once), abort from another thread while the op waits, the same for an op replayed
+// from a CUDA graph; plus two communicators on one GPU.
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -86,6 +89,45 @@ TEST(GpuFaults, PeerThatNeverArrivesTimesOutAndTheStreamDrains) {
 TEST(GpuFaults, AbortWhileAnOpWaitsReleasesTheStreamWithinOneSecond) {
   WEFT_REQUIRE_GPUS(2);
   lonelyOp(true);
+}
+
+// A peer killed while this rank's op waits on the stream: the stream drains at once, long before
+// timeout_s (the rank's peer watch sees the process end with its status page left), and the
+// failure names the rank.
+TEST(GpuFaults, AKilledPeerFailsTheWaitingStreamAtOnce) {
+  WEFT_REQUIRE_GPUS(2);
+  const std::vector<RankExit> exits = forkRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    useGpu(rank, n);
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 60;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void* y = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 20, &y));
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 0 waits in its op
+      kill(getpid(), SIGKILL);
+    }
+    cudaStream_t s;
+    WEFT_CUDA_OK(cudaStreamCreate(&s));
+    float* x = nullptr;
+    WEFT_CUDA_OK(cudaMalloc(&x, 1 << 20));
+    WEFT_ASSERT_OK(weft_allreduce(comm, x, y, 1 << 18, WEFT_FLOAT32, s));
+    const auto start = Clock::now();
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_LT(since(start), 10.0);
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_EQ(async, WEFT_ERR_TRANSPORT) << weft_get_last_error(comm);
+    EXPECT_NE(std::string(weft_get_last_error(comm)).find("rank 1's process"), std::string::npos)
+        << weft_get_last_error(comm);
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    cudaFree(x);
+    cudaStreamDestroy(s);
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[0].exited && exits[0].code == 0);
+  EXPECT_FALSE(exits[1].exited);
 }
 
 TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
