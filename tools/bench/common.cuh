@@ -16,6 +16,7 @@
 #include "bench.hpp"
 #include "device/dtype_device.hpp"
 #include "device/testdata_device.hpp"
+#include "tools/build_commit.hpp"
 
 namespace weft::bench {
 
@@ -105,7 +106,7 @@ class JsonRows {
          << ", \"dtype\": " << jsonString(o_.dtype) << ", \"gpu\": " << jsonString(gpu_)
          << ", \"baseline\": " << jsonString(o_.baseline) << ", \"nccl_env\": " << jsonString(ncclEnv_)
          << ", \"transport\": " << jsonString(transport_) << ", \"date\": " << jsonString(date_)
-         << ", \"commit\": " << jsonString(WEFT_BENCH_COMMIT);
+         << ", \"commit\": " << jsonString(weft::tools::buildCommit());
     fields(out_);
     out_ << "}";
     first_ = false;

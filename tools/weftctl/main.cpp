@@ -22,6 +22,7 @@
 #include "runtime/config.hpp"
 #include "runtime/service/paths.hpp"
 #include "runtime/topology.hpp"
+#include "tools/build_commit.hpp"
 #include "transport/net/backend.hpp"
 #include "tune.hpp"
 #include "weft/version.h"
@@ -29,7 +30,8 @@
 namespace {
 
 void printInfo(bool settings) {
-  std::printf("weft %s\n", WEFT_VERSION_STRING);
+  const std::string commit = weft::tools::buildCommit();
+  std::printf("weft %s%s\n", WEFT_VERSION_STRING, commit.empty() ? "" : (" (commit " + commit + ")").c_str());
   std::printf("build: backend=%s type=%s sanitizer=%s ucx=%s libfabric=%s\n", WEFT_BUILD_GPU, WEFT_BUILD_TYPE,
               *WEFT_BUILD_SANITIZE ? WEFT_BUILD_SANITIZE : "none", WEFTCTL_UCX, WEFTCTL_OFI);
   const weft::HostIdentity host = weft::localHost();

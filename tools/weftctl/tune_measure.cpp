@@ -25,6 +25,7 @@
 #include "runtime/config.hpp"
 #include "runtime/unique_id.hpp"
 #include "sweep.hpp"
+#include "tools/build_commit.hpp"
 #include "tune.hpp"
 #include "weft/version.h"
 
@@ -270,14 +271,23 @@ int runTuneMeasure(const TuneMeasureOptions& given) {
   const weft::FusedOp op = measuredOp(o);
   if (dtypeOf(o.dtype) == weft::dev::DType::kFloat32 && op == weft::FusedOp::kGemmAllToAll)
     throw Error(Code::kInvalidArgument, "--dtype: the GEMM takes float16 or bfloat16");
-  if (o.commit.empty()) o.commit = WEFTCTL_COMMIT;
-  if (!commitOk(o.commit))
-    throw Error(Code::kInvalidArgument, "--commit: '" + o.commit +
-                                            "' is not 7 to 40 hex digits (this build does not know its commit: it "
-                                            "was not configured in a git checkout)");
   if (o.iters == 0) o.iters = kCpu ? 3 : 200;  // a GPU sample must outlast the 200 us poll of its end
   const std::vector<SweepPoint> points = sweepOf(o, op, kCpu);
   const std::string model = modelOfThisMachine();
+  // Checked after the arguments above, so that a bad one is named first.
+  if (o.commit.empty()) {
+    // The rows say which code chose their paths: a build of a modified tree cannot say.
+    o.commit = weft::tools::buildCommit();
+    if (o.commit.empty())
+      throw Error(Code::kInvalidArgument,
+                  "--commit: this build does not know its commit (it was not built in a git checkout); name "
+                  "the commit the rows were measured at");
+    if (!commitOk(o.commit))
+      throw Error(Code::kInvalidArgument, "--commit: this build is of a tree with uncommitted changes (" + o.commit +
+                                              "); commit them, or name the commit the rows stand for");
+  }
+  if (!commitOk(o.commit))
+    throw Error(Code::kInvalidArgument, "--commit: '" + o.commit + "' is not 7 to 40 hex digits");
   const std::string measured = today() + "@" + o.commit;
   std::vector<PathRowsFor> worlds;
   for (int nranks : o.ranks) {
