@@ -44,6 +44,7 @@ ProcessIdentity thisProcess() {
   p.start = processStart(p.pid);
   struct stat st {};
   if (stat("/proc/self/ns/pid", &st) == 0) p.pidNamespace = st.st_ino;
+  p.host = thisHostHash();
   return p;
 }
 
@@ -66,6 +67,50 @@ uint64_t thisHostHash() {
   uint64_t x = 1469598103934665603ull;
   for (unsigned char c : std::string(name) + "/" + bootId) x = (x ^ c) * 1099511628211ull;
   return x;
+}
+
+bool watchable(const ProcessIdentity& p) {
+  const ProcessIdentity self = thisProcess();  // not cached: a forked child is another process
+  return p.pid > 0 && p.pid != self.pid && self.pidNamespace != 0 && p.pidNamespace == self.pidNamespace &&
+         p.host == self.host;
+}
+
+bool ProcessWatch::anyWatchable(const std::vector<ProcessIdentity>& watched) {
+  for (const ProcessIdentity& p : watched)
+    if (watchable(p)) return true;
+  return false;
+}
+
+ProcessWatch::ProcessWatch(std::vector<ProcessIdentity> watched, std::chrono::milliseconds interval,
+                           std::function<bool(int, const ProcessIdentity&)> ended, std::function<void()> look)
+    : watched_(std::move(watched)),
+      interval_(interval),
+      ended_(std::move(ended)),
+      look_(std::move(look)),
+      thread_([this] { run(); }) {}
+
+ProcessWatch::~ProcessWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void ProcessWatch::run() {
+  for (ProcessIdentity& p : watched_)
+    if (!watchable(p)) p = ProcessIdentity{};
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, interval_, [&] { return stop_; })) {
+    if (look_) look_();
+    for (size_t i = 0; i < watched_.size(); ++i) {
+      if (!watched_[i].pid || !processEnded(watched_[i])) continue;
+      const ProcessIdentity gone = watched_[i];
+      watched_[i] = ProcessIdentity{};
+      if (!ended_(static_cast<int>(i), gone)) return;
+    }
+  }
 }
 
 }  // namespace weft

@@ -347,10 +347,9 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     // weftd sees its ranks' ends itself (service mode); proxy peers, the proxy does.
     std::vector<ProcessIdentity> peers(nranks);
     for (int r = 0; r < nranks; ++r)
-      if (r != rank && c->paths_[r] == transport::Path::kP2p && all[r].hostHash == mine.hostHash &&
-          all[r].pidNamespace == mine.pidNamespace && mine.pidNamespace != 0 && all[r].pid != mine.pid)
-        peers[r] = ProcessIdentity{all[r].pid, all[r].procStart, all[r].pidNamespace};
-    if (!c->daemon_ && std::any_of(peers.begin(), peers.end(), [](const ProcessIdentity& p) { return p.pid != 0; }))
+      if (c->paths_[r] == transport::Path::kP2p)
+        peers[r] = ProcessIdentity{all[r].pid, all[r].procStart, all[r].pidNamespace, all[r].hostHash};
+    if (!c->daemon_ && ProcessWatch::anyWatchable(peers))
       c->startPeerWatch(std::move(peers), id, s.getString("status_dir"));
   }
   WEFT_LOG(kInfo, kInit, "rank {}/{} on {} ready: {}, queue depth {}, tile {} bytes{}", rank, nranks, c->host_.hostname,
@@ -385,20 +384,18 @@ void Comm::startPeerWatch(std::vector<ProcessIdentity> peers, const UniqueId& id
   uint8_t idBytes[kUniqueIdBytes];
   id.encode(idBytes);
   const uint64_t comm = status::commId(idBytes, sizeof idBytes);
-  const std::string where = status::directory(dir);
-  const std::vector<ProcessIdentity> pids = peers;
   // A rank removes its page when it destroys the communicator: one that ended with its page still
   // there did not (a rank without a page counts as having left cleanly: the wait's timeout stays).
-  auto leftCleanly = [comm, where, pids](int r) { return !status::pageRemains(where, comm, r, pids[r].pid); };
-  auto ended = [this](int r, int pid) {
+  auto ended = [this, comm, where = status::directory(dir)](int r, const ProcessIdentity& p) {
+    if (!status::pageRemains(where, comm, r, p.pid)) return true;
     WEFT_LOG(kError, kInit,
              "rank {}: rank {}'s process (pid {}) ended without destroying the communicator: its ops fail", rank_, r,
-             pid);
-    queue_->failPeerGone(r, pid, kGoneSeenByRank);
+             p.pid);
+    queue_->failPeerGone(r, p.pid, kGoneSeenByRank);
     engine_->raise({&dev::EngineControl::error});
+    return false;  // the communicator has failed: nothing more to tell
   };
-  peerWatch_ = std::make_unique<PeerWatch>(std::move(peers), std::move(leftCleanly), std::move(ended),
-                                           std::chrono::milliseconds(50));
+  peerWatch_ = std::make_unique<ProcessWatch>(std::move(peers), std::chrono::milliseconds(50), std::move(ended));
 }
 
 Comm::~Comm() {

@@ -12,6 +12,7 @@
 #include "backend.hpp"
 #include "bootstrap.hpp"
 #include "common/error.hpp"
+#include "common/process.hpp"
 #include "config.hpp"
 #include "device/dtype_device.hpp"
 #include "device/ops/allreduce_device.hpp"
@@ -19,7 +20,6 @@
 #include "device/ops/gemm_alltoall_device.hpp"
 #include "heap.hpp"
 #include "path_table.hpp"
-#include "peer_watch.hpp"
 #include "status_page.hpp"
 #include "status_watch.hpp"
 #include "topology.hpp"
@@ -143,10 +143,10 @@ class Comm {
   std::unique_ptr<SymmetricHeap> heap_;
   std::vector<void*> peerBases_;  // heap_->base(r) for every rank, for externalView
   std::unique_ptr<WorkQueue> queue_;
-  std::unique_ptr<status::Page> page_;    // null where status_pages is 0 or the page could not be made
-  std::unique_ptr<StatusWatch> watch_;    // GPU backends with a page: ops end where the host sees nothing
-  std::unique_ptr<PeerWatch> peerWatch_;  // it fails the queue and the engine: goes before them
-  std::unique_ptr<Engine> engine_;        // declared last: stops before the queue and heap go
+  std::unique_ptr<status::Page> page_;       // null where status_pages is 0 or the page could not be made
+  std::unique_ptr<StatusWatch> watch_;       // GPU backends with a page: ops end where the host sees nothing
+  std::unique_ptr<ProcessWatch> peerWatch_;  // it fails the queue and the engine: goes before them
+  std::unique_ptr<Engine> engine_;           // declared last: stops before the queue and heap go
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
   uint64_t oneShotMax_ = 0;   // oneshot_max_bytes: the one-shot AllReduce's largest input

@@ -270,7 +270,7 @@ std::vector<std::string> removeDead(const std::string& dir) {
       const size_t at = n.find("-p");
       const int pid = at == std::string::npos ? 0 : atoi(n.c_str() + at + 2);
       struct stat fs {};
-      dead = pid > 0 && kill(pid, 0) != 0 && errno == ESRCH &&
+      dead = pid > 0 && processEnded(ProcessIdentity{pid}) &&
              fstatat(dirFd, n.c_str(), &fs, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(fs.st_mode) && fs.st_uid == getuid();
     }
     if (dead && unlinkat(dirFd, n.c_str(), 0) == 0) removed.push_back(n);

@@ -23,7 +23,7 @@ namespace {
 struct OpenReport {
   char backend[16];
   char error[480];
-  uint64_t host;         // a hash of the host's name: the ranks sharing its CPUs
+  uint64_t host;         // thisHostHash(): the ranks sharing its CPUs
   int32_t lanes;         // proxy_lanes (0: auto)
   int32_t cpus;          // CPUs this process may run on
   int32_t copiesWrites;  // the back-end's writes are CPU copies
@@ -65,7 +65,7 @@ int cpusAllowed() {
   return CPU_COUNT(&set);
 }
 
-// How often the watcher looks at the processes of its host's peers.
+// How often the watch looks at the processes of its host's peers.
 constexpr auto kWatchInterval = std::chrono::milliseconds(50);
 
 }  // namespace
@@ -134,8 +134,8 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   backend_ = lanes_[0]->backend.get();
   OpenReport mine{};
   snprintf(mine.backend, sizeof mine.backend, "%s", backend_ ? backend_->name() : "");
-  mine.host = thisHostHash();
   const ProcessIdentity self = thisProcess();
+  mine.host = self.host;
   mine.pid = self.pid;
   mine.procStart = self.start;
   mine.pidNamespace = self.pidNamespace;
@@ -163,8 +163,7 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   watched_.assign(nranks_, ProcessIdentity{});
   gone_ = std::make_unique<std::atomic<uint8_t>[]>(nranks_);
   for (int r = 0; r < nranks_; ++r)
-    if (viaProxy_[r] && all[r].host == mine.host && all[r].pidNamespace == mine.pidNamespace && mine.pidNamespace)
-      watched_[r] = ProcessIdentity{all[r].pid, all[r].procStart, all[r].pidNamespace};
+    if (viaProxy_[r]) watched_[r] = ProcessIdentity{all[r].pid, all[r].procStart, all[r].pidNamespace, all[r].host};
   // Every rank opens as many lanes as the one that wants fewest: lane i connects to lane i.
   int lanes = 16;
   for (int r = 0; r < nranks_; ++r) {
@@ -248,8 +247,17 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
       lane.ended.store(true, std::memory_order_release);
     });
   }
-  if (std::any_of(watched_.begin(), watched_.end(), [](const ProcessIdentity& p) { return p.pid != 0; }))
-    watcher_ = std::thread([this] { watchPeers(); });
+  // The back-ends tell a peer's end from a goodbye, so the fault is theirs to note: the watch
+  // only marks the peer for each lane's thread to tell its back-end (applyGone).
+  if (ProcessWatch::anyWatchable(watched_))
+    watch_ = std::make_unique<ProcessWatch>(
+        watched_, kWatchInterval,
+        [this](int r, const ProcessIdentity&) {
+          gone_[r].store(1, std::memory_order_relaxed);
+          goneCount_.fetch_add(1, std::memory_order_release);
+          return true;
+        },
+        [this] { noteGoneIfStuck(); });
 }
 
 bool Proxy::stop(bool drain) {
@@ -261,11 +269,7 @@ bool Proxy::stop(bool drain) {
   lanesStop_ = true;  // the proxy thread sets it once the lanes may close; at once if it never ran
   for (size_t i = 1; i < lanes_.size(); ++i)
     if (lanes_[i]->thread.joinable()) joined &= joinUnlessStuck(lanes_[i]->thread, *lanes_[i]);
-  {
-    std::lock_guard<std::mutex> lock(watchMutex_);  // lanesStop_ is set: the watcher wakes and ends
-  }
-  watchWake_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
+  watch_.reset();
   if (!joined)
     WEFT_LOG(kError, kProxy,
              "host proxy: a thread took no step for {} ms inside {} (a peer that died holding a lock in the "
@@ -305,29 +309,14 @@ Proxy::~Proxy() {
   unmapAll();
 }
 
-void Proxy::watchPeers() {
-  uint32_t marked = 0;  // goneCount_ after the previous look
-  int unapplied = 0;    // looks since the proxy thread last caught up with the marks
-  bool told = false;
-  std::unique_lock<std::mutex> lock(watchMutex_);
-  while (!watchWake_.wait_for(lock, kWatchInterval, [&] { return lanesStop_.load(); })) {
-    // The back-ends tell a peer's end from a goodbye, so the fault is theirs to note. But a proxy
-    // thread that has not applied the marks for three looks is stuck (in a send to that peer, as
-    // like as not; it applies them within microseconds otherwise), and then the ops hear of the
-    // end from here.
-    unapplied = marked > lanes_[0]->goneSeen.load(std::memory_order_relaxed) ? unapplied + 1 : 0;
-    if (!told && unapplied >= 3 && !stop_.load()) {
-      told = true;
-      for (int r = 0; r < nranks_; ++r)
-        if (gone_[r].load(std::memory_order_relaxed)) noteFault(PeerFault{r, goneText(r)});
-    }
-    for (int r = 0; r < nranks_; ++r) {
-      if (!watched_[r].pid || gone_[r].load(std::memory_order_relaxed) || !processEnded(watched_[r])) continue;
-      gone_[r].store(1, std::memory_order_relaxed);
-      goneCount_.fetch_add(1, std::memory_order_release);
-    }
-    marked = goneCount_.load(std::memory_order_relaxed);
-  }
+void Proxy::noteGoneIfStuck() {
+  // The proxy thread applies marks within microseconds when it runs.
+  const bool behind = goneCount_.load(std::memory_order_acquire) > lanes_[0]->goneSeen.load(std::memory_order_relaxed);
+  unappliedLooks_ = behind ? unappliedLooks_ + 1 : 0;
+  if (goneNoted_ || unappliedLooks_ < 3 || stop_.load()) return;
+  goneNoted_ = true;
+  for (int r = 0; r < nranks_; ++r)
+    if (gone_[r].load(std::memory_order_relaxed)) noteFault(PeerFault{r, goneText(r)});
 }
 
 std::string Proxy::goneText(int peer) const {

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -118,10 +117,9 @@ class Proxy {
   void carry(int peer, uint64_t offset, uint64_t bytes);
   void dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value);
   void noteFault(const PeerFault& f);
-  // The watcher thread: every kWatchInterval marks the watched peers whose process has ended, for
-  // each lane's thread to tell its back-end; notes the fault itself where the proxy thread does not
-  // take the marks (stuck in a send to the dead peer), so that ops fail at once all the same.
-  void watchPeers();
+  // The watch's look: where the proxy thread has not taken the marks for three looks it is stuck
+  // (in a send to the dead peer, as like as not), and the ops hear of the end from here.
+  void noteGoneIfStuck();
   std::string goneText(int peer) const;
   // From `lane`'s own thread: tells its back-end of the peers marked gone since it last looked.
   void applyGone(Lane& lane);
@@ -160,12 +158,12 @@ class Proxy {
   std::atomic<bool> lanesStop_{false};
   std::atomic<int> runningOn_{-1};
   std::optional<bool> stopped_;  // stop()'s answer, once it has run
-  // The proxy peers on this host, in this pid namespace (pid 0 for the others): the proxy thread
-  // checks their processes, so that a dead one fails at once and is sent nothing more.
+  // The proxy peers' processes (pid 0 for the others), and the watch of those on this host: a
+  // dead one fails at once and is sent nothing more (null where none is watchable).
   std::vector<ProcessIdentity> watched_;
-  std::thread watcher_;  // where any peer is watched
-  std::mutex watchMutex_;
-  std::condition_variable watchWake_;
+  std::unique_ptr<ProcessWatch> watch_;
+  int unappliedLooks_ = 0;                        // the watch's thread's
+  bool goneNoted_ = false;                        // the watch's thread's
   std::unique_ptr<std::atomic<uint8_t>[]> gone_;  // [nranks]: its process has ended
   std::atomic<uint32_t> goneCount_{0};
   mutable std::mutex faultMutex_;
