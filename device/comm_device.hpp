@@ -7,10 +7,10 @@
 #include <cstring>
 
 #include "coop_device.hpp"
-#include "gpu.hpp"
 #include "heap_layout_device.hpp"
-#include "line_device.hpp"
+#include "ll128_device.hpp"
 #include "ll_device.hpp"
+#include "primitives_device.hpp"
 #include "proxy_device.hpp"
 #include "queue_device.hpp"
 #include "vector_device.hpp"
@@ -104,8 +104,8 @@ WEFT_HOST_DEVICE void put(const Coop& c, void* dst, const void* src, uint64_t by
 
 // Leader-only: a release store at system scope into a (possibly peer) signal word.
 WEFT_HOST_DEVICE void releaseStore(uint64_t* flag, uint64_t value) {
-  gpu::crossProcessRelease();
-  gpu::atomicStore<gpu::Order::kRelease>(flag, value);
+  prim::crossProcessRelease();
+  prim::atomicStore<prim::Order::kRelease>(flag, value);
 }
 
 // Publishes everything the group wrote before it: the group syncs, then its leader stores with
@@ -119,8 +119,8 @@ template <class Coop>
 WEFT_HOST_DEVICE void signalAdd(const Coop& c, uint64_t* flag, uint64_t value) {
   c.sync();
   if (c.leader()) {
-    gpu::crossProcessRelease();
-    gpu::atomicFetchAdd<gpu::Order::kRelease>(flag, value);
+    prim::crossProcessRelease();
+    prim::atomicFetchAdd<prim::Order::kRelease>(flag, value);
   }
 }
 
@@ -131,10 +131,10 @@ WEFT_HOST_DEVICE void signalAdd(const Coop& c, uint64_t* flag, uint64_t value) {
 WEFT_HOST_DEVICE bool recordFailure(const CommView& v, const WaitSite& site, Status st, uint64_t expected,
                                     uint64_t observed) {
   uint32_t none = 0;
-  if (v.control && !gpu::atomicCas<gpu::Order::kAcqRel>(&v.control->error, none, static_cast<uint32_t>(st)))
+  if (v.control && !prim::atomicCas<prim::Order::kAcqRel>(&v.control->error, none, static_cast<uint32_t>(st)))
     return false;
   none = 0;
-  if (!gpu::atomicCas<gpu::Order::kAcqRel>(&v.queue->error, none, static_cast<uint32_t>(st))) return false;
+  if (!prim::atomicCas<prim::Order::kAcqRel>(&v.queue->error, none, static_cast<uint32_t>(st))) return false;
   WaitRecord& r = v.queue->record;
   r.ticket = site.ticket;
   r.item = site.item;
@@ -143,7 +143,7 @@ WEFT_HOST_DEVICE bool recordFailure(const CommView& v, const WaitSite& site, Sta
   r.status = static_cast<uint32_t>(st);
   r.expected = expected;
   r.observed = observed;
-  gpu::atomicStore<gpu::Order::kRelease>(&v.queue->recordValid, 1u);
+  prim::atomicStore<prim::Order::kRelease>(&v.queue->recordValid, 1u);
   return true;
 }
 
@@ -154,9 +154,9 @@ WEFT_HOST_DEVICE Status stopReason(const CommView& v) {
   const uint32_t* stop = v.control ? &v.control->stop : &v.queue->stop;
   const uint32_t* error = v.control ? &v.control->error : &v.queue->error;
   // Three independent loads, not a chain of three round trips (every launched op reads them first).
-  const uint32_t aborted = gpu::atomicLoad<gpu::Order::kRelaxed>(abort);
-  const uint32_t stopped = gpu::atomicLoad<gpu::Order::kRelaxed>(stop);
-  const uint32_t failed = gpu::atomicLoad<gpu::Order::kRelaxed>(error);
+  const uint32_t aborted = prim::atomicLoad<prim::Order::kRelaxed>(abort);
+  const uint32_t stopped = prim::atomicLoad<prim::Order::kRelaxed>(stop);
+  const uint32_t failed = prim::atomicLoad<prim::Order::kRelaxed>(error);
   if (aborted | stopped) return Status::kAborted;
   return failed ? Status::kPeerFailed : Status::kOk;
 }
@@ -181,12 +181,12 @@ WEFT_HOST_DEVICE bool peerDisagrees(const CommView& v, const WaitSite& site, uin
   if (v.control == nullptr || site.peer < 0 || site.peer >= v.nranks || site.peer == v.rank) return false;
   // This rank's newest word is the running op's once published (or else the previous op's, which
   // both ranks passed): compare with the peer's word of the same op, if it has one.
-  const uint64_t even = gpu::atomicLoad<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, 0)));
-  const uint64_t odd = gpu::atomicLoad<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, 1)));
+  const uint64_t even = prim::atomicLoad<prim::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, 0)));
+  const uint64_t odd = prim::atomicLoad<prim::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, 1)));
   *mine = (even >> 32) > (odd >> 32) ? even : odd;
   if (*mine == 0) return false;
   const uint64_t meet = (*mine >> 32) - 1;  // as sigWord numbers it
-  *theirs = gpu::atomicLoad<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(site.peer, meet)));
+  *theirs = prim::atomicLoad<prim::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(site.peer, meet)));
   return (*theirs >> 32) == (*mine >> 32) && *mine != *theirs;
 }
 
@@ -221,15 +221,15 @@ template <bool kPeerCheck = true, typename Ready>
 WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint64_t expected, Ready&& ready) {
   uint64_t seen = 0;
   if (ready(&seen)) return Status::kOk;
-  const uint64_t start = gpu::nowNs();
+  const uint64_t start = prim::nowNs();
   for (uint32_t spins = 1;; ++spins) {
-    gpu::relax(spins);
+    prim::relax(spins);
     if (ready(&seen)) return Status::kOk;
     if (spins % kStopCheckPolls != 0) continue;
     Status st = stopReason(v);
     if constexpr (kPeerCheck)
       if (st == Status::kOk && spins % kPeerCheckPolls == 0) st = peerCheck(v, site);
-    if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
+    if (st == Status::kOk && prim::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     if (st != Status::kOk) {
       if (st != Status::kPeerFailed && st != Status::kMismatch) recordFailure(v, site, st, expected, seen);
       return st;
@@ -239,12 +239,12 @@ WEFT_HOST_DEVICE Status pollUntil(const CommView& v, const WaitSite& site, uint6
 
 // Leader-only: polls until *flag >= atLeast (acquire, at scope S: kDevice where the writer is a
 // block of the same GPU).
-template <gpu::Scope S = gpu::Scope::kSystem>
+template <prim::Scope S = prim::Scope::kSystem>
 WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uint64_t atLeast, const WaitSite& site) {
   return pollUntil(v, site, atLeast, [&](uint64_t* seen) {
-    *seen = gpu::atomicLoad<gpu::Order::kAcquire, S>(flag);
+    *seen = prim::atomicLoad<prim::Order::kAcquire, S>(flag);
     if (*seen < atLeast) return false;
-    gpu::crossProcessAcquire();
+    prim::crossProcessAcquire();
     return true;
   });
 }
@@ -262,7 +262,7 @@ WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t
   });
 }
 
-// Waits until the 128-byte line at `line` carries `flag` (line_device.hpp); *s gets this thread's
+// Waits until the 128-byte line at `line` carries `flag` (ll128_device.hpp); *s gets this thread's
 // share of it. On a GPU the whole warp calls it together (a thread with no line passes null and
 // only keeps step), polls its lines with one load each, and gets one status: the line's lanes read
 // in one instruction, so the flag lane seeing `flag` vouches for the others' words. The stop and
@@ -271,24 +271,24 @@ WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t
 WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64_t flag, LineShare* s,
                                  const WaitSite& site) {
 #if defined(WEFT_DEVICE_PASS)
-  const int lane = static_cast<int>(threadIdx.x) % gpu::kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % prim::kWarpSize;
   uint64_t seen = flag;
-  auto landed = [&] { return gpu::warpAll(line == nullptr || linePeek(line, s, lane, flag, &seen)); };
+  auto landed = [&] { return prim::warpAll(line == nullptr || linePeek(line, s, lane, flag, &seen)); };
   if (landed()) return Status::kOk;
-  const uint64_t start = gpu::nowNs();
+  const uint64_t start = prim::nowNs();
   for (uint32_t spins = 1;; ++spins) {
-    gpu::relax(spins);
+    prim::relax(spins);
     if (landed()) return Status::kOk;
     if (spins % kStopCheckPolls != 0) continue;
     auto st = Status::kOk;
     if (lane == 0) {
       st = stopReason(v);
       if (st == Status::kOk && spins % kPeerCheckPolls == 0) st = peerCheck(v, site);
-      if (st == Status::kOk && gpu::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
+      if (st == Status::kOk && prim::nowNs() - start > v.timeoutNs) st = Status::kTimeout;
     }
-    st = static_cast<Status>(gpu::warpBroadcast(static_cast<uint32_t>(st), 0));
+    st = static_cast<Status>(prim::warpBroadcast(static_cast<uint32_t>(st), 0));
     if (st == Status::kOk) continue;
-    const int stale = gpu::warpFirst(line != nullptr && seen != flag);  // the lane that saw an old flag
+    const int stale = prim::warpFirst(line != nullptr && seen != flag);  // the lane that saw an old flag
     if (st != Status::kPeerFailed && st != Status::kMismatch && lane == (stale < 0 ? 0 : stale))
       recordFailure(v, site, st, flag, seen);
     return st;
@@ -300,7 +300,7 @@ WEFT_HOST_DEVICE Status lineWait(const CommView& v, const uint64_t* line, uint64
 
 // The whole group waits; every thread gets the leader's result (memory is acquired by the leader
 // and published to the group by the broadcast barrier).
-template <gpu::Scope S = gpu::Scope::kSystem, class Coop>
+template <prim::Scope S = prim::Scope::kSystem, class Coop>
 WEFT_HOST_DEVICE Status wait(const Coop& c, const CommView& v, const uint64_t* flag, uint64_t atLeast,
                              const WaitSite& site) {
   Status st = c.leader() ? pollAtLeast<S>(v, flag, atLeast, site) : Status::kOk;
@@ -353,20 +353,20 @@ WEFT_HOST_DEVICE Status uniform(const Coop& c, const CommView& v, Status st) {
 // wrote before it (the group synced before the leader got here).
 WEFT_HOST_DEVICE Status postTrigger(const CommView& v, const WaitSite& site, uint64_t w0, uint64_t w1) {
   const ProxyView* p = proxyOf(v);
-  const uint64_t ticket = gpu::atomicFetchAdd<gpu::Order::kRelaxed, gpu::Scope::kDevice>(p->head, uint64_t{1});
-  if (ticket >= gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(p->tailSeen) + p->depth) {
+  const uint64_t ticket = prim::atomicFetchAdd<prim::Order::kRelaxed, prim::Scope::kDevice>(p->head, uint64_t{1});
+  if (ticket >= prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(p->tailSeen) + p->depth) {
     uint64_t tail = 0;
     const Status st = pollUntil(v, site, ticket - p->depth + 1, [&](uint64_t* seen) {
-      *seen = tail = gpu::atomicLoad<gpu::Order::kAcquire>(p->tail);
+      *seen = tail = prim::atomicLoad<prim::Order::kAcquire>(p->tail);
       return ticket < tail + p->depth;
     });
     if (st != Status::kOk) return st;
-    gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(p->tailSeen, tail);
+    prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(p->tailSeen, tail);
   }
   Trigger* t = p->ring + (ticket & (p->depth - 1));
-  gpu::crossProcessRelease();
-  gpu::atomicStore<gpu::Order::kRelaxed>(&t->w1, w1);
-  gpu::atomicStore<gpu::Order::kRelease>(&t->w0, w0 | commitFor(ticket, p->depth));
+  prim::crossProcessRelease();
+  prim::atomicStore<prim::Order::kRelaxed>(&t->w1, w1);
+  prim::atomicStore<prim::Order::kRelease>(&t->w0, w0 | commitFor(ticket, p->depth));
   return Status::kOk;
 }
 
@@ -428,11 +428,11 @@ WEFT_HOST_DEVICE Status signalLeaderTo(const CommView& v, int peer, uint64_t off
     return postTrigger(v, site, triggerWord0(add ? TriggerKind::kSignalAdd : TriggerKind::kSignalStore, peer, offset),
                        value);
   uint64_t* flag = v.signal(peer, offset);
-  gpu::crossProcessRelease();
+  prim::crossProcessRelease();
   if (add)
-    gpu::atomicFetchAdd<gpu::Order::kRelease>(flag, value);
+    prim::atomicFetchAdd<prim::Order::kRelease>(flag, value);
   else
-    gpu::atomicStore<gpu::Order::kRelease>(flag, value);
+    prim::atomicStore<prim::Order::kRelease>(flag, value);
   return Status::kOk;
 }
 

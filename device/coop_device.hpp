@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "gpu.hpp"
+#include "primitives_device.hpp"
 
 namespace weft::dev {
 
@@ -42,9 +42,9 @@ struct BlockCoop {
   float* tile;
   __device__ int rank() const { return threadIdx.x; }
   __device__ int size() const { return blockDim.x; }
-  __device__ int lane() const { return threadIdx.x % gpu::kWarpSize; }
-  __device__ int warp() const { return threadIdx.x / gpu::kWarpSize; }
-  __device__ int warps() const { return blockDim.x / gpu::kWarpSize; }
+  __device__ int lane() const { return threadIdx.x % prim::kWarpSize; }
+  __device__ int warp() const { return threadIdx.x / prim::kWarpSize; }
+  __device__ int warps() const { return blockDim.x / prim::kWarpSize; }
   __device__ float* floats() const { return tile; }
   __device__ bool leader() const { return threadIdx.x == 0; }
   __device__ void sync() const { __syncthreads(); }

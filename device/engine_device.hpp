@@ -5,12 +5,12 @@
 #pragma once
 
 #include "comm_device.hpp"
-#include "ops/allreduce_device.hpp"
-#include "ops/allreduce_oneshot_device.hpp"
-#include "ops/alltoall_device.hpp"
-#include "ops/embedding_alltoall_device.hpp"
-#include "ops/gemm_alltoall_device.hpp"
-#include "ops/gemv_allreduce_device.hpp"
+#include "ops/collectives/allreduce_device.hpp"
+#include "ops/collectives/allreduce_oneshot_device.hpp"
+#include "ops/collectives/alltoall_device.hpp"
+#include "ops/embedding/embedding_alltoall_device.hpp"
+#include "ops/gemm/gemm_alltoall_device.hpp"
+#include "ops/gemv/gemv_allreduce_device.hpp"
 
 namespace weft::dev {
 
@@ -25,9 +25,9 @@ WEFT_HOST_DEVICE bool hostTurn(const CommView& v, uint32_t spins) {
   return !v.control || spins % kHostEvery == kHostEvery - 1;
 }
 WEFT_HOST_DEVICE bool opCompleted(const CommView& v, uint64_t ticket, uint32_t spins) {
-  if (v.control && gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->completed) > ticket)
+  if (v.control && prim::atomicLoad<prim::Order::kAcquire, prim::Scope::kDevice>(&v.control->completed) > ticket)
     return true;
-  return hostTurn(v, spins) && gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->completed) > ticket;
+  return hostTurn(v, spins) && prim::atomicLoad<prim::Order::kAcquire>(&v.queue->completed) > ticket;
 }
 
 // Only destroy stops the engine. After an abort it keeps completing ops, each at once and as
@@ -35,8 +35,8 @@ WEFT_HOST_DEVICE bool opCompleted(const CommView& v, uint64_t ticket, uint32_t s
 // Stopping: the heap's word, which the host raises with the queue's, and every kHostEvery-th poll
 // the queue's.
 WEFT_HOST_DEVICE bool engineStopping(const CommView& v, uint32_t spins) {
-  if (v.control && gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&v.control->stop)) return true;
-  return hostTurn(v, spins) && gpu::atomicLoad<gpu::Order::kRelaxed>(&v.queue->stop);
+  if (v.control && prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&v.control->stop)) return true;
+  return hostTurn(v, spins) && prim::atomicLoad<prim::Order::kRelaxed>(&v.queue->stop);
 }
 
 // Leader-only. Waits for `ticket` to be ready; kGone means other workers already completed it.
@@ -53,34 +53,34 @@ WEFT_HOST_DEVICE bool engineStopping(const CommView& v, uint32_t spins) {
 // then reads alive[]. At least one of them sees the other, so either a worker stays for the
 // ticket or the submitter sees none alive and starts the engine again.
 WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t ticket, int worker) {
-  uint64_t idleSince = gpu::nowNs();
+  uint64_t idleSince = prim::nowNs();
   const bool poller = worker == 0 || !v.control;
   for (uint32_t spins = 0;; ++spins) {
     if (poller || hostTurn(v, spins)) {
-      if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == ticket + 1) {
+      if (prim::atomicLoad<prim::Order::kAcquire>(&s.ready) == ticket + 1) {
         // Whoever sees it publishes it (worker 0 may have left on idle while others stayed), the
         // op's item count first (claimItem). The mirror may go back (a late worker, a relaunched
         // kernel), never past the truth: every value stored was a ready ticket, and a worker at
         // a later ticket is not misled by an earlier one.
         if (v.control) {
-          const uint64_t limit = gpu::atomicLoad<gpu::Order::kRelaxed>(&s.limit);
-          gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&v.control->opLimit, limit);
-          gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->readySeen, ticket + 1);
+          const uint64_t limit = prim::atomicLoad<prim::Order::kRelaxed>(&s.limit);
+          prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&v.control->opLimit, limit);
+          prim::atomicStore<prim::Order::kRelease, prim::Scope::kDevice>(&v.control->readySeen, ticket + 1);
         }
         return Poll::kReady;
       }
-    } else if (gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->readySeen) > ticket) {
+    } else if (prim::atomicLoad<prim::Order::kAcquire, prim::Scope::kDevice>(&v.control->readySeen) > ticket) {
       return Poll::kReady;
     }
     if (opCompleted(v, ticket, spins)) return Poll::kGone;
     if (engineStopping(v, spins)) return Poll::kStop;
-    gpu::relax(spins);
-    if (v.idleNs == 0 || (spins & 63) != 63 || gpu::nowNs() - idleSince < v.idleNs) continue;
-    gpu::atomicStore<gpu::Order::kRelease>(&v.alive[worker], 0u);
-    gpu::fenceSeqCst();
-    if (gpu::atomicLoad<gpu::Order::kAcquire>(&v.queue->tail) <= ticket) return Poll::kStop;
-    gpu::atomicStore<gpu::Order::kRelease>(&v.alive[worker], 1u);
-    idleSince = gpu::nowNs();
+    prim::relax(spins);
+    if (v.idleNs == 0 || (spins & 63) != 63 || prim::nowNs() - idleSince < v.idleNs) continue;
+    prim::atomicStore<prim::Order::kRelease>(&v.alive[worker], 0u);
+    prim::fenceSeqCst();
+    if (prim::atomicLoad<prim::Order::kAcquire>(&v.queue->tail) <= ticket) return Poll::kStop;
+    prim::atomicStore<prim::Order::kRelease>(&v.alive[worker], 1u);
+    idleSince = prim::nowNs();
   }
 }
 
@@ -94,14 +94,14 @@ WEFT_HOST_DEVICE Poll pollReady(const CommView& v, const QueueSlot& s, uint64_t 
 // host that the op started.
 WEFT_HOST_DEVICE uint32_t claimItem(const CommView& v, QueueSlot& s, uint64_t ticket) {
   const auto tag = static_cast<uint32_t>(ticket);
-  uint64_t limit = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&v.control->opLimit);
+  uint64_t limit = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&v.control->opLimit);
   // (A mirror of no items is the control block's zeroes, not an op's.)
   if (static_cast<uint32_t>(limit >> 32) != tag || static_cast<uint32_t>(limit) == 0)
-    limit = gpu::atomicLoad<gpu::Order::kAcquire>(&s.limit);
+    limit = prim::atomicLoad<prim::Order::kAcquire>(&s.limit);
   const auto items = static_cast<uint32_t>(limit);
   if (static_cast<uint32_t>(limit >> 32) != tag || items == 0) return kNoItem;
   uint64_t* word = &v.control->claim;
-  uint64_t cur = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(word);
+  uint64_t cur = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(word);
   for (;;) {
     // Ops run in ticket order, one at a time: the word holds this op's claims, or an earlier
     // op's (this op not yet started), or a later op's (this one long done: a late worker).
@@ -109,8 +109,8 @@ WEFT_HOST_DEVICE uint32_t claimItem(const CommView& v, QueueSlot& s, uint64_t ti
     if (ahead > 0) return kNoItem;
     const uint32_t idx = ahead == 0 ? static_cast<uint32_t>(cur) : 0u;
     if (idx >= items) return kNoItem;
-    if (gpu::atomicCas<gpu::Order::kRelaxed, gpu::Scope::kDevice>(word, cur, (uint64_t{tag} << 32) | (idx + 1))) {
-      gpu::atomicStore<gpu::Order::kRelaxed>(&s.claim, (uint64_t{tag} << 32) | (idx + 1));
+    if (prim::atomicCas<prim::Order::kRelaxed, prim::Scope::kDevice>(word, cur, (uint64_t{tag} << 32) | (idx + 1))) {
+      prim::atomicStore<prim::Order::kRelaxed>(&s.claim, (uint64_t{tag} << 32) | (idx + 1));
       return idx;
     }
   }
@@ -119,14 +119,14 @@ WEFT_HOST_DEVICE uint32_t claimItem(const CommView& v, QueueSlot& s, uint64_t ti
 WEFT_HOST_DEVICE OpCounters loadCounters(const EngineControl* c) {
   const OpCounters& k = c->counters;
   OpCounters out;
-  out.ops = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.ops);
-  out.allReduceSeq = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allReduceSeq);
-  out.allToAllSeq = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllSeq);
-  out.allToAllEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllEpoch);
-  out.oneShotEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.oneShotEpoch);
-  out.embedEpoch = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedEpoch);
-  out.embedItems = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedItems);
-  out.collectives = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.collectives);
+  out.ops = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.ops);
+  out.allReduceSeq = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.allReduceSeq);
+  out.allToAllSeq = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.allToAllSeq);
+  out.allToAllEpoch = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.allToAllEpoch);
+  out.oneShotEpoch = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.oneShotEpoch);
+  out.embedEpoch = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.embedEpoch);
+  out.embedItems = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.embedItems);
+  out.collectives = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.collectives);
   return out;
 }
 
@@ -135,14 +135,14 @@ WEFT_HOST_DEVICE OpCounters loadCounters(const EngineControl* c) {
 // that counts in last (gpu/launched_device.hpp).
 WEFT_HOST_DEVICE void storeCounters(EngineControl* c, const OpCounters& v) {
   OpCounters& k = c->counters;
-  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.ops, v.ops);
-  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allReduceSeq, v.allReduceSeq);
-  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllSeq, v.allToAllSeq);
-  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.allToAllEpoch, v.allToAllEpoch);
-  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.oneShotEpoch, v.oneShotEpoch);
-  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedEpoch, v.embedEpoch);
-  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.embedItems, v.embedItems);
-  gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k.collectives, v.collectives);
+  prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.ops, v.ops);
+  prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.allReduceSeq, v.allReduceSeq);
+  prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.allToAllSeq, v.allToAllSeq);
+  prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.allToAllEpoch, v.allToAllEpoch);
+  prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.oneShotEpoch, v.oneShotEpoch);
+  prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.embedEpoch, v.embedEpoch);
+  prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.embedItems, v.embedItems);
+  prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k.collectives, v.collectives);
 }
 
 // An op's protocol numbers, from the counters the ops before it left.
@@ -173,10 +173,10 @@ WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nran
   if (d.kind != static_cast<uint32_t>(OpKind::kNop) && d.kind != static_cast<uint32_t>(OpKind::kGemv)) ++k.collectives;
   switch (static_cast<OpKind>(d.kind)) {
     case OpKind::kAllReduce:
-      k.allReduceSeq += AllReduceOp::seqAdvance(d.count, nranks, dtypeSize(static_cast<DType>(d.dtype)), d.tileElems);
+      k.allReduceSeq += AllReduceOp::seqAdvance(d.count, nranks, dtypeSize(static_cast<DType>(d.dtype)), d.grain);
       break;
     case OpKind::kAllToAll:
-      k.allToAllSeq += AllToAllOp::seqAdvance(d.count, d.tileElems);
+      k.allToAllSeq += AllToAllOp::seqAdvance(d.count, d.grain);
       ++k.allToAllEpoch;
       break;
     case OpKind::kAllReduceOneShot:
@@ -215,30 +215,30 @@ WEFT_HOST_DEVICE void finishItem(const CommView& v, QueueSlot& s, uint64_t ticke
                                  uint32_t nitems, uint32_t flags) {
   if (st != Status::kOk) {
     uint32_t none = 0;
-    gpu::atomicCas<gpu::Order::kRelaxed>(&s.status, none, static_cast<uint32_t>(st));
+    prim::atomicCas<prim::Order::kRelaxed>(&s.status, none, static_cast<uint32_t>(st));
   }
   const bool hostWaits = (flags & kSlotHostWaits) != 0;
   // The slot's count is for the host's eyes (items done); it is added before this worker's item
   // counts below, so that it lands before the op's completion can free the slot.
-  gpu::atomicFetchAdd<gpu::Order::kRelaxed>(&s.finished, uint64_t{1});
+  prim::atomicFetchAdd<prim::Order::kRelaxed>(&s.finished, uint64_t{1});
   // The op's count, in the control block (see claimItem): the word holds this op's count or an
   // earlier op's. At system scope, so that the last worker's completion below is ordered after
   // every item's stores, wherever they went (peers' memory, the host's).
   const auto tag = static_cast<uint32_t>(ticket);
   uint64_t* word = &v.control->finished;
-  uint64_t cur = gpu::atomicLoad<gpu::Order::kRelaxed, gpu::Scope::kDevice>(word);
+  uint64_t cur = prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(word);
   uint64_t prev;
   do {
     prev = static_cast<uint32_t>(cur >> 32) == tag ? static_cast<uint32_t>(cur) : 0u;
-  } while (!gpu::atomicCas<gpu::Order::kAcqRel>(word, cur, (uint64_t{tag} << 32) | (prev + 1)));
+  } while (!prim::atomicCas<prim::Order::kAcqRel>(word, cur, (uint64_t{tag} << 32) | (prev + 1)));
   if (prev + 1 != nitems) return;
   storeCounters(v.control, next);
-  gpu::atomicStore<gpu::Order::kRelease>(&s.done, ticket + 1);
-  if (!hostWaits) gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
+  prim::atomicStore<prim::Order::kRelease>(&s.done, ticket + 1);
+  if (!hostWaits) prim::atomicStore<prim::Order::kRelease>(&s.free, ticket + 1);
   // The mirror first: a worker that reads the queue's word and runs the next op to its end must
   // find this store behind it, or the mirror could go back a ticket.
-  if (v.control) gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&v.control->completed, ticket + 1);
-  gpu::atomicStore<gpu::Order::kRelease>(&v.queue->completed, ticket + 1);
+  if (v.control) prim::atomicStore<prim::Order::kRelease, prim::Scope::kDevice>(&v.control->completed, ticket + 1);
+  prim::atomicStore<prim::Order::kRelease>(&v.queue->completed, ticket + 1);
 }
 
 // The plain collectives. A launched collective's kernel (gpu/op_kernel.cu) carries them with the
@@ -318,7 +318,7 @@ WEFT_HOST_DEVICE void runWorker(const Coop& c, const CommView& v, uint64_t first
     if (c.leader())
       for (uint32_t spins = 0; !opCompleted(v, ticket, spins); ++spins) {
         if (engineStopping(v, spins)) break;
-        gpu::relax(spins);
+        prim::relax(spins);
       }
     // The control block's stop word after every op; the queue's (host memory) after every
     // kHostEvery-th, so that workers between ops do not all read across PCIe.

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "gpu.hpp"
-#include "line_device.hpp"
+#include "ll128_device.hpp"
+#include "primitives_device.hpp"
 
 namespace weft::dev {
 
@@ -111,7 +111,7 @@ struct HeapLayout {
     return oneShotBase() + (static_cast<uint64_t>(peer) * 2 + parity) * oneShotScratchBytes();
   }
   WEFT_HOST_DEVICE uint64_t oneShotScratchBytes() const { return 2 * oneShotBytes; }
-  // The one-shot AllReduce's 128-byte lines (line_device.hpp) that `peer` writes, for ops of the
+  // The one-shot AllReduce's 128-byte lines (ll128_device.hpp) that `peer` writes, for ops of the
   // given parity: each area holds an input of oneShotBytes. Apart from the 8-byte lines above: a
   // stale 128-byte line holds raw payload, which an 8-byte line's reader could take for a flag.
   // (Sized from oneShotBytes, not a field of its own: the layout travels in every kernel's

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "gpu.hpp"
+#include "primitives_device.hpp"
 
 namespace weft::dev {
 
@@ -21,8 +21,8 @@ WEFT_HOST_DEVICE void llStore(uint64_t* p, uint64_t payload, uint32_t flag) {
 #if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
   asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 #else
-  gpu::atomicStore<gpu::Order::kRelaxed>(p, a);
-  gpu::atomicStore<gpu::Order::kRelaxed>(p + 1, b);
+  prim::atomicStore<prim::Order::kRelaxed>(p, a);
+  prim::atomicStore<prim::Order::kRelaxed>(p + 1, b);
 #endif
 }
 
@@ -31,8 +31,8 @@ WEFT_HOST_DEVICE void llPeek(const uint64_t* p, uint64_t* a, uint64_t* b) {
 #if defined(WEFT_DEVICE_PASS) && defined(WEFT_BACKEND_CUDA)
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
 #else
-  *a = gpu::atomicLoad<gpu::Order::kRelaxed>(p);
-  *b = gpu::atomicLoad<gpu::Order::kRelaxed>(p + 1);
+  *a = prim::atomicLoad<prim::Order::kRelaxed>(p);
+  *b = prim::atomicLoad<prim::Order::kRelaxed>(p + 1);
 #endif
 }
 

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "gpu.hpp"
+#include "primitives_device.hpp"
 #include "queue_device.hpp"
 
 namespace weft::dev {

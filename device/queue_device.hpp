@@ -114,15 +114,17 @@ static_assert(sizeof(OpArgs) == 80, "OpArgs is part of a wire struct");
 // when the op is submitted (or captured into a graph): the protocol counters that change from op
 // to op are on the device (OpCounters).
 struct OpDesc {
-  uint32_t kind;       // OpKind
-  uint32_t dtype;      // DType
-  uint64_t count;      // AllReduce: elements; All-to-All: elements per rank; GEMV: rows of w; GEMM: columns
-  uint64_t send;       // input address in the engine's address space
-  uint64_t recv;       // output offset in the symmetric heap
-  uint32_t tileElems;  // the op's unit: elements per tile (collectives), bags per item (embedding), column tiles (GEMM)
-  uint32_t nitems;     // work items, claimed in order by the workers
-  OpArgs args;         // the op's own, by `kind`
-  uint32_t sig;        // what the ranks must agree on (signature_device.hpp); 0: not checked
+  uint32_t kind;   // OpKind
+  uint32_t dtype;  // DType
+  uint64_t count;  // AllReduce: elements; All-to-All: elements per rank; GEMV: rows of w; GEMM: columns
+  uint64_t send;   // input address in the engine's address space
+  uint64_t recv;   // output offset in the symmetric heap
+  // How the submitter cut the op into items, in the op's own unit: elements per tile (AllReduce,
+  // All-to-All), compute items (GEMV), bags per item (embedding), column tiles (GEMM).
+  uint32_t grain;
+  uint32_t nitems;      // work items, claimed in order by the workers
+  OpArgs args;          // the op's own, by `kind`
+  uint32_t sig;         // what the ranks must agree on (signature_device.hpp); 0: not checked
   uint32_t countItems;  // launched engine: nonzero to count the items in EngineControl::itemsFinished
 };
 static_assert(sizeof(OpDesc) == 128, "OpDesc is a wire struct");

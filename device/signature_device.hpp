@@ -64,7 +64,7 @@ WEFT_HOST_DEVICE Status publishSig(const CommView& v, int peer, uint64_t word, c
   const uint64_t at = v.layout.sigOffset(v.rank, sigMeet(word));
   if (peer != v.rank && viaProxy(v, peer))
     return postTrigger(v, site, triggerWord0(TriggerKind::kSignalStore, peer, at), word);
-  gpu::atomicStore<gpu::Order::kRelaxed>(v.signal(peer, at), word);
+  prim::atomicStore<prim::Order::kRelaxed>(v.signal(peer, at), word);
   return Status::kOk;
 }
 
@@ -74,7 +74,7 @@ WEFT_HOST_DEVICE Status publishSig(const CommView& v, int peer, uint64_t word, c
 // word, and each of them finds it too.
 WEFT_HOST_DEVICE void noteOwnSig(const CommView& v, uint64_t mine) {
   if (mine != 0)
-    gpu::atomicStore<gpu::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, sigMeet(mine))), mine);
+    prim::atomicStore<prim::Order::kRelaxed>(v.signal(v.rank, v.layout.sigOffset(v.rank, sigMeet(mine))), mine);
 }
 
 // Leader-only: the word to every peer, then to this rank's own slot. Out of line on a GPU, as
@@ -98,11 +98,11 @@ WEFT_HOST_DEVICE WEFT_OUT_OF_LINE Status checkSig(const CommView& v, int peer, u
                                                   uint32_t item) {
   const uint64_t* word = v.signal(v.rank, v.layout.sigOffset(peer, sigMeet(mine)));
   // Relaxed: only the value is compared, nothing is read on the strength of it.
-  uint64_t seen = gpu::atomicLoad<gpu::Order::kRelaxed>(word);
+  uint64_t seen = prim::atomicLoad<prim::Order::kRelaxed>(word);
   const WaitSite site{op, item, peer, WaitWhat::kSignature};
   if ((seen >> 32) != (mine >> 32)) {
     const Status st = pollUntil(v, site, mine, [&](uint64_t* s) {
-      *s = seen = gpu::atomicLoad<gpu::Order::kRelaxed>(word);
+      *s = seen = prim::atomicLoad<prim::Order::kRelaxed>(word);
       return (seen >> 32) == (mine >> 32);
     });
     if (st != Status::kOk) return st;

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "gpu.hpp"
+#include "primitives_device.hpp"
 
 namespace weft::dev {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "dtype_device.hpp"
-#include "gpu.hpp"
+#include "primitives_device.hpp"
 
 namespace weft::dev {
 

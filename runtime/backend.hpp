@@ -247,7 +247,7 @@ class Engine {
   // capturing a graph.
   static bool checkStream(void* stream);
   // Whether the one-shot AllReduce's 128-byte lines hold between this process's device and its
-  // local peers (device/line_device.hpp): always on the CPU; on a GPU where it has an active
+  // local peers (device/ll128_device.hpp): always on the CPU; on a GPU where it has an active
   // NVLink (a warp's 128-byte store is not split on the way; over PCIe nothing says so).
   static bool linesSafe();
   // How many worker groups run an op of `kind` at once. The ops whose items are streams (the

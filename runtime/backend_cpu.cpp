@@ -56,7 +56,7 @@ ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue&, int workers, u
 }
 ServedEngine::~ServedEngine() = default;
 void ServedEngine::raise(std::initializer_list<ControlWord> words) {
-  for (ControlWord w : words) gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*w), 1u);
+  for (ControlWord w : words) prim::atomicStore<prim::Order::kRelease>(&(impl_->control->*w), 1u);
 }
 bool ServedEngine::join() {
   impl_->threads.join();
@@ -87,7 +87,7 @@ uint8_t* ServedHeap::data() const { return static_cast<uint8_t*>(impl_->shm.data
 uint64_t ServedHeap::size() const { return impl_->shm.size(); }
 void ServedHeap::failEngine(uint32_t status) {
   uint32_t none = 0;
-  gpu::atomicCas<gpu::Order::kAcqRel>(&reinterpret_cast<dev::EngineControl*>(data())->error, none, status);
+  prim::atomicCas<prim::Order::kAcqRel>(&reinterpret_cast<dev::EngineControl*>(data())->error, none, status);
 }
 uint8_t* HeapMemory::base(int rank) const { return impl_->peers->base(rank); }
 uint8_t* const* HeapMemory::engineBases() const { return impl_->peers->engineBases(); }
@@ -190,7 +190,7 @@ bool Engine::runsAlone(const dev::OpDesc&) const { return false; }
 uint32_t Engine::itemsOf(const dev::OpDesc& desc) const { return desc.nitems; }
 
 void Engine::raise(std::initializer_list<ControlWord> words) {
-  for (ControlWord w : words) gpu::atomicStore<gpu::Order::kRelease>(&(impl_->control->*w), 1u);
+  for (ControlWord w : words) prim::atomicStore<prim::Order::kRelease>(&(impl_->control->*w), 1u);
 }
 
 void* Engine::queueOnDevice(void* host) const { return host; }

@@ -20,8 +20,8 @@
 #include "common/log.hpp"
 #include "device/blas_host.hpp"
 #include "device/gpu_host.hpp"
-#include "device/ops/allreduce_oneshot_device.hpp"
-#include "device/ops/gemm_alltoall_device.hpp"
+#include "device/ops/collectives/allreduce_oneshot_device.hpp"
+#include "device/ops/gemm/gemm_alltoall_device.hpp"
 #include "transport/p2p/device_heap.hpp"
 #include "transport/p2p/device_segment.hpp"
 #include "transport/peers.hpp"
@@ -443,7 +443,7 @@ struct Engine::Impl {
   void* controlStream = nullptr;  // for setting control words, behind nobody's work
   int device = 0;
   int workers = 0;
-  int threads = gpu::kBlockThreads;
+  int threads = prim::kBlockThreads;
   int gatherBlocks = 0;   // launched: resident blocks of the embedding kernel
   int gemvBlocks = 0;     // launched: resident blocks of the GEMV kernel
   int oneShotBlocks = 0;  // launched: resident blocks of the one-shot kernels
@@ -479,10 +479,10 @@ struct Engine::Impl {
   gpu::Outcome ensureRunning() {
     if (remote && !wake) return {};
     std::lock_guard<std::mutex> lock(launchMutex);
-    gpu::fenceSeqCst();
+    prim::fenceSeqCst();
     uint32_t* alive = queue->alive();
     for (int w = 0; w < workers; ++w)
-      if (gpu::atomicLoad<gpu::Order::kAcquire>(&alive[w])) return {};
+      if (prim::atomicLoad<prim::Order::kAcquire>(&alive[w])) return {};
     if (!remote) return launch();
     try {
       wake();
@@ -494,8 +494,8 @@ struct Engine::Impl {
 
   gpu::Outcome launch() {
     uint32_t* alive = queue->alive();
-    for (int w = 0; w < workers; ++w) gpu::atomicStore<gpu::Order::kRelease>(&alive[w], 1u);
-    const uint64_t first = gpu::atomicLoad<gpu::Order::kAcquire>(&queue->header()->completed);
+    for (int w = 0; w < workers; ++w) prim::atomicStore<prim::Order::kRelease>(&alive[w], 1u);
+    const uint64_t first = prim::atomicLoad<prim::Order::kAcquire>(&queue->header()->completed);
     return gpu::launchPersistent(view, workers, threads, stream, first, proxied);
   }
 
@@ -589,7 +589,7 @@ struct Engine::Impl {
     // The GEMV: a block per compute item, which then reduces the same slices, so that no block
     // waits on another block of this rank, resident or not.
     const bool gemv = gemvKind(kind);
-    const int grid = gemv ? static_cast<int>(desc.tileElems) : groupsFor(kind);
+    const int grid = gemv ? static_cast<int>(desc.grain) : groupsFor(kind);
     const dev::OpDesc d = asLaunched(desc);
     const int blocks = static_cast<int>(std::min<uint64_t>(d.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, d, blocks, threads, stream, proxied);
@@ -627,7 +627,7 @@ struct Engine::Impl {
     if (o) lastStream = userStream;
     if (!o) failed(ticket);
     // The caller's stream owns the op from here: nothing for finalize to wait for.
-    gpu::atomicStore<gpu::Order::kRelease>(&queue->header()->completed, ticket + 1);
+    prim::atomicStore<prim::Order::kRelease>(&queue->header()->completed, ticket + 1);
     return o;
   }
 };
@@ -916,7 +916,7 @@ std::optional<uint64_t> Engine::itemsFinished(double seconds) {
   o = gpu::copyToHostAsync(e.watchWord, &e.view.control->itemsFinished, sizeof(uint64_t), e.watchStream);
   if (o) o = gpu::streamDrain(e.watchStream, seconds);
   if (!o) return std::nullopt;
-  return gpu::atomicLoad<gpu::Order::kAcquire>(e.watchWord);
+  return prim::atomicLoad<prim::Order::kAcquire>(e.watchWord);
 }
 
 bool Engine::countsItems() const { return !impl_->persistent; }

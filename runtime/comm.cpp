@@ -9,11 +9,12 @@
 
 #include "common/log.hpp"
 #include "common/process.hpp"
-#include "device/ops/allreduce_device.hpp"
-#include "device/ops/allreduce_oneshot_device.hpp"
-#include "device/ops/alltoall_device.hpp"
-#include "device/ops/embedding_alltoall_device.hpp"
-#include "device/ops/gemv_allreduce_device.hpp"
+#include "device/ops/collectives/allreduce_device.hpp"
+#include "device/ops/collectives/allreduce_oneshot_device.hpp"
+#include "device/ops/collectives/alltoall_device.hpp"
+#include "device/ops/embedding/embedding_alltoall_device.hpp"
+#include "device/ops/gemm/gemm_alltoall_device.hpp"
+#include "device/ops/gemv/gemv_allreduce_device.hpp"
 #include "device/signature_device.hpp"
 #include "service/attach.hpp"
 #include "service/staging.hpp"
@@ -67,7 +68,7 @@ Code codeOf(Status st, const dev::QueueHeader* q) {
     case Status::kMismatch:
       return Code::kInvalidUsage;
     default: {
-      const auto first = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&q->error));
+      const auto first = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&q->error));
       return first == Status::kAborted     ? Code::kAborted
              : first == Status::kMismatch  ? Code::kInvalidUsage
              : first == Status::kBadInput  ? Code::kInvalidArgument
@@ -406,8 +407,8 @@ Comm::~Comm() {
   // The proxy outlives the queue (it goes with the heap): it must not report into a freed one.
   transport::Proxy* proxy = heap_ ? heap_->proxy() : nullptr;
   if (proxy) proxy->onFault(nullptr);
-  const bool aborted = queue_ && gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->abort) != 0;
-  if (queue_) gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->stop, 1u);
+  const bool aborted = queue_ && prim::atomicLoad<prim::Order::kAcquire>(&queue_->header()->abort) != 0;
+  if (queue_) prim::atomicStore<prim::Order::kRelease>(&queue_->header()->stop, 1u);
   if (engine_) engine_->raise({&dev::EngineControl::stop});
   // weftd's engine (where it runs this rank's) has stopped once the detach returns.
   if (daemon_) daemon_->detach();
@@ -503,6 +504,10 @@ void Comm::requireHealthy() const {
     throw Error(e, "communicator has failed earlier and must be destroyed: " + msg);
 }
 
+bool Comm::exchangeFits(uint64_t payloadBytes, uint64_t limit) const {
+  return payloadBytes > 0 && payloadBytes <= limit && nranks_ > 1 && nranks_ <= dev::kMaxSumSources;
+}
+
 Code Comm::submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing) {
   // weftd's GPU engine follows the pointers of the ops it takes from the queue; a captured op and
   // the GEMM and GEMV (which run alone) are kernels of this process, with its own.
@@ -579,9 +584,8 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
     return submit(d, bytes, stream, capturing);
   }
   // Reduce-scatter works on one shard per rank: its tiles are what the workers share.
-  d.tileElems =
-      tileElemsFor(dev::shardElems(count, nranks_, dev::vectorElems(es)) * es, kAllReduceTiles, tileBytes_, es);
-  d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.tileElems);
+  d.grain = tileElemsFor(dev::shardElems(count, nranks_, dev::vectorElems(es)) * es, kAllReduceTiles, tileBytes_, es);
+  d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.grain);
   return submit(d, bytes, stream, capturing);
 }
 
@@ -599,8 +603,8 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
     throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf; All-to-All cannot run in place");
   d.send = reinterpret_cast<uint64_t>(send);
   d.sig = signature(dev::SigOp::kAllToAll, dt, sigHash({countPerRank}), sigHash({d.recv}));
-  d.tileElems = tileElemsFor(bytes, kAllToAllTiles, tileBytes_, es);
-  d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.tileElems);
+  d.grain = tileElemsFor(bytes, kAllToAllTiles, tileBytes_, es);
+  d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.grain);
   return submit(d, bytes, stream, capturing);
 }
 
@@ -633,8 +637,8 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
     d.nitems = 1;
     return submit(d, 0, stream, capturing);
   }
-  d.tileElems = dev::GemvAllReduceOp::computeItems(n, static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kGemv)));
-  d.nitems = dev::GemvAllReduceOp::numItems(d.tileElems);
+  d.grain = dev::GemvAllReduceOp::computeItems(n, static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kGemv)));
+  d.nitems = dev::GemvAllReduceOp::numItems(d.grain);
   // Fused where the path table (or gemv_path) says so and every rank's float32 partials fit the
   // exchange's scratch (gemv_scratch_bytes); reduced by the slices' owners where asked and every rank owns a
   // slice (else by every rank). Otherwise (and on one rank, or for an empty y) a GEMV writes y, the
@@ -657,7 +661,7 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   Code c = Code::kSuccess;
   if (path != OpPath::kBlas || yBytes == 0 || !vendorGemv({x, w, y, batch, n, k, dt}, stream, capturing)) {
     d.kind = static_cast<uint32_t>(dev::OpKind::kGemv);
-    d.nitems = d.tileElems;
+    d.nitems = d.grain;
     c = submit(d, yBytes, stream, capturing);
   }
   if (nranks_ == 1 || yBytes == 0 || c != Code::kSuccess) return c;
@@ -683,8 +687,8 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   Op::pack(checked, d);
   d.sig =
       signature(dev::SigOp::kEmbeddingAllToAll, dt, sigHash({a.localBatch, a.totalTables, a.dim}), sigHash({d.recv}));
-  d.tileElems = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
-                                static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingAllToAll)));
+  d.grain = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
+                            static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingAllToAll)));
   // Through the host proxy an item's whole samples travel packed, as many to a message as one
   // holds (a sample's vectors are one run in the receiver's output); a sample cut at either end
   // adds a message of its own. So an item is whole messages of whole samples: each message costs
@@ -694,10 +698,10 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
     const uint64_t run = a.numTables * std::max<uint64_t>(1, a.dim * dev::dtypeSize(dt));
     const uint64_t perMessage = heap_->proxy()->messageBytes() / run;  // 0: a sample is longer
     const uint64_t unit = std::max<uint64_t>(1, perMessage) * a.numTables;
-    const uint64_t whole = dev::ceilDiv(std::max<uint64_t>(d.tileElems, unit), unit) * unit;
-    if (whole <= UINT32_MAX) d.tileElems = static_cast<uint32_t>(whole);
+    const uint64_t whole = dev::ceilDiv(std::max<uint64_t>(d.grain, unit), unit) * unit;
+    if (whole <= UINT32_MAX) d.grain = static_cast<uint32_t>(whole);
   }
-  d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.tileElems);
+  d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.grain);
   return submit(d, recvBytes, stream, capturing);
 }
 
@@ -764,7 +768,7 @@ const void* Comm::vendorGemm(const GemmOperands& g, void* stream, bool capturing
 }
 
 void Comm::abort() {
-  gpu::atomicStore<gpu::Order::kRelease>(&queue_->header()->abort, 1u);
+  prim::atomicStore<prim::Order::kRelease>(&queue_->header()->abort, 1u);
   engine_->raise({&dev::EngineControl::abort});
   if (page_) page_->aborted();
   WEFT_LOG(kWarn, kInit, "rank {}: communicator aborted", rank_);
@@ -772,18 +776,18 @@ void Comm::abort() {
 
 void Comm::finalize() {
   // Bounded by progress: gives up only when no op completed for a whole stall period.
-  uint64_t last = ~uint64_t{0}, lastMove = gpu::nowNs();
+  uint64_t last = ~uint64_t{0}, lastMove = prim::nowNs();
   for (uint32_t spins = 0; queue_->inFlight() != 0; ++spins) {
-    const uint64_t done = gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->completed);
+    const uint64_t done = prim::atomicLoad<prim::Order::kAcquire>(&queue_->header()->completed);
     if (done != last) {
       last = done;
-      lastMove = gpu::nowNs();
-    } else if (gpu::nowNs() - lastMove > stallNs()) {
+      lastMove = prim::nowNs();
+    } else if (prim::nowNs() - lastMove > stallNs()) {
       throw Error(Code::kTimeout, "weft_comm_finalize: " + std::to_string(queue_->inFlight()) +
                                       " op(s) still in flight and none finished for " +
                                       std::to_string(stallNs() / 1000000000ull) + " s");
     }
-    gpu::relax(spins);
+    prim::relax(spins);
   }
   if (!engine_->quiesce(static_cast<double>(stallNs()) / 1e9))
     throw Error(Code::kTimeout, "weft_comm_finalize: ops still running on the caller's streams after " +
@@ -795,8 +799,8 @@ void Comm::finalize() {
 
 Code Comm::asyncError(std::string* message) const {
   const auto* h = queue_->header();
-  const auto st = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&h->error));
-  if (st == Status::kOk && !gpu::atomicLoad<gpu::Order::kAcquire>(&h->abort)) return Code::kSuccess;
+  const auto st = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&h->error));
+  if (st == Status::kOk && !prim::atomicLoad<prim::Order::kAcquire>(&h->abort)) return Code::kSuccess;
   if (message) *message = failureText();
   if (message && message->empty()) *message = "the communicator was aborted";
   return st == Status::kTimeout     ? Code::kTimeout
@@ -818,7 +822,7 @@ ExternalView Comm::externalView() const {
 }
 
 std::string Comm::failureText() const {
-  const auto st = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&queue_->header()->error));
+  const auto st = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&queue_->header()->error));
   if (st == Status::kTransport)
     if (const transport::Proxy* px = heap_->proxy())
       if (const auto f = px->fault()) return f->what;

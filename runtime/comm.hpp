@@ -15,9 +15,10 @@
 #include "common/process.hpp"
 #include "config.hpp"
 #include "device/dtype_device.hpp"
-#include "device/ops/allreduce_device.hpp"
-#include "device/ops/embedding_alltoall_device.hpp"
-#include "device/ops/gemm_alltoall_device.hpp"
+#include "device/ops/embedding/embedding_args.hpp"
+#include "device/ops/gemm/gemm_args.hpp"
+#include "device/queue_device.hpp"
+#include "device/signature_device.hpp"
 #include "heap.hpp"
 #include "path_table.hpp"
 #include "status_page.hpp"
@@ -118,9 +119,7 @@ class Comm {
   // (its setting; the scratch holds the larger of the two), with peers, and something to move (an
   // empty exchange would take an epoch without telling any sender that its receiver is done with
   // the scratch).
-  bool exchangeFits(uint64_t payloadBytes, uint64_t limit) const {
-    return payloadBytes > 0 && payloadBytes <= limit && nranks_ > 1 && nranks_ <= dev::kMaxSumSources;
-  }
+  bool exchangeFits(uint64_t payloadBytes, uint64_t limit) const;
   // An input may be anywhere, but one that touches the heap must lie in one live block.
   void checkInputInHeap(const void* p, uint64_t bytes, const char* arg) const {
     if (heap_->overlaps(p, bytes)) heapOffset(p, bytes, arg);

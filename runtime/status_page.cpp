@@ -20,12 +20,12 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/process.hpp"
-#include "device/gpu.hpp"
-#include "device/ops/gemm_alltoall_device.hpp"
+#include "device/ops/gemm/gemm_alltoall_device.hpp"
+#include "device/primitives_device.hpp"
 
 namespace weft::status {
 
-namespace gpu = weft::gpu;
+namespace prim = weft::prim;
 
 namespace {
 
@@ -178,7 +178,7 @@ std::unique_ptr<Page> Page::create(const std::string& dir, const Identity& id, u
   auto* paths = static_cast<uint8_t*>(data) + h->pathsOffset;
   for (size_t r = 0; r < id.paths.size() && r < static_cast<size_t>(id.nranks); ++r)
     paths[r] = static_cast<uint8_t>(id.paths[r]);
-  gpu::atomicStore<gpu::Order::kRelease>(&h->magic, kMagic);
+  prim::atomicStore<prim::Order::kRelease>(&h->magic, kMagic);
   if (renameat(dirFd, temp.c_str(), dirFd, page->name_.c_str()) != 0) {
     WEFT_LOG(kWarn, kInit, "rank {}: no status page: {}", id.rank,
              systemErrorMessage(dir + "/" + page->name_ + ": cannot be created", errno));
@@ -217,12 +217,12 @@ template <class F>
 void Page::update(F&& change) {
   std::lock_guard<std::mutex> lock(mutex_);
   PageHeader* h = header();
-  const uint64_t seq = gpu::atomicLoad<gpu::Order::kRelaxed>(&h->seq);
-  gpu::atomicStore<gpu::Order::kRelaxed>(&h->seq, seq + 1);
+  const uint64_t seq = prim::atomicLoad<prim::Order::kRelaxed>(&h->seq);
+  prim::atomicStore<prim::Order::kRelaxed>(&h->seq, seq + 1);
   std::atomic_thread_fence(std::memory_order_release);
   change(*h);
   h->updatedNs = monotonicNs();
-  gpu::atomicStore<gpu::Order::kRelease>(&h->seq, seq + 2);
+  prim::atomicStore<prim::Order::kRelease>(&h->seq, seq + 2);
 }
 
 OpRow Page::submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, bool onStream, uint32_t items) {
@@ -246,9 +246,9 @@ OpRow Page::submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, boo
     // The slot's live words: the thread that waits on the op (or the status watch, under this
     // lock) is the only writer until the op returns.
     SlotProgress& p = progress()[ticket % h.depth];
-    gpu::atomicStore<gpu::Order::kRelaxed>(&p.itemsDone, uint64_t{0});
-    gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, uint64_t{0});
-    gpu::atomicStore<gpu::Order::kRelease>(&p.ticket, ticket);
+    prim::atomicStore<prim::Order::kRelaxed>(&p.itemsDone, uint64_t{0});
+    prim::atomicStore<prim::Order::kRelaxed>(&p.startNs, uint64_t{0});
+    prim::atomicStore<prim::Order::kRelease>(&p.ticket, ticket);
   });
   return written;
 }
@@ -256,9 +256,9 @@ OpRow Page::submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, boo
 void Page::progressed(uint64_t ticket, uint64_t itemsDone, uint64_t startNs) {
   std::lock_guard<std::mutex> lock(mutex_);
   SlotProgress& p = progress()[ticket % header()->depth];
-  if (gpu::atomicLoad<gpu::Order::kRelaxed>(&p.ticket) != ticket) return;
-  gpu::atomicStore<gpu::Order::kRelaxed>(&p.itemsDone, itemsDone);
-  gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, startNs);
+  if (prim::atomicLoad<prim::Order::kRelaxed>(&p.ticket) != ticket) return;
+  prim::atomicStore<prim::Order::kRelaxed>(&p.itemsDone, itemsDone);
+  prim::atomicStore<prim::Order::kRelaxed>(&p.startNs, startNs);
 }
 
 void Page::ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue, const OpRow* asSubmitted) {
@@ -285,7 +285,7 @@ void Page::ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue,
     if (st != dev::Status::kOk && st != dev::Status::kTimeout && st != dev::Status::kAborted) ++c.errors;
     if (st == dev::Status::kOk) return;
     if (h.state == static_cast<uint32_t>(PageState::kRunning)) h.state = static_cast<uint32_t>(PageState::kFailed);
-    if (!h.failureValid && gpu::atomicLoad<gpu::Order::kAcquire>(&queue->recordValid)) {
+    if (!h.failureValid && prim::atomicLoad<prim::Order::kAcquire>(&queue->recordValid)) {
       h.failure = queue->record;
       h.failureNs = now;
       h.failureValid = 1;

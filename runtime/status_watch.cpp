@@ -1,6 +1,6 @@
 #include "status_watch.hpp"
 
-#include "device/gpu.hpp"
+#include "device/primitives_device.hpp"
 
 namespace weft {
 
@@ -50,7 +50,7 @@ void StatusWatch::poll() {
 
 Status StatusWatch::statusOf(uint64_t ticket, Status fallback) const {
   const dev::QueueHeader* h = queue_.header();
-  if (gpu::atomicLoad<gpu::Order::kAcquire>(&h->recordValid) && h->record.ticket == ticket)
+  if (prim::atomicLoad<prim::Order::kAcquire>(&h->recordValid) && h->record.ticket == ticket)
     return static_cast<Status>(h->record.status);
   return fallback;
 }
@@ -70,18 +70,18 @@ void StatusWatch::pollPersistent(uint64_t now) {
   for (auto it = ops_.begin(); it != ops_.end();) {
     Op& op = *it;
     dev::QueueSlot& s = queue_.slots()[op.row.ticket % queue_.depth()];
-    const uint64_t done = gpu::atomicLoad<gpu::Order::kAcquire>(&s.done);
+    const uint64_t done = prim::atomicLoad<prim::Order::kAcquire>(&s.done);
     if (done >= op.row.ticket + 1) {
       const auto slotStatus = done == op.row.ticket + 1
-                                  ? static_cast<Status>(gpu::atomicLoad<gpu::Order::kRelaxed>(&s.status))
+                                  ? static_cast<Status>(prim::atomicLoad<prim::Order::kRelaxed>(&s.status))
                                   : Status::kOk;
       page_.ended(op.row.ticket, statusOf(op.row.ticket, slotStatus), queue_.header(), &op.row);
       it = ops_.erase(it);
       continue;
     }
-    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.ready) == op.row.ticket + 1) {
-      const uint64_t finished = gpu::atomicLoad<gpu::Order::kRelaxed>(&s.finished);
-      const uint64_t claimed = gpu::atomicLoad<gpu::Order::kRelaxed>(&s.claim) & 0xffffffffu;
+    if (prim::atomicLoad<prim::Order::kAcquire>(&s.ready) == op.row.ticket + 1) {
+      const uint64_t finished = prim::atomicLoad<prim::Order::kRelaxed>(&s.finished);
+      const uint64_t claimed = prim::atomicLoad<prim::Order::kRelaxed>(&s.claim) & 0xffffffffu;
       if (claimed > 0 && op.startNs == 0) op.startNs = now;
       progressed(op, finished, now);
     }
@@ -99,7 +99,7 @@ void StatusWatch::pollLaunched(uint64_t now) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ops_.empty()) return;  // an idle communicator costs no copy
   }
-  const auto failed = static_cast<Status>(gpu::atomicLoad<gpu::Order::kAcquire>(&queue_.header()->error));
+  const auto failed = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&queue_.header()->error));
   const std::optional<uint64_t> count = readItems_();
   if (!count) return;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -26,10 +26,10 @@ WorkQueue::WorkQueue(uint32_t depth, transport::ShmSegment memory) : shm_(std::m
   slots_ = reinterpret_cast<dev::QueueSlot*>(header_ + 1);
   header_->depth = depth;
   *one() = 1;
-  gpu::atomicStore<gpu::Order::kRelease>(&header_->magic, dev::kQueueMagic);
+  prim::atomicStore<prim::Order::kRelease>(&header_->magic, dev::kQueueMagic);
 }
 
-uint64_t WorkQueue::reserve() { return gpu::atomicFetchAdd<gpu::Order::kRelaxed>(&header_->tail, uint64_t{1}); }
+uint64_t WorkQueue::reserve() { return prim::atomicFetchAdd<prim::Order::kRelaxed>(&header_->tail, uint64_t{1}); }
 
 Status WorkQueue::publish(uint64_t ticket, const dev::OpDesc& desc, bool hostWaits, uint64_t timeoutNs) {
   dev::QueueSlot& s = slots_[ticket % depth()];
@@ -42,73 +42,73 @@ Status WorkQueue::publish(uint64_t ticket, const dev::OpDesc& desc, bool hostWai
   s.desc = desc;
   s.status = 0;
   s.flags = hostWaits ? dev::kSlotHostWaits : 0;
-  gpu::atomicStore<gpu::Order::kRelaxed>(&s.finished, uint64_t{0});
+  prim::atomicStore<prim::Order::kRelaxed>(&s.finished, uint64_t{0});
   const uint64_t tag = (ticket & 0xffffffffu) << 32;
-  gpu::atomicStore<gpu::Order::kRelaxed>(&s.limit, tag | desc.nitems);
-  gpu::atomicStore<gpu::Order::kRelaxed>(&s.claim, tag);
+  prim::atomicStore<prim::Order::kRelaxed>(&s.limit, tag | desc.nitems);
+  prim::atomicStore<prim::Order::kRelaxed>(&s.claim, tag);
   // `done` and `ready` only ever grow: a stream still waiting on this slot's previous op (done >=
   // t + 1 - depth) stays satisfied, whatever happens to the slot now.
   return Status::kOk;
 }
 
 void WorkQueue::markReady(uint64_t ticket) {
-  gpu::atomicStore<gpu::Order::kRelease>(&slots_[ticket % depth()].ready, ticket + 1);
+  prim::atomicStore<prim::Order::kRelease>(&slots_[ticket % depth()].ready, ticket + 1);
 }
 
 void WorkQueue::completeUnfinished() {
-  const uint64_t tail = gpu::atomicLoad<gpu::Order::kAcquire>(&header_->tail);
-  for (uint64_t t = gpu::atomicLoad<gpu::Order::kAcquire>(&header_->completed); t < tail; ++t) {
+  const uint64_t tail = prim::atomicLoad<prim::Order::kAcquire>(&header_->tail);
+  for (uint64_t t = prim::atomicLoad<prim::Order::kAcquire>(&header_->completed); t < tail; ++t) {
     dev::QueueSlot& s = slots_[t % depth()];
-    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.done) == t + 1) continue;
-    gpu::atomicStore<gpu::Order::kRelaxed>(&s.status, static_cast<uint32_t>(Status::kAborted));
-    gpu::atomicStore<gpu::Order::kRelease>(&s.done, t + 1);
-    gpu::atomicStore<gpu::Order::kRelease>(&s.free, t + 1);
+    if (prim::atomicLoad<prim::Order::kAcquire>(&s.done) == t + 1) continue;
+    prim::atomicStore<prim::Order::kRelaxed>(&s.status, static_cast<uint32_t>(Status::kAborted));
+    prim::atomicStore<prim::Order::kRelease>(&s.done, t + 1);
+    prim::atomicStore<prim::Order::kRelease>(&s.free, t + 1);
   }
-  gpu::atomicStore<gpu::Order::kRelease>(&header_->completed, tail);
+  prim::atomicStore<prim::Order::kRelease>(&header_->completed, tail);
 }
 
 void WorkQueue::completeAborted() {
-  gpu::fenceSeqCst();
+  prim::fenceSeqCst();
   completeUnfinished();
 }
 
 void WorkQueue::completeIfAborted() {
-  gpu::fenceSeqCst();
-  if (gpu::atomicLoad<gpu::Order::kAcquire>(&header_->abort) != 0) completeUnfinished();
+  prim::fenceSeqCst();
+  if (prim::atomicLoad<prim::Order::kAcquire>(&header_->abort) != 0) completeUnfinished();
 }
 
 uint64_t WorkQueue::inFlight() const {
-  return gpu::atomicLoad<gpu::Order::kAcquire>(&header_->tail) -
-         gpu::atomicLoad<gpu::Order::kAcquire>(&header_->completed);
+  return prim::atomicLoad<prim::Order::kAcquire>(&header_->tail) -
+         prim::atomicLoad<prim::Order::kAcquire>(&header_->completed);
 }
 
 Status WorkQueue::wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs) {
   dev::QueueSlot& s = slots_[ticket % depth()];
   uint64_t progress = ~uint64_t{0};
-  uint64_t lastMove = gpu::nowNs();
+  uint64_t lastMove = prim::nowNs();
   uint64_t abortSeen = 0;
   for (uint32_t spins = 0;; ++spins) {
-    if (gpu::atomicLoad<gpu::Order::kAcquire>(&s.done) == ticket + 1) {
-      const auto st = static_cast<Status>(gpu::atomicLoad<gpu::Order::kRelaxed>(&s.status));
-      gpu::atomicStore<gpu::Order::kRelease>(&s.free, ticket + 1);
+    if (prim::atomicLoad<prim::Order::kAcquire>(&s.done) == ticket + 1) {
+      const auto st = static_cast<Status>(prim::atomicLoad<prim::Order::kRelaxed>(&s.status));
+      prim::atomicStore<prim::Order::kRelease>(&s.free, ticket + 1);
       return st;
     }
-    gpu::relax(spins);
+    prim::relax(spins);
     if ((spins & 15) != 0) continue;
-    const uint64_t now = gpu::nowNs();
-    if (gpu::atomicLoad<gpu::Order::kRelaxed>(&header_->abort)) {
+    const uint64_t now = prim::nowNs();
+    if (prim::atomicLoad<prim::Order::kRelaxed>(&header_->abort)) {
       if (!abortSeen) abortSeen = now;
       if (now - abortSeen > abortGraceNs) return Status::kAborted;
       continue;
     }
-    const uint64_t p =
-        gpu::atomicLoad<gpu::Order::kRelaxed>(&s.finished) + gpu::atomicLoad<gpu::Order::kRelaxed>(&header_->completed);
+    const uint64_t p = prim::atomicLoad<prim::Order::kRelaxed>(&s.finished) +
+                       prim::atomicLoad<prim::Order::kRelaxed>(&header_->completed);
     if (p != progress) {
       progress = p;
       lastMove = now;
       if (progress_) noteProgress(ticket, now);
     } else if (now - lastMove > stallNs) {
-      recordHostFailure(ticket, Status::kTimeout, ticket + 1, gpu::atomicLoad<gpu::Order::kRelaxed>(&s.done));
+      recordHostFailure(ticket, Status::kTimeout, ticket + 1, prim::atomicLoad<prim::Order::kRelaxed>(&s.done));
       return Status::kTimeout;
     }
   }
@@ -117,11 +117,11 @@ Status WorkQueue::wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs)
 void WorkQueue::noteProgress(uint64_t ticket, uint64_t now) {
   SlotProgress& p = progress_[ticket % depth()];
   const dev::QueueSlot& s = slots_[ticket % depth()];
-  gpu::atomicStore<gpu::Order::kRelaxed>(&p.itemsDone, gpu::atomicLoad<gpu::Order::kRelaxed>(&s.finished));
+  prim::atomicStore<prim::Order::kRelaxed>(&p.itemsDone, prim::atomicLoad<prim::Order::kRelaxed>(&s.finished));
   // Ops run one after another: this one starts once every earlier one has completed.
-  if (gpu::atomicLoad<gpu::Order::kRelaxed>(&p.startNs) == 0 &&
-      gpu::atomicLoad<gpu::Order::kRelaxed>(&header_->completed) >= ticket)
-    gpu::atomicStore<gpu::Order::kRelaxed>(&p.startNs, now);
+  if (prim::atomicLoad<prim::Order::kRelaxed>(&p.startNs) == 0 &&
+      prim::atomicLoad<prim::Order::kRelaxed>(&header_->completed) >= ticket)
+    prim::atomicStore<prim::Order::kRelaxed>(&p.startNs, now);
 }
 
 void WorkQueue::failPeerGone(int peer, int pid, uint64_t seenBy) {
@@ -131,7 +131,7 @@ void WorkQueue::failPeerGone(int peer, int pid, uint64_t seenBy) {
                      static_cast<uint64_t>(pid));
   // Without weftd there is no engine to finish the ops: submits must stop too. A rank's engine
   // lives on, and its caller raises the engine's own error word.
-  if (peer < 0) gpu::atomicStore<gpu::Order::kRelease>(&header_->abort, 1u);
+  if (peer < 0) prim::atomicStore<prim::Order::kRelease>(&header_->abort, 1u);
 }
 
 void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed) {
@@ -172,7 +172,7 @@ const char* waitWhatName(dev::WaitWhat w) {
 }
 
 std::string WorkQueue::failureText(int self) const {
-  if (!gpu::atomicLoad<gpu::Order::kAcquire>(&header_->recordValid)) return "";
+  if (!prim::atomicLoad<prim::Order::kAcquire>(&header_->recordValid)) return "";
   return weft::failureText(header_->record, self);
 }
 

@@ -5,8 +5,11 @@
 #include <utility>
 
 #include "common/log.hpp"
-#include "device/ops/embedding_alltoall_device.hpp"
-#include "device/ops/gemv_allreduce_device.hpp"
+#include "device/dtype_device.hpp"
+#include "device/ops/embedding/embedding_args.hpp"
+#include "device/ops/gemm/gemm_args.hpp"
+#include "device/ops/gemv/gemv_args.hpp"
+#include "device/queue_device.hpp"
 #include "guard.hpp"
 #include "runtime/launch_env.hpp"
 #include "runtime/unique_id.hpp"
@@ -260,7 +263,7 @@ weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w
   return api::guarded(__func__, [&] {
     auto c = api::lookupComm(comm);
     const auto dt = api::requireDtype(rawDtype(&dtype), "dtype");
-    if (batch < 1 || batch > weft::dev::GemvAllReduceOp::kMaxBatch)
+    if (batch < 1 || batch > weft::dev::kGemvMaxBatch)
       throw weft::Error(weft::Code::kInvalidArgument, "batch: " + std::to_string(batch) + " is not in 1..64");
     const uint64_t rows = api::requireCount(n, "n", weft::dev::dtypeSize(dt), static_cast<uint64_t>(batch));
     const uint64_t k = api::requireCount(k_local, "k_local", weft::dev::dtypeSize(dt), static_cast<uint64_t>(batch));
@@ -345,7 +348,7 @@ static weft_result_t gemmAllToAll(const char* fn, weft_comm_t comm, const void* 
       throw Error(Code::kInvalidArgument, "num_experts: " + std::to_string(num_experts) + " is not at least 1");
     const uint64_t experts = api::requireCount(num_experts, "num_experts", es, std::max<uint64_t>(depth * cols, 1));
     // Work items are counted in 32 bits.
-    if (weft::dev::GemmAllToAllOp::numItems(rows, cols) > 0xffffffffull)
+    if (weft::dev::gemmItems(rows, cols) > 0xffffffffull)
       throw Error(Code::kInvalidArgument, "tokens: " + std::to_string(tokens) + " rows of " + std::to_string(h) +
                                               " columns are more than one op can count; split the call");
     api::requirePtr(send_counts, "send_counts");

@@ -39,7 +39,7 @@ bool gemmKernelHasTmaTile() {
 
 namespace WEFT_KERNEL_VARIANT {
 
-static_assert(tile::kThreads == gpu::kBlockThreads, "the GEMM's tile is a whole block's work");
+static_assert(tile::kThreads == prim::kBlockThreads, "the GEMM's tile is a whole block's work");
 
 // The GEMM + All-to-All: the group's memory is dynamic (gemmSharedBytes), the coop's scratch
 // followed by the tile pipeline; one block per SM.

@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "../gpu_host.hpp"
-#include "../ops/allreduce_oneshot_device.hpp"
-#include "../ops/gemm_alltoall_device.hpp"
+#include "../ops/collectives/allreduce_oneshot_device.hpp"
+#include "../ops/gemm/gemm_alltoall_device.hpp"
 #include "kernels.hpp"
 #include "vendor.hpp"
 

@@ -12,7 +12,7 @@
 #pragma once
 
 #include "../comm_device.hpp"
-#include "../ops/gemm_tma_device.hpp"
+#include "../ops/gemm/gemm_tma_device.hpp"
 
 // The variant the including translation unit defines.
 #if defined(WEFT_PROXY_IN_DEVICE)

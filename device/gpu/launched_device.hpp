@@ -41,7 +41,7 @@ __device__ inline void runLaunched(const CommView& view, const OpDesc& desc, flo
   // Every block counts, failed or not, so that the ranks' counters stay alike.
   uint32_t before = 0;
   if (coop.leader() && gridDim.x > 1)
-    before = gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(&view.control->blocksDone, 1u);
+    before = prim::atomicFetchAdd<prim::Order::kAcqRel, prim::Scope::kDevice>(&view.control->blocksDone, 1u);
   for (uint32_t item = blockIdx.x; item < desc.nitems; item += gridDim.x) {
     // After any failure of the communicator the remaining items give up at once; the wait that
     // failed recorded why in the queue header.
@@ -52,14 +52,15 @@ __device__ inline void runLaunched(const CommView& view, const OpDesc& desc, flo
     // An atomic nothing waits for, after the item's barrier-free end: the leader's count may run
     // ahead of the other threads' last stores, which is all a progress display needs.
     if (desc.countItems && coop.leader())
-      (void)gpu::atomicFetchAdd<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&view.control->itemsFinished, uint64_t{1});
+      (void)prim::atomicFetchAdd<prim::Order::kRelaxed, prim::Scope::kDevice>(&view.control->itemsFinished,
+                                                                              uint64_t{1});
   }
   if (!coop.leader() || before + 1 != gridDim.x) return;
   if (gridDim.x > 1) {
     // Every block has counted (this one last): back to zero for the next op, with an atomic that
     // nothing waits for; every write to this word is one (docs/design-notes.md, "A count that
     // blocks add to is written only by atomics").
-    (void)gpu::atomicFetchAdd<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&view.control->blocksDone, 0u - gridDim.x);
+    (void)prim::atomicFetchAdd<prim::Order::kRelaxed, prim::Scope::kDevice>(&view.control->blocksDone, 0u - gridDim.x);
   }
   storeCounters(view.control, advance(counters, desc, static_cast<uint32_t>(view.nranks)));
 }

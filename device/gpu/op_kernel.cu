@@ -30,7 +30,7 @@ __global__ void WEFT_BLOCK_BOUNDS oneShotLinesKernel(const WEFT_GRID_CONSTANT Co
 // Two blocks of 256 threads per SM: with 8 rows in flight per lane the pooling loop wants 168
 // registers (one block per SM); capped at 128 (96 bytes of spills) it ran 3% faster than 6 rows in
 // flight without spills (docs/archive/perf-journal-2026-11.md).
-__global__ void __launch_bounds__(gpu::kBlockThreads, 2)
+__global__ void __launch_bounds__(prim::kBlockThreads, 2)
     embeddingKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {

@@ -167,8 +167,8 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
     if (st == Status::kOk) finish(k, acc);
   }
   // The peers' lines are in: what this rank's own sends of the exchange read before they left is
-  // behind it too (ThreadSanitizer's model of causality through another process, gpu.hpp).
-  gpu::crossProcessAcquire();
+  // behind it too (ThreadSanitizer's model of causality through another process, primitives_device.hpp).
+  prim::crossProcessAcquire();
   // The thread that failed recorded why; the whole group reports the communicator as failed.
   return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
 }

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "../gpu.hpp"
+#include "../primitives_device.hpp"
 
 namespace weft::dev {
 

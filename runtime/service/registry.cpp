@@ -52,7 +52,7 @@ void CommRegistry::release(Comm& c, Rank& r, ControlWord word, uint64_t ticket, 
     // have, they may touch every rank's heap (through the bases), this rank's queue and staging.
     // The workers poll the heap's stop word, and the queue's only now and then (engine_device.hpp).
     r.engine->raise({word, &dev::EngineControl::stop});
-    gpu::atomicStore<gpu::Order::kRelease>(&r.queue->header()->stop, 1u);
+    prim::atomicStore<prim::Order::kRelease>(&r.queue->header()->stop, 1u);
     std::shared_ptr<ServedEngine> engine(std::move(r.engine));
     job.join = [engine] { return engine->join(); };
     job.keep.push_back(engine);  // freed with the rest, by reclaim
@@ -296,7 +296,7 @@ void CommRegistry::checkEngines() {
         v.queue = p.queue->header();
         dev::recordFailure(v, dev::WaitSite{0, 0, kWeftdEngineFailed, dev::WaitWhat::kPeerGone},
                            dev::Status::kTransport, 0, static_cast<uint64_t>(::getpid()));
-        gpu::atomicStore<gpu::Order::kRelease>(&p.queue->header()->abort, 1u);
+        prim::atomicStore<prim::Order::kRelease>(&p.queue->header()->abort, 1u);
         if (p.engine && p.engine->fault().empty()) {
           p.engine->raise({&dev::EngineControl::abort});
         } else {

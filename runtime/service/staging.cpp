@@ -6,7 +6,7 @@
 
 #include "common/error.hpp"
 #include "device/dtype_device.hpp"
-#include "device/ops/embedding_alltoall_device.hpp"
+#include "device/ops/embedding/embedding_alltoall_device.hpp"
 
 namespace weft::service {
 

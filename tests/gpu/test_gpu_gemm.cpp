@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "device/ops/gemm_split_device.hpp"
+#include "device/ops/gemm/gemm_split_device.hpp"
 #include "gpu_support.hpp"
 #include "runtime/status_read.hpp"
 #include "support/gemm_data.hpp"

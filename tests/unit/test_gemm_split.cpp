@@ -1,4 +1,4 @@
-// The GEMM's last wave split along k (device/ops/gemm_split_device.hpp): every slice of every
+// The GEMM's last wave split along k (device/ops/gemm/gemm_split_device.hpp): every slice of every
 // tile is multiplied by exactly one item, every tile has one owner, which adds exactly the
 // partials of its tile, and a range's two items run on one block, the partial first.
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "device/ops/gemm_alltoall_device.hpp"
-#include "device/ops/gemm_split_device.hpp"
+#include "device/ops/gemm/gemm_alltoall_device.hpp"
+#include "device/ops/gemm/gemm_split_device.hpp"
 
 namespace weft::dev {
 namespace {
@@ -131,7 +131,7 @@ TEST(GemmSplit, TheEngineSplitsOnlyOneExpertsOpsWithAPartialsBuffer) {
   GemmAllToAllOp::splitLastWave(routed, 132, buffer);
   EXPECT_EQ(GemmAllToAllOp::args(routed).split.tiles, 0u);
   EXPECT_EQ(routed.nitems, d.nitems);
-  EXPECT_EQ(routed.tileElems, d.tileElems);
+  EXPECT_EQ(routed.grain, d.grain);
 }
 
 }  // namespace

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "device/heap_layout_device.hpp"
-#include "device/ops/allreduce_device.hpp"
-#include "device/ops/allreduce_oneshot_device.hpp"
-#include "device/ops/alltoall_device.hpp"
-#include "device/ops/embedding_alltoall_device.hpp"
-#include "device/ops/gemm_alltoall_device.hpp"
+#include "device/ops/collectives/allreduce_device.hpp"
+#include "device/ops/collectives/allreduce_oneshot_device.hpp"
+#include "device/ops/collectives/alltoall_device.hpp"
+#include "device/ops/embedding/embedding_alltoall_device.hpp"
+#include "device/ops/gemm/gemm_alltoall_device.hpp"
 #include "device/ops/partition_device.hpp"
 
 namespace weft::dev {
@@ -152,8 +152,8 @@ TEST(OpDesc, GemmAndEmbeddingArgsRoundTrip) {
   EXPECT_EQ(back.h, 264u);
   EXPECT_EQ(back.capacity, 900u);
   EXPECT_EQ(back.experts, 2u);
-  EXPECT_EQ(d.tileElems, GemmAllToAllOp::colTiles(264));
-  EXPECT_EQ(d.nitems, GemmAllToAllOp::numItems(300, 264));
+  EXPECT_EQ(d.grain, GemmAllToAllOp::colTiles(264));
+  EXPECT_EQ(d.nitems, gemmItems(300, 264));
 
   const int64_t offsets[3] = {}, indices[2] = {};
   const float weights[2] = {};

@@ -36,7 +36,7 @@ struct OneRank {
     engine.start(v, workers, 0);
   }
   ~OneRank() {
-    gpu::atomicStore<gpu::Order::kRelease>(&queue.header()->stop, 1u);
+    prim::atomicStore<prim::Order::kRelease>(&queue.header()->stop, 1u);
     engine.join();
   }
   dev::OpDesc copyOp(const float* src, uint64_t recvOffset, uint64_t count) const {
@@ -46,7 +46,7 @@ struct OneRank {
     d.count = count;
     d.send = reinterpret_cast<uint64_t>(src);
     d.recv = recvOffset;
-    d.tileElems = 16;
+    d.grain = 16;
     d.nitems = dev::AllReduceOp::numItems(count, 1, 4, 16);
     return d;
   }
@@ -79,7 +79,7 @@ TEST(QueueEngine, ConcurrentSubmittersNeverLoseAnOp) {
     });
   for (auto& t : threads) t.join();
   EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(gpu::atomicLoad<gpu::Order::kAcquire>(&r.queue.header()->completed), uint64_t{kThreads * kOps});
+  EXPECT_EQ(prim::atomicLoad<prim::Order::kAcquire>(&r.queue.header()->completed), uint64_t{kThreads * kOps});
 }
 
 TEST(QueueEngine, AsyncOpsFreeTheirSlotsThemselves) {
@@ -91,8 +91,8 @@ TEST(QueueEngine, AsyncOpsFreeTheirSlotsThemselves) {
     ASSERT_EQ(r.queue.publish(t, r.copyOp(src.data(), off, 64), false, 5'000'000'000ull), Status::kOk) << op;
     r.queue.markReady(t);
   }
-  for (uint32_t spins = 0; gpu::atomicLoad<gpu::Order::kAcquire>(&r.queue.header()->completed) < 50; ++spins)
-    gpu::relax(spins);
+  for (uint32_t spins = 0; prim::atomicLoad<prim::Order::kAcquire>(&r.queue.header()->completed) < 50; ++spins)
+    prim::relax(spins);
   EXPECT_EQ(reinterpret_cast<float*>(r.heap.data() + off)[63], 3.0f);
 }
 
@@ -161,7 +161,7 @@ TEST(QueueEngine, AbortEndsAHostWaitAndRecordsIt) {
   const uint64_t t = publishWithoutEngine(q);
   std::thread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    gpu::atomicStore<gpu::Order::kRelease>(&q.header()->abort, 1u);
+    prim::atomicStore<prim::Order::kRelease>(&q.header()->abort, 1u);
   });
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(q.wait(t, 60'000'000'000ull, 100'000'000ull), Status::kAborted);

@@ -8,7 +8,7 @@
 
 #include "common.cuh"
 #include "device/coop_device.hpp"
-#include "device/ops/embedding_pool_device.hpp"
+#include "device/ops/embedding/embedding_pool_device.hpp"
 #include "device/ops/partition_device.hpp"
 
 namespace weft::bench {

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
-#include "device/gpu.hpp"
+#include "device/primitives_device.hpp"
 #include "device/proxy_device.hpp"
 
 namespace weft::transport {
@@ -50,10 +50,10 @@ std::string applyMessage(Region heap, const WireMessage& m, const void* payload,
   auto* word = reinterpret_cast<uint64_t*>(heap.base + m.offset);
   switch (m.kind) {
     case kMsgSignalStore:
-      gpu::atomicStore<gpu::Order::kRelease>(word, m.value);
+      prim::atomicStore<prim::Order::kRelease>(word, m.value);
       return "";
     case kMsgSignalAdd:
-      gpu::atomicFetchAdd<gpu::Order::kRelease>(word, m.value);
+      prim::atomicFetchAdd<prim::Order::kRelease>(word, m.value);
       return "";
     case kMsgDeliver: {
       if (payloadBytes != m.bytes || m.bytes % 8 != 0)
@@ -64,7 +64,7 @@ std::string applyMessage(Region heap, const WireMessage& m, const void* payload,
       for (uint64_t i = 0; i < m.bytes / 8; ++i) {
         uint64_t w;
         memcpy(&w, src + 8 * i, 8);
-        gpu::atomicStore<gpu::Order::kRelaxed>(word + i, w);
+        prim::atomicStore<prim::Order::kRelaxed>(word + i, w);
       }
       return "";
     }

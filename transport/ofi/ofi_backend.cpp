@@ -19,7 +19,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "device/gpu.hpp"
+#include "device/primitives_device.hpp"
 #include "transport/net/backend.hpp"
 #include "transport/p2p/shm_segment.hpp"
 
@@ -286,11 +286,11 @@ OfiBackend::~OfiBackend() {
 }
 
 void OfiBackend::postRecv(Op* op) {
-  for (const uint64_t start = gpu::nowNs();;) {
+  for (const uint64_t start = prim::nowNs();;) {
     const ssize_t rc =
         fi_recv(ep_, op->buffer, kMsgBytes, localMr_ ? fi_mr_desc(msgMr_) : nullptr, FI_ADDR_UNSPEC, &op->ctx);
     if (rc == 0) return;
-    if (rc != -FI_EAGAIN || gpu::nowNs() - start > patienceNs_) {
+    if (rc != -FI_EAGAIN || prim::nowNs() - start > patienceNs_) {
       noteFault(-1, "posting a receive failed: " + fiText(rc));
       return;
     }
@@ -345,7 +345,7 @@ bool OfiBackend::postWrites(int peer) {
       moved = true;
       continue;
     }
-    const uint64_t now = gpu::nowNs();
+    const uint64_t now = prim::nowNs();
     if (rc == -FI_EAGAIN && p.refusedSince == 0) p.refusedSince = now;
     if (rc == -FI_EAGAIN && now - p.refusedSince <= patienceNs_) break;
     noteFault(peer, "a write of " + std::to_string(w.bytes) + " bytes to rank " + std::to_string(peer) + " failed: " +
@@ -408,12 +408,12 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
   if (m.bytes) {
     packPayload(mirrors_[peer].base, h.kind, h.offset, h.value, op->buffer + sizeof m);
     // The workers rewrite these bytes only after the peer has them (the ops' epochs): a
-    // causality through the peer that ThreadSanitizer cannot see, so it is told (gpu.hpp).
-    gpu::crossProcessRelease();
+    // causality through the peer that ThreadSanitizer cannot see, so it is told (primitives_device.hpp).
+    prim::crossProcessRelease();
   }
   const ssize_t rc =
       fi_send(ep_, op->buffer, sizeof m + m.bytes, localMr_ ? fi_mr_desc(msgMr_) : nullptr, p.addr, &op->ctx);
-  const uint64_t now = gpu::nowNs();
+  const uint64_t now = prim::nowNs();
   if (rc == -FI_EAGAIN && p.refusedSince == 0) p.refusedSince = now;
   if (rc == -FI_EAGAIN && now - p.refusedSince <= patienceNs_) return false;
   if (rc != 0) {

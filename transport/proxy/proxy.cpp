@@ -12,7 +12,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "device/gpu.hpp"
+#include "device/primitives_device.hpp"
 
 namespace weft::transport {
 
@@ -484,14 +484,14 @@ uint64_t Proxy::lanesLoad(bool most) const {
 // given to it anyway: the op fails by that fault, and nothing waits unbounded here.
 void Proxy::waitForRoom() {
   if (lanesLoad(false) < laneLoadMax_) return;
-  const uint64_t since = gpu::nowNs();
+  const uint64_t since = prim::nowNs();
   while (lanesLoad(false) >= laneLoadMax_) {
     lanes_[0]->steps.fetch_add(1, std::memory_order_relaxed);
     applyGone(*lanes_[0]);
     backend_->progress();
     if (const auto f = backend_->fault(); f) noteFault(*f);
     if ((stop_.load(std::memory_order_relaxed) && !drain_.load(std::memory_order_relaxed)) || fault()) return;
-    if (gpu::nowNs() - since > patienceNs_) {
+    if (prim::nowNs() - since > patienceNs_) {
       noteFault(PeerFault{-1, "the host proxy's lanes took no message for timeout_s"});
       return;
     }
@@ -501,7 +501,7 @@ void Proxy::waitForRoom() {
 // Whether the next slot holds a committed trigger. The engine has stopped when this is asked (no
 // slot is claimed and left half-written), so every trigger posted is committed.
 bool Proxy::committed() const {
-  const uint64_t w0 = gpu::atomicLoad<gpu::Order::kAcquire>(&ring_[taken_ & (depth_ - 1)].w0);
+  const uint64_t w0 = prim::atomicLoad<prim::Order::kAcquire>(&ring_[taken_ & (depth_ - 1)].w0);
   return (w0 & dev::kTriggerCommit) == dev::commitFor(taken_, depth_);
 }
 
@@ -515,12 +515,12 @@ uint32_t Proxy::drainRing() {
     // oldest one in flight than the receiver keeps (ArrivalOrder::kEarlyMax).
     if (lanes_.size() > 1 && lanesLoad(true) >= laneLoadMax_) break;
     dev::Trigger* t = &ring_[taken_ & (depth - 1)];
-    const uint64_t w0 = gpu::atomicLoad<gpu::Order::kAcquire>(&t->w0);
+    const uint64_t w0 = prim::atomicLoad<prim::Order::kAcquire>(&t->w0);
     if ((w0 & dev::kTriggerCommit) != dev::commitFor(taken_, depth)) break;
-    const uint64_t w1 = gpu::atomicLoad<gpu::Order::kRelaxed>(&t->w1);
-    gpu::crossProcessAcquire();
+    const uint64_t w1 = prim::atomicLoad<prim::Order::kRelaxed>(&t->w1);
+    prim::crossProcessAcquire();
     ++taken_;
-    gpu::atomicStore<gpu::Order::kRelease>(tail_, taken_);
+    prim::atomicStore<prim::Order::kRelease>(tail_, taken_);
     take(w0 & ~dev::kTriggerCommit, w1);
   }
   return n;

@@ -16,7 +16,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "device/gpu.hpp"
+#include "device/primitives_device.hpp"
 #include "transport/net/backend.hpp"
 
 namespace weft::transport {
@@ -384,8 +384,8 @@ bool UcxBackend::send(int peer, WireMessage m) {
   if (m.bytes && inPlace) payload = mirrors_[peer].base + m.offset;
   if (m.bytes && !inPlace) packPayload(mirrors_[peer].base, m.kind, m.offset, value, buffer.get() + sizeof m);
   // The workers rewrite these bytes only after the peer has them (the ops' epochs): a causality
-  // through the peer that ThreadSanitizer cannot see, so it is told (gpu.hpp).
-  if (m.bytes) gpu::crossProcessRelease();
+  // through the peer that ThreadSanitizer cannot see, so it is told (primitives_device.hpp).
+  if (m.bytes) prim::crossProcessRelease();
   Pending& q = pending_.emplace_back(Pending{this, nullptr, std::move(buffer), peer, UCS_OK, {}});
   q.at = std::prev(pending_.end());
   ucp_request_param_t rp{};

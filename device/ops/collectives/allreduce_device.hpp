@@ -13,10 +13,10 @@
 // an empty op (no tiles) exchanges the words alone.
 #pragma once
 
-#include "../comm_device.hpp"
-#include "../dtype_device.hpp"
-#include "../signature_device.hpp"
-#include "partition_device.hpp"
+#include "../../comm_device.hpp"
+#include "../../dtype_device.hpp"
+#include "../../signature_device.hpp"
+#include "../partition_device.hpp"
 
 namespace weft::dev {
 
@@ -40,7 +40,7 @@ struct AllReduceOp {
                                      uint32_t item) {
     const auto dt = static_cast<DType>(d.dtype);
     const uint32_t es = dtypeSize(dt);
-    const uint64_t tps = tilesPerShard(d.count, v.nranks, es, d.tileElems);
+    const uint64_t tps = tilesPerShard(d.count, v.nranks, es, d.grain);
     const uint64_t sig = d.sig ? sigWord(runningOpMeet(), d.sig) : 0;
     if (item == tps) {
       if (tps == 0) {
@@ -58,7 +58,7 @@ struct AllReduceOp {
 
     for (int p = 1; p < v.nranks; ++p) {
       const int j = (me + p) % v.nranks;
-      Range r = tileRange(shardRange(d.count, v.nranks, vectorElems(es), j), d.tileElems, item);
+      Range r = tileRange(shardRange(d.count, v.nranks, vectorElems(es), j), d.grain, item);
       if (q > L.inboxSlots) {
         WaitSite site{seq.op, item, j, WaitWhat::kInboxCredit};
         Status st = wait(c, v, v.signal(me, L.inboxCreditOffset(j, slot)), q - L.inboxSlots, site);
@@ -71,7 +71,7 @@ struct AllReduceOp {
     }
     if (c.leader()) noteOwnSig(v, sig);  // every peer has the word (signature_device.hpp)
 
-    Range mine = tileRange(shardRange(d.count, v.nranks, vectorElems(es), me), d.tileElems, item);
+    Range mine = tileRange(shardRange(d.count, v.nranks, vectorElems(es), me), d.grain, item);
     for (int p = 1; p < v.nranks; ++p) {
       const int src = (me + p) % v.nranks;
       WaitSite site{seq.op, item, src, WaitWhat::kInboxData};

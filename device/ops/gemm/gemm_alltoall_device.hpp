@@ -17,10 +17,11 @@
 // nothing that it is done, and waits for every source's word.
 #pragma once
 
-#include "../comm_device.hpp"
-#include "../dtype_device.hpp"
-#include "../signature_device.hpp"
-#include "../vector_device.hpp"
+#include "../../comm_device.hpp"
+#include "../../dtype_device.hpp"
+#include "../../signature_device.hpp"
+#include "../../vector_device.hpp"
+#include "gemm_args.hpp"
 #include "gemm_route_device.hpp"
 #include "gemm_split_device.hpp"
 #include "gemm_tile_device.hpp"
@@ -28,25 +29,10 @@
 
 namespace weft::dev {
 
-struct GemmArgs {
-  const uint8_t* a;
-  const uint8_t* w;           // [experts, k, h]; null where productGiven()
-  const int64_t* sendCounts;  // [nranks], device
-  int64_t* recvCounts;        // [nranks], device, or null
-  const int64_t* expertEnds;  // [experts]: rows of expert e end at expertEnds[e]; null for one expert
-  uint64_t tokens, k, h, capacity;
-  uint64_t experts;
-  GemmSplit split = {};       // the last wave's tiles split along k, or none (gemm_split_device.hpp)
-  float* partials = nullptr;  // split: the grid's partial slots (kSplitPartialFloats each), then a flag word each
-  // Whether `a` already holds the product, [tokens, h] (gemm_path blas: the vendor BLAS
-  // multiplied, and the op routes its rows as it routes the tiles it computes). Unambiguous: the
-  // API requires w wherever k and h are not 0; a k of 0 multiplies to zeros without reading w, and
-  // an h of 0 has no tiles.
-  WEFT_HOST_DEVICE bool productGiven() const { return !w && k != 0 && h != 0; }
-};
-
 struct GemmAllToAllOp {
-  static constexpr uint32_t kTileM = tile::kM, kTileN = tile::kN;
+  static constexpr uint32_t kTileM = kGemmTileRows, kTileN = kGemmTileCols;
+  static_assert(static_cast<uint32_t>(tile::kM) == kTileM && static_cast<uint32_t>(tile::kN) == kTileN,
+                "the multiply computes one item's tile");
   // Vectors in flight per thread where the op copies a product it was given: a tile's 64 KB in
   // four rounds of a block's 128 threads. (The copy keeps the multiply's tiles: in tiles a
   // quarter as wide, each item's count, a system-scope release that waits for its stores,
@@ -56,7 +42,7 @@ struct GemmAllToAllOp {
   // (int64 words).
   static_assert(routeWords(kRouteMaxRanks) + kTileM + 3 <= kCoopFloats / 2, "the route fits the coop's scratch");
 
-  // OpDesc fields: send = a, count = h, recv = recv's heap offset, tileElems = column tiles,
+  // OpDesc fields: send = a, count = h, recv = recv's heap offset, grain = column tiles,
   // args.gemm the rest (expertEnds 0 with one expert; partials 0: no split).
   WEFT_HOST_DEVICE static GemmArgs args(const OpDesc& d) {
     const GemmOpArgs& m = d.args.gemm;
@@ -94,7 +80,7 @@ struct GemmAllToAllOp {
     m.expertEnds = reinterpret_cast<uint64_t>(g.expertEnds);
     m.partials = reinterpret_cast<uint64_t>(g.partials);
     m.split = g.split.tiles | g.split.grid << 32;
-    d.tileElems = static_cast<uint32_t>(colTiles(g.h));
+    d.grain = static_cast<uint32_t>(colTiles(g.h));
     d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split));
   }
   // The op `d` (packed) on a grid of `grid` blocks with `partials` (partialsBytes(grid), zeroed
@@ -116,12 +102,8 @@ struct GemmAllToAllOp {
   WEFT_HOST_DEVICE static uint64_t partialsBytes(uint32_t grid) {
     return uint64_t{grid} * (kSplitPartialFloats * sizeof(float) + sizeof(uint64_t));
   }
-  WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h) { return ceilDiv(h, kTileN); }
-  WEFT_HOST_DEVICE static uint64_t dataTiles(uint64_t tokens, uint64_t h) {
-    return ceilDiv(tokens, kTileM) * colTiles(h);
-  }
-  // Without a split (the most a split adds is the grid's worth of items, checked where it is made).
-  WEFT_HOST_DEVICE static uint64_t numItems(uint64_t tokens, uint64_t h) { return 2 + dataTiles(tokens, h); }
+  WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h) { return gemmColTiles(h); }
+  WEFT_HOST_DEVICE static uint64_t dataTiles(uint64_t tokens, uint64_t h) { return gemmDataTiles(tokens, h); }
 
   // Where data tile t of rowTiles x cols goes. The tiles run about a grid's worth at a time, in
   // item order: row-major, each such wave would read all of w and, with a short k, read it
@@ -149,7 +131,7 @@ struct GemmAllToAllOp {
   };
   WEFT_HOST_DEVICE static TileAt tileAt(const CommView& v, const OpDesc& d, uint64_t tokens, uint64_t t) {
     const uint64_t rowTiles = ceilDiv(tokens, kTileM);
-    const TilePlace place = placeTile(t, rowTiles, d.tileElems);
+    const TilePlace place = placeTile(t, rowTiles, d.grain);
     const uint64_t shift = rowTiles * static_cast<uint64_t>(v.rank + 1) / static_cast<uint64_t>(v.nranks);
     return TileAt{((place.row + shift) % rowTiles) * kTileM, place.col * kTileN};
   }
@@ -267,7 +249,7 @@ struct GemmAllToAllOp {
     // excepted): nothing of its own follows to count its last part, so count it now.
     if (item + gridDim.x + 1 >= d.nitems) {
       c.sync();
-      if (c.leader()) countUncounted(v, seq, RouteView{reinterpret_cast<int64_t*>(c.floats()), v.nranks}, d.tileElems);
+      if (c.leader()) countUncounted(v, seq, RouteView{reinterpret_cast<int64_t*>(c.floats()), v.nranks}, d.grain);
     }
 #endif
     return Status::kOk;
@@ -279,7 +261,7 @@ struct GemmAllToAllOp {
                                               uint32_t item, const tile::GemmMaps* maps, const GemmArgs& g,
                                               const TilePart& part) {
     const DType dt = static_cast<DType>(d.dtype);
-    const uint64_t es = dtypeSize(dt), cols = d.tileElems;
+    const uint64_t es = dtypeSize(dt), cols = d.grain;
     const TileAt at = tileAt(v, d, g.tokens, part.tile);
     const uint64_t row0 = at.row0, col0 = at.col0;
     const uint64_t row1 = minU64(g.tokens, row0 + kTileM), col1 = minU64(g.h, col0 + kTileN);
@@ -351,7 +333,8 @@ struct GemmAllToAllOp {
     // Device scope: the owner is a block of this GPU (a system-scope release would also wait for
     // the NVLink stores of the block's earlier tiles).
     c.sync();
-    if (c.leader()) gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(partialFlag(g, part.range), seq.epoch);
+    if (c.leader())
+      prim::atomicStore<prim::Order::kRelease, prim::Scope::kDevice>(partialFlag(g, part.range), seq.epoch);
 #else
     (void)c, (void)g, (void)seq, (void)part, (void)acc;  // only the sm_90a tile is ever split
 #endif
@@ -368,8 +351,8 @@ struct GemmAllToAllOp {
 #if defined(WEFT_HAVE_TMA_TILE)
     for (uint64_t b = firstPartial(g.split, part); b < part.range; ++b) {
       if (g.split.empty(b)) continue;  // an empty range leaves no partial
-      const Status st = wait<gpu::Scope::kDevice>(c, v, partialFlag(g, b), seq.epoch,
-                                                  WaitSite{seq.op, item, static_cast<int32_t>(b), WaitWhat::kPartial});
+      const Status st = wait<prim::Scope::kDevice>(c, v, partialFlag(g, b), seq.epoch,
+                                                   WaitSite{seq.op, item, static_cast<int32_t>(b), WaitWhat::kPartial});
       if (st != Status::kOk) return st;
     }
 #else
@@ -574,7 +557,7 @@ struct GemmAllToAllOp {
   // tells it so.
   WEFT_HOST_DEVICE static void account(const CommView& v, const OpSeq& seq, const RouteView& r, uint64_t eLo,
                                        uint64_t eHi, uint64_t cols) {
-    gpu::crossProcessRelease();
+    prim::crossProcessRelease();
     for (int dest = r.destOf(static_cast<int64_t>(eLo)); dest < v.nranks; ++dest) {
       const uint64_t lo = maxU64(eLo, static_cast<uint64_t>(r.start()[dest]));
       const uint64_t hi = minU64(eHi, static_cast<uint64_t>(r.start()[dest + 1]));
@@ -583,7 +566,7 @@ struct GemmAllToAllOp {
       uint64_t* sent = v.signal(v.rank, v.layout.peerSignalOffset(PeerSignal::kGemmSent, dest));
       // One add, never a compare-and-swap loop: every block finishes its tiles at about the same
       // time, and a CAS loop over a shared word then serialises a whole wave of them.
-      const uint64_t before = gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(sent, hi - lo);
+      const uint64_t before = prim::atomicFetchAdd<prim::Order::kAcqRel, prim::Scope::kDevice>(sent, hi - lo);
       // A failed post (the proxy's ring stayed full) is recorded, and the communicator has failed.
       if (before + (hi - lo) == static_cast<uint64_t>(r.mine()[dest]) * cols)
         (void)signalLeaderTo(v, dest, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank), seq.epoch, false,
@@ -612,7 +595,7 @@ struct GemmAllToAllOp {
     }
     for (int j = c.rank(); j < v.nranks; j += c.size()) {
       if (g.recvCounts) g.recvCounts[j] = r.from()[j];
-      if ((r.mine()[j] == 0 || d.tileElems == 0) && st == Status::kOk)
+      if ((r.mine()[j] == 0 || d.grain == 0) && st == Status::kOk)
         st = signalLeaderTo(v, j, v.layout.peerSignalOffset(PeerSignal::kGemmDone, v.rank), seq.epoch, false,
                             WaitSite{seq.op, item, j, WaitWhat::kProxyRoom});
     }
@@ -623,11 +606,11 @@ struct GemmAllToAllOp {
     // write to it is (docs/design-notes.md, "A count that blocks add to is written only by atomics").
     for (int j = c.rank(); j < v.nranks && st == Status::kOk; j += c.size()) {
       uint64_t* sent = v.signal(v.rank, v.layout.peerSignalOffset(PeerSignal::kGemmSent, j));
-      const uint64_t want = static_cast<uint64_t>(r.mine()[j]) * d.tileElems;
+      const uint64_t want = static_cast<uint64_t>(r.mine()[j]) * d.grain;
       if (want == 0) continue;
       st = pollAtLeast(v, sent, want, WaitSite{seq.op, item, j, WaitWhat::kArrival});
       if (st == Status::kOk)
-        (void)gpu::atomicFetchAdd<gpu::Order::kRelaxed, gpu::Scope::kDevice>(sent, uint64_t{0} - want);
+        (void)prim::atomicFetchAdd<prim::Order::kRelaxed, prim::Scope::kDevice>(sent, uint64_t{0} - want);
     }
     return c.any(st != Status::kOk) ? Status::kPeerFailed : Status::kOk;
   }

@@ -12,8 +12,8 @@
 // longer read by anything before it (the "ready" of the other All-to-Alls).
 #pragma once
 
-#include "../comm_device.hpp"
-#include "flagged_exchange_device.hpp"
+#include "../../comm_device.hpp"
+#include "../flagged_exchange_device.hpp"
 
 namespace weft::dev {
 
@@ -106,7 +106,7 @@ WEFT_HOST_DEVICE Status readRoute(const Coop& c, const CommView& v, const OpSeq&
     }
   }
   if (c.any(st != Status::kOk)) return Status::kPeerFailed;
-  gpu::crossProcessAcquire();
+  prim::crossProcessAcquire();
   if (c.leader()) {
     int64_t s = 0;
     for (int d = 0; d < n; ++d) {

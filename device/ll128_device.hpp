@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "gpu.hpp"
+#include "primitives_device.hpp"
 
 namespace weft::dev {
 
@@ -28,7 +28,7 @@ constexpr uint32_t kLineLanes = 8;  // 16 bytes each
 // thread holds every lane of one line.
 #if defined(WEFT_DEVICE_PASS)
 constexpr int kLanesPerThread = 1;
-constexpr int kLinesPerWarp = gpu::kWarpSize / kLineLanes;
+constexpr int kLinesPerWarp = prim::kWarpSize / kLineLanes;
 #else
 constexpr int kLanesPerThread = kLineLanes;
 constexpr int kLinesPerWarp = 1;
@@ -71,8 +71,8 @@ WEFT_HOST_DEVICE void lineStore(uint64_t* line, const LineShare& s, int lane, ui
 #endif
 #else
   (void)lane;
-  for (uint32_t w = 0; w < kLinePayloadWords; ++w) gpu::atomicStore<gpu::Order::kRelaxed>(line + w, s.w[w]);
-  gpu::atomicStore<gpu::Order::kRelease>(line + kLinePayloadWords, flag);
+  for (uint32_t w = 0; w < kLinePayloadWords; ++w) prim::atomicStore<prim::Order::kRelaxed>(line + w, s.w[w]);
+  prim::atomicStore<prim::Order::kRelease>(line + kLinePayloadWords, flag);
 #endif
 }
 
@@ -98,9 +98,9 @@ WEFT_HOST_DEVICE bool linePeek(const uint64_t* line, LineShare* s, int lane, uin
   return b == flag;
 #else
   (void)lane;
-  *seen = gpu::atomicLoad<gpu::Order::kAcquire>(line + kLinePayloadWords);
+  *seen = prim::atomicLoad<prim::Order::kAcquire>(line + kLinePayloadWords);
   if (*seen != flag) return false;
-  for (uint32_t w = 0; w < kLinePayloadWords; ++w) s->w[w] = gpu::atomicLoad<gpu::Order::kRelaxed>(line + w);
+  for (uint32_t w = 0; w < kLinePayloadWords; ++w) s->w[w] = prim::atomicLoad<prim::Order::kRelaxed>(line + w);
   s->w[kLinePayloadWords] = 0;
   return true;
 #endif

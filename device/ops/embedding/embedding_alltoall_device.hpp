@@ -20,17 +20,17 @@
 // all data has moved, so no rank is left waiting.
 #pragma once
 
-#include "../comm_device.hpp"
-#include "../signature_device.hpp"
+#include "../../comm_device.hpp"
+#include "../../signature_device.hpp"
+#include "../partition_device.hpp"
 #include "embedding_pool_device.hpp"
-#include "partition_device.hpp"
 
 namespace weft::dev {
 
 struct EmbeddingAllToAllOp {
   static constexpr uint64_t kFlagMean = 1, kFlagCheck = 2;
 
-  // OpDesc fields: send = weights, count = dim, recv = the output's heap offset, tileElems = bags per
+  // OpDesc fields: send = weights, count = dim, recv = the output's heap offset, grain = bags per
   // item, args.embedding the rest.
   WEFT_HOST_DEVICE static EmbeddingArgs args(const OpDesc& d) {
     const EmbeddingOpArgs& e = d.args.embedding;
@@ -86,7 +86,7 @@ struct EmbeddingAllToAllOp {
     const HeapLayout& L = v.layout;
     const int me = v.rank;
     const EmbeddingArgs a = args(d);
-    const uint64_t ipd = itemsPerDest(a.numTables, a.localBatch, d.tileElems);
+    const uint64_t ipd = itemsPerDest(a.numTables, a.localBatch, d.grain);
     // Signatures (signature_device.hpp): the word goes just before each ready signal; a sender
     // compares the receiver's after acquiring it. A rank that sends nothing compares every peer's
     // word in its last item (empty ops exchange words, checked or not).
@@ -123,8 +123,8 @@ struct EmbeddingAllToAllOp {
       if (const Status st = checkEveryPeerSig(c, v, mine, seq.op, item); st != Status::kOk) return st;
     }
     const uint64_t perDest = a.numTables * a.localBatch;
-    const uint64_t lo = (i % ipd) * d.tileElems;
-    const uint64_t hi = minU64(perDest, lo + d.tileElems);
+    const uint64_t lo = (i % ipd) * d.grain;
+    const uint64_t hi = minU64(perDest, lo + d.grain);
     const uint64_t rowBytes = a.dim * dtypeSize(static_cast<DType>(d.dtype));
     uint8_t* out = v.at(dest, d.recv);
     const Packing pk = viaProxy(v, dest) ? packing(a, lo, hi, rowBytes, packRunBytes(v)) : Packing{};
@@ -150,9 +150,9 @@ struct EmbeddingAllToAllOp {
     c.sync();
     Status st = Status::kOk;
     if (c.leader()) {
-      gpu::crossProcessRelease();
+      prim::crossProcessRelease();
       const uint64_t before =
-          gpu::atomicFetchAdd<gpu::Order::kAcqRel, gpu::Scope::kDevice>(&v.control->embedItemsDone, uint64_t{1});
+          prim::atomicFetchAdd<prim::Order::kAcqRel, prim::Scope::kDevice>(&v.control->embedItemsDone, uint64_t{1});
       if (before + 1 == seq.seqBase + dataItems(d)) st = announceDone(v, seq, item);
     }
     return uniform(c, v, st);
@@ -221,18 +221,18 @@ struct EmbeddingAllToAllOp {
                                             int64_t rows) {
     EngineControl* k = v.control;
     uint32_t none = 0;
-    if (!gpu::atomicCas<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k->badTable, none,
-                                                                   static_cast<uint32_t>(table) + 1))
+    if (!prim::atomicCas<prim::Order::kRelaxed, prim::Scope::kDevice>(&k->badTable, none,
+                                                                      static_cast<uint32_t>(table) + 1))
       return;
-    gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k->badIndex, index);
-    gpu::atomicStore<gpu::Order::kRelaxed, gpu::Scope::kDevice>(&k->badRows, rows);
-    gpu::atomicStore<gpu::Order::kRelease, gpu::Scope::kDevice>(&k->badEpoch, static_cast<uint32_t>(seq.epoch));
+    prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k->badIndex, index);
+    prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(&k->badRows, rows);
+    prim::atomicStore<prim::Order::kRelease, prim::Scope::kDevice>(&k->badEpoch, static_cast<uint32_t>(seq.epoch));
   }
 
   // Leader-only: this rank's vectors of this op are all stored; tells every rank, itself included,
   // and whether it met a bad index.
   WEFT_HOST_DEVICE static Status announceDone(const CommView& v, const OpSeq& seq, uint32_t item) {
-    const bool bad = gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&v.control->badEpoch) ==
+    const bool bad = prim::atomicLoad<prim::Order::kAcquire, prim::Scope::kDevice>(&v.control->badEpoch) ==
                      static_cast<uint32_t>(seq.epoch);
     Status st = Status::kOk;
     for (int j = 0; j < v.nranks && st == Status::kOk; ++j)
@@ -250,14 +250,14 @@ struct EmbeddingAllToAllOp {
     if (st != Status::kOk) return st;
     if (c.leader()) {
       EngineControl* k = v.control;
-      if (gpu::atomicLoad<gpu::Order::kAcquire, gpu::Scope::kDevice>(&k->badEpoch) ==
+      if (prim::atomicLoad<prim::Order::kAcquire, prim::Scope::kDevice>(&k->badEpoch) ==
           static_cast<uint32_t>(seq.epoch)) {
         recordFailure(v, WaitSite{seq.op, k->badTable - 1, -1, WaitWhat::kIndex}, Status::kBadInput,
                       static_cast<uint64_t>(k->badRows), static_cast<uint64_t>(k->badIndex));
         st = Status::kBadInput;
       }
       for (int p = 0; p < v.nranks && st == Status::kOk; ++p)
-        if (gpu::atomicLoad<gpu::Order::kAcquire>(
+        if (prim::atomicLoad<prim::Order::kAcquire>(
                 v.signal(v.rank, v.layout.peerSignalOffset(PeerSignal::kEmbedDone, p))) == 2 * seq.epoch + 1) {
           recordFailure(v, WaitSite{seq.op, item, p, WaitWhat::kIndex}, Status::kBadInput, 0, 0);
           st = Status::kBadInput;

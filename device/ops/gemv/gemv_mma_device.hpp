@@ -21,9 +21,9 @@
 // so y is the same bit for bit from run to run.
 #pragma once
 
-#include "../coop_device.hpp"
-#include "../mma_device.hpp"
-#include "partition_device.hpp"
+#include "../../coop_device.hpp"
+#include "../../mma_device.hpp"
+#include "../partition_device.hpp"
 
 namespace weft::dev {
 

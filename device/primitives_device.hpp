@@ -1,6 +1,7 @@
-// Portability layer shared by every device-visible header: one source for CUDA, HIP and the CPU
-// backend. Flags are only ever touched through the atomics below, with an explicit order and
-// scope, so the CPU backend runs exactly the device protocol (and ThreadSanitizer can check it).
+// The primitives device code is written in, one source for the CPU backend, CUDA and HIP: atomics
+// with an explicit order and scope, fences, a clock, warp-wide operations and a polite spin. Flags
+// are only ever touched through these atomics, so the CPU backend runs exactly the device protocol
+// (and ThreadSanitizer can check it).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +48,7 @@
 // the GEMV kernel spilled 662 of them to scratch). CUDA's ptxas already allows a thread 255
 // registers, and the kernels' register use there is as measured (docs/archive/perf-journal-2026-11.md): unchanged.
 #if defined(WEFT_BACKEND_HIP)
-#define WEFT_BLOCK_BOUNDS __launch_bounds__(weft::gpu::kBlockThreads)
+#define WEFT_BLOCK_BOUNDS __launch_bounds__(weft::prim::kBlockThreads)
 #else
 #define WEFT_BLOCK_BOUNDS
 #endif
@@ -65,7 +66,7 @@
 #define WEFT_OUT_OF_LINE
 #endif
 
-namespace weft::gpu {
+namespace weft::prim {
 
 // Threads in a block of every weft kernel (runtime/backend_gpu.cpp launches them so).
 constexpr int kBlockThreads = 256;
@@ -288,4 +289,4 @@ WEFT_HOST_DEVICE void relax(uint32_t spins) {
 #endif
 }
 
-}  // namespace weft::gpu
+}  // namespace weft::prim

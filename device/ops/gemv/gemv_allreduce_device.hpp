@@ -4,7 +4,7 @@
 //
 // The rows are cut into slices of kGemvSliceRows (32); a slice's partials are gemvSliceFloats(batch)
 // floats, batch-major (gemv_mma_device.hpp), and start on a line pair. The op has G compute
-// items, about one per worker group that runs it (OpDesc::tileElems = G), and G reduce items
+// items, about one per worker group that runs it (OpDesc::grain = G), and G reduce items
 // after them. Compute item i streams a run of consecutive slices: for each, the block computes
 // this rank's float32 partial sums of the slice's rows for every batch entry (on tensor cores
 // where gemv_mma_device.hpp applies, else a row per warp with 16-byte loads and a shuffle
@@ -27,18 +27,19 @@
 // scratch, and on one rank.
 #pragma once
 
-#include "../coop_device.hpp"
-#include "../dtype_device.hpp"
-#include "../vector_device.hpp"
-#include "flagged_exchange_device.hpp"
+#include "../../coop_device.hpp"
+#include "../../dtype_device.hpp"
+#include "../../vector_device.hpp"
+#include "../flagged_exchange_device.hpp"
+#include "gemv_args.hpp"
 #include "gemv_rows_device.hpp"
 
 namespace weft::dev {
 
 struct GemvAllReduceOp {
-  static constexpr uint32_t kMaxBatch = 64;
+  static constexpr uint32_t kMaxBatch = kGemvMaxBatch;
 
-  // OpDesc fields: send = x, count = n, recv = y's heap offset, tileElems = compute items,
+  // OpDesc fields: send = x, count = n, recv = y's heap offset, grain = compute items,
   // args.gemv the rest (owners: slices reduced by their owners, where fusedOwnersFit, else every
   // rank reduces every slice).
   WEFT_HOST_DEVICE static GemvShape shape(const OpDesc& d) {
@@ -73,7 +74,7 @@ struct GemvAllReduceOp {
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
     const GemvShape s = shape(d);
-    const uint32_t items = d.tileElems;
+    const uint32_t items = d.grain;
     const auto dt = static_cast<DType>(d.dtype);
     const uint64_t sliceFloats = gemvSliceFloats(s.batch);  // even
     const bool owners = d.args.gemv.owners != 0;
@@ -171,9 +172,9 @@ struct GemvAllReduceOp {
   __device__ static void warmFirstSlice(const OpDesc& d, uint32_t item, uint32_t thread, uint32_t threads) {
     const GemvShape s = shape(d);
     const auto dt = static_cast<DType>(d.dtype);
-    if (item >= d.tileElems || !gemv::fitsShape(dt, s)) return;
+    if (item >= d.grain || !gemv::fitsShape(dt, s)) return;
     const uint64_t rowBytes = s.k * 2, lines = minU64(rowBytes / 2, kWarmBytes) / 128;
-    const uint64_t first = itemSlices(s.n, d.tileElems, item).lo * kGemvSliceRows;
+    const uint64_t first = itemSlices(s.n, d.grain, item).lo * kGemvSliceRows;
     // Line i: step i / (4 x 32) of the stream (512 bytes of each row), row i / 4 % 32, its line i % 4.
     constexpr uint64_t kStepLines = kGemvSliceRows * 4;
     for (uint64_t i = thread; i < kStepLines * ceilDiv(lines, 4); i += threads) {
@@ -280,17 +281,17 @@ struct GemvAllReduceOp {
     const uint8_t* xb = s.x + b0 * rowBytes;
     for (uint64_t j0 = rows.lo + uint64_t{kRows} * c.warp(); j0 < rows.hi; j0 += uint64_t{kRows} * c.warps()) {
       float acc[kRows][B] = {};
-      for (uint64_t q0 = c.lane(); q0 < nvec; q0 += uint64_t{gpu::kWarpSize} * kU) {
+      for (uint64_t q0 = c.lane(); q0 < nvec; q0 += uint64_t{prim::kWarpSize} * kU) {
         Vec16 wv[kRows][kU];
         WEFT_UNROLL
         for (int r = 0; r < kRows; ++r) WEFT_UNROLL
         for (int u = 0; u < kU; ++u) {
-          const uint64_t q = q0 + u * uint64_t{gpu::kWarpSize};
+          const uint64_t q = q0 + u * uint64_t{prim::kWarpSize};
           if (q < nvec && j0 + r < rows.hi) wv[r][u] = load16(s.w + (j0 + r) * rowBytes + q * kVecBytes);
         }
         WEFT_UNROLL
         for (int u = 0; u < kU; ++u) {
-          const uint64_t q = q0 + u * uint64_t{gpu::kWarpSize};
+          const uint64_t q = q0 + u * uint64_t{prim::kWarpSize};
           if (q >= nvec) continue;
           WEFT_UNROLL
           for (int b = 0; b < B; ++b) {
@@ -310,14 +311,14 @@ struct GemvAllReduceOp {
       for (int r = 0; r < kRows; ++r) {
         if (j0 + r >= rows.hi) break;  // the same for the whole warp
         const uint8_t* wr = s.w + (j0 + r) * rowBytes;
-        for (uint64_t e = nvec * per + c.lane(); e < s.k; e += gpu::kWarpSize) {
+        for (uint64_t e = nvec * per + c.lane(); e < s.k; e += prim::kWarpSize) {
           const float we = loadAsFloat(wr, e, T);
           WEFT_UNROLL
           for (int b = 0; b < B; ++b) acc[r][b] += we * loadAsFloat(xb + b * rowBytes, e, T);
         }
         WEFT_UNROLL
         for (int b = 0; b < B; ++b) {
-          const float sum = gpu::warpSum(acc[r][b]);
+          const float sum = prim::warpSum(acc[r][b]);
           if (c.lane() == 0) part[(b0 + b) * kGemvSliceRows + j0 + r - rows.lo] = sum;
         }
       }
@@ -334,7 +335,7 @@ struct GemvOp {
     uint8_t* y = v.at(v.rank, d.recv);
     const uint32_t sliceFloats = static_cast<uint32_t>(gemvSliceFloats(s.batch));
     const uint64_t n = s.n;
-    Op::streamSlices(c, dt, s, Op::itemSlices(s.n, d.tileElems, item), [=, &c](Range rows, auto&& part) {
+    Op::streamSlices(c, dt, s, Op::itemSlices(s.n, d.grain, item), [=, &c](Range rows, auto&& part) {
       const auto live = static_cast<uint32_t>(rows.size());
       for (auto f = static_cast<uint32_t>(c.rank()); f < sliceFloats; f += static_cast<uint32_t>(c.size()))
         if (f % kGemvSliceRows < live)

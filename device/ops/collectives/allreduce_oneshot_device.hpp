@@ -4,15 +4,15 @@
 // reads its input words before it writes them.
 //
 // Two wire formats, chosen by the host per op (`oneshot_protocol`, OpDesc args.oneShot.lines):
-//   - 128-byte lines (line_device.hpp): 120 payload bytes a line; by default on CUDA GPUs (NVLink)
+//   - 128-byte lines (ll128_device.hpp): 120 payload bytes a line; by default on CUDA GPUs (NVLink)
 //     and the CPU backend once an op sends 128 KB in all;
 //   - 8-byte flagged lines (ll_device.hpp): 8 payload bytes in 16, the one flagged exchange the
 //     fused GEMV also uses (flagged_exchange_device.hpp); smaller ops, HIP, and GPUs on PCIe.
 #pragma once
 
-#include "../line_device.hpp"
-#include "../vector_device.hpp"
-#include "flagged_exchange_device.hpp"
+#include "../../ll128_device.hpp"
+#include "../../vector_device.hpp"
+#include "../flagged_exchange_device.hpp"
 
 namespace weft::dev {
 
@@ -142,7 +142,7 @@ struct AllReduceOneShotOp {
       const uint64_t k = lineOf(base);
       LineShare s{};
       if (k < r.hi) own(k, &s);
-      gpu::warpSync();
+      prim::warpSync();
       if (k < r.hi)
         for (int p = 1; p < v.nranks; ++p)
           lineStore(linePtr(v, seq, (v.rank + p) % v.nranks, v.rank, k), s, lane, flag);

@@ -11,10 +11,10 @@
 // compares every peer's word in its last item.
 #pragma once
 
-#include "../comm_device.hpp"
-#include "../dtype_device.hpp"
-#include "../signature_device.hpp"
-#include "partition_device.hpp"
+#include "../../comm_device.hpp"
+#include "../../dtype_device.hpp"
+#include "../../signature_device.hpp"
+#include "../partition_device.hpp"
 
 namespace weft::dev {
 
@@ -34,7 +34,7 @@ struct AllToAllOp {
                                      uint32_t item) {
     const HeapLayout& L = v.layout;
     const int me = v.rank;
-    const uint64_t tpb = tilesPerBlock(d.count, d.tileElems);
+    const uint64_t tpb = tilesPerBlock(d.count, d.grain);
     // Empty ops exchange words whether checked or not: they are their only meeting.
     const uint64_t mine = d.sig != 0 || tpb == 0 ? sigWord(runningOpMeet(), d.sig) : 0;
     if (item == 0) {
@@ -62,7 +62,7 @@ struct AllToAllOp {
     const uint64_t k = item - 1;
     const int j = static_cast<int>((me + 1 + k / tpb) % v.nranks);
     const uint64_t es = dtypeSize(static_cast<DType>(d.dtype));
-    const Range r = tileRange(Range{0, d.count}, d.tileElems, k % tpb);
+    const Range r = tileRange(Range{0, d.count}, d.grain, k % tpb);
     const auto* src = reinterpret_cast<const uint8_t*>(d.send) + (j * d.count + r.lo) * es;
     const uint64_t dst = d.recv + (me * d.count + r.lo) * es;
     if (j == me) {

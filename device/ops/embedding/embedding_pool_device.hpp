@@ -8,21 +8,12 @@
 // multiple of 16 bytes (or tables not 16-byte aligned) take a chunk of one element.
 #pragma once
 
-#include "../dtype_device.hpp"
-#include "../gpu.hpp"
-#include "../vector_device.hpp"
+#include "../../dtype_device.hpp"
+#include "../../primitives_device.hpp"
+#include "../../vector_device.hpp"
+#include "embedding_args.hpp"
 
 namespace weft::dev {
-
-struct EmbeddingArgs {
-  const uint8_t* weights;
-  const int64_t* tableOffsets;  // [numTables + 1]
-  const int64_t* indices;
-  const int64_t* offsets;         // [numTables * globalBatch + 1]
-  const float* perSampleWeights;  // null: weight 1
-  uint64_t numTables, localBatch, totalTables, tableBase, dim;
-  bool mean, check;
-};
 
 constexpr int kPoolUnroll = 8;  // rows each lane loads before adding them
 
@@ -79,8 +70,8 @@ WEFT_HOST_DEVICE void poolBagsAs(const Coop& c, const EmbeddingArgs& a, uint64_t
   constexpr uint64_t es = dtypeSize(T);
   const uint64_t chunks = a.dim * es / Chunk::kBytes;
   uint32_t group = 1;  // lanes per bag: a power of two, at most a warp
-  while (group < chunks && group < static_cast<uint32_t>(gpu::kWarpSize)) group *= 2;
-  const uint32_t perWarp = static_cast<uint32_t>(gpu::kWarpSize) / group;
+  while (group < chunks && group < static_cast<uint32_t>(prim::kWarpSize)) group *= 2;
+  const uint32_t perWarp = static_cast<uint32_t>(prim::kWarpSize) / group;
   const uint32_t sub = static_cast<uint32_t>(c.lane()) % group;
   const uint64_t first = static_cast<uint64_t>(c.warp()) * perWarp + static_cast<uint32_t>(c.lane()) / group;
   const uint64_t stride = static_cast<uint64_t>(c.warps()) * perWarp;

@@ -28,7 +28,7 @@
 
 #include <cstdint>
 
-#include "../dtype_device.hpp"
+#include "../../dtype_device.hpp"
 #include "gemm_split_device.hpp"
 #include "gemm_tile_device.hpp"
 #include "gemm_wgmma_device.hpp"

@@ -18,7 +18,7 @@
 // so both of a range's items run on one block, the partial first. Items without a part are empty.
 #pragma once
 
-#include "../gpu.hpp"
+#include "../../primitives_device.hpp"
 
 namespace weft::dev {
 

@@ -9,8 +9,8 @@
 // compute the same tile instead (gemm_tma_device.hpp), and it leaves from the accumulators.
 #pragma once
 
-#include "../dtype_device.hpp"
-#include "../mma_device.hpp"
+#include "../../dtype_device.hpp"
+#include "../../mma_device.hpp"
 
 namespace weft::dev::tile {
 

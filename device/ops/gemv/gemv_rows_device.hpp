@@ -33,7 +33,7 @@ namespace weft::dev {
 #if defined(WEFT_HAVE_MMA)
 namespace gemv {
 
-constexpr uint32_t kRowStep = gpu::kWarpSize * 8;  // k per step: 512 bytes of each row a warp loads
+constexpr uint32_t kRowStep = prim::kWarpSize * 8;  // k per step: 512 bytes of each row a warp loads
 // The batches of streamRows<T, 1> and streamRows<T, 4> (2 P entries per mma); larger ones split k.
 constexpr uint32_t kRowsBatch1 = 2, kRowsBatch4 = 8;
 
@@ -62,7 +62,7 @@ __device__ __noinline__ void streamRows(const BlockCoop c, const GemvShape s, co
   const int rowset = warp / P, kpart = warp % P;
   const uint64_t rowBytes = s.k * 2;
   // This lane's element of each step (its w row's and its x entries' alike).
-  const uint64_t first = uint64_t{kSegElems} * kpart + 8 * static_cast<uint64_t>(lane % (gpu::kWarpSize / P));
+  const uint64_t first = uint64_t{kSegElems} * kpart + 8 * static_cast<uint64_t>(lane % (prim::kWarpSize / P));
   // Steps per slice, a multiple of kDepth (as in stream()); this lane's steps with data.
   const auto per = static_cast<uint32_t>(maxU64(1, ceilDiv(ceilDiv(s.k, kRowStep), kDepth)) * kDepth);
   const uint32_t live = s.k > first && s.n > 0 ? static_cast<uint32_t>(ceilDiv(s.k - first, kRowStep)) : 0;
@@ -73,7 +73,7 @@ __device__ __noinline__ void streamRows(const BlockCoop c, const GemvShape s, co
   const uint8_t* const xp1 = s.x + b1 * rowBytes + first * 2;
   const bool on0 = b0 < s.batch, on1 = b1 < s.batch;
   // The cursor slice's rows: wp[i], this lane's row of instruction i.
-  const uint64_t rowInSlice = uint64_t{4 * P} * rowset + lane / (gpu::kWarpSize / P);
+  const uint64_t rowInSlice = uint64_t{4 * P} * rowset + lane / (prim::kWarpSize / P);
   const uint8_t* wp[kLoads];
   auto aim = [&] {
     WEFT_UNROLL
@@ -118,7 +118,7 @@ __device__ __noinline__ void streamRows(const BlockCoop c, const GemvShape s, co
       for (int e = 0; e < 2; ++e) {
         float v = (keep0 ? acc[i][2 * e] : 0.f) + (keep1 ? acc[i][2 * e + 1] : 0.f);
         if constexpr (P == 1)
-          v = gpu::warpSum(v);
+          v = prim::warpSum(v);
         else
           v += __shfl_xor_sync(0xffffffffu, v, 4);  // the other chunk: lane g ^ 1
         const uint32_t b = e == 0 ? b0 : b1;

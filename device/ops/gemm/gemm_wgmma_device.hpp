@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "../dtype_device.hpp"
+#include "../../dtype_device.hpp"
 
 namespace weft::dev::tile {
 
