@@ -1,4 +1,5 @@
 // weft::gpu::VendorBlas: cuBLAS on CUDA builds that found it; none otherwise (see blas_host.hpp).
+// Self-contained (its own library, weft_vendor_blas): weft-bench's baselines link it too.
 #include <climits>
 #include <string>
 
@@ -32,6 +33,15 @@ Outcome checkBlas(cublasStatus_t s, const char* call) {
   return o;
 }
 
+Outcome checkCuda(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return {};
+  (void)cudaGetLastError();  // a failure here must not fail the next launch's check
+  Outcome o;
+  o.fault = e == cudaErrorMemoryAllocation ? Fault::kOutOfMemory : Fault::kOther;
+  o.message = std::string(call) + ": " + cudaGetErrorString(e);
+  return o;
+}
+
 cublasHandle_t handleOf(void* h) { return static_cast<cublasHandle_t>(h); }
 
 cudaDataType_t typeOf(dev::DType dt) {
@@ -48,7 +58,7 @@ Outcome VendorBlas::create(std::unique_ptr<VendorBlas>* out) {
   Outcome o = checkBlas(cublasCreate(&h), "cublasCreate");
   if (!o) return o;
   b->handle_ = h;
-  o = deviceMalloc(&b->workspace_, kWorkspaceBytes);
+  o = checkCuda(cudaMalloc(&b->workspace_, kWorkspaceBytes), "cudaMalloc (the cuBLAS workspace)");
   if (o) o = checkBlas(cublasSetWorkspace(h, b->workspace_, kWorkspaceBytes), "cublasSetWorkspace");
   if (o) *out = std::move(b);
   return o;  // on failure b's destructor frees what was made
@@ -56,7 +66,7 @@ Outcome VendorBlas::create(std::unique_ptr<VendorBlas>* out) {
 
 VendorBlas::~VendorBlas() {
   if (handle_) cublasDestroy(handleOf(handle_));
-  if (workspace_) deviceFree(workspace_);
+  if (workspace_) cudaFree(workspace_);
 }
 
 Outcome VendorBlas::gemv(const void* x, const void* w, void* y, uint64_t batch, uint64_t n, uint64_t k, dev::DType dt,

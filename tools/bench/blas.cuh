@@ -1,39 +1,38 @@
-// cuBLAS for the baselines: a handle on the context's stream with a workspace of its own, so
-// that cuBLAS allocates nothing while a graph is being captured.
+// cuBLAS for the baselines, through the wrapper weft's own blas paths use (device/blas_host.hpp):
+// one handle with a workspace of its own, so that cuBLAS allocates nothing while a graph is being
+// captured, and the same cublasGemmEx calls, so a baseline and weft's blas path run the same
+// cuBLAS kernel for a shape.
 #pragma once
 
-#include <cublas_v2.h>
-
+#include <memory>
 #include <string>
 
 #include "common.cuh"
+#include "device/blas_host.hpp"
 
 namespace weft::bench {
 
-inline void cublasOk(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) die(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
-}
-
 class Blas {
  public:
-  explicit Blas(cudaStream_t stream) {
-    cublasOk(cublasCreate(&handle_), "cublasCreate");
-    cublasOk(cublasSetStream(handle_, stream), "cublasSetStream");
-    cuda(cudaMalloc(&workspace_, kWorkspace), "cuBLAS workspace");
-    cublasOk(cublasSetWorkspace(handle_, workspace_, kWorkspace), "cublasSetWorkspace");
+  explicit Blas(cudaStream_t stream) : stream_(stream) {
+    const gpu::Outcome o = gpu::VendorBlas::create(&blas_);
+    if (!o) die("cuBLAS: " + o.message);
   }
-  ~Blas() {
-    cublasDestroy(handle_);
-    cudaFree(workspace_);
+  // y[batch, n] = x[batch, k] . w[n, k]^T, row-major.
+  void gemv(const void* x, const void* w, void* y, uint64_t batch, uint64_t n, uint64_t k, dev::DType dt) const {
+    ok(blas_->gemv(x, w, y, batch, n, k, dt, stream_));
   }
-  Blas(const Blas&) = delete;
-  Blas& operator=(const Blas&) = delete;
-  cublasHandle_t handle() const { return handle_; }
+  // out[tokens, h] = a[tokens, k] . w[k, h], row-major.
+  void gemm(const void* a, const void* w, void* out, uint64_t tokens, uint64_t k, uint64_t h, dev::DType dt) const {
+    ok(blas_->gemm(a, w, out, tokens, k, h, dt, stream_));
+  }
 
  private:
-  static constexpr size_t kWorkspace = 32 << 20;
-  cublasHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
+  static void ok(const gpu::Outcome& o) {
+    if (!o) die(o.message);
+  }
+  cudaStream_t stream_;
+  std::unique_ptr<gpu::VendorBlas> blas_;
 };
 
 }  // namespace weft::bench

@@ -41,7 +41,6 @@ int64_t capacityOf(const GemmShape& s, int n) {
 std::vector<GemmRow> runGemm(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
   if (t.bytes != 2) die("--dtype: the GEMM takes bf16 or half");
-  const cudaDataType_t ct = t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
   const Blas blas(c.stream);
   uint64_t recvMax = 0;
   for (const GemmShape& s : o.gemmShapes)
@@ -71,18 +70,12 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
     const uint64_t seed = 0x6e6d0000 + rows.size();
     fillKernel<<<1024, 256, 0, c.stream>>>(a, t.dev, seed, me, s.tokens * s.k);
     fillKernel<<<1024, 256, 0, c.stream>>>(w, t.dev, seed + 1, me, s.k * s.h);
-    const float one = 1.f, zero = 0.f;
     auto weftOn = [&](weft_comm_t comm, void* recv, const int64_t* counts) {
       if (weft_gemm_alltoall(comm, a, w, counts, recv, capacity, nullptr, s.tokens, s.k, s.h, t.weft, c.stream) !=
           WEFT_SUCCESS)
         die(std::string("weft: ") + weft_get_last_error(nullptr));
     };
-    // Row-major out[tokens, h] = a[tokens, k] . w[k, h] is, column-major, OUT(h x tokens) = W A.
-    auto gemm = [&] {
-      cublasOk(cublasGemmEx(blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, s.h, s.tokens, s.k, &one, w, ct, s.h, a, ct, s.k,
-                            &zero, out, ct, s.h, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
-    };
+    auto gemm = [&] { blas.gemm(a, w, out, s.tokens, s.k, s.h, t.dev); };
     auto allToAll = [&] {
       const size_t row = s.h * t.bytes;
       int64_t sendAt = 0, recvAt = 0;

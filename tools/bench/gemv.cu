@@ -20,7 +20,6 @@ size_t l2Bytes() {
 
 std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
-  const cudaDataType_t ct = t.bytes == 4 ? CUDA_R_32F : t.dev == dev::DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
   const Blas blas(c.stream);
   // weft's GEMV alone: the same op on a communicator of this rank only, so no exchange.
   int64_t maxBatch = 0;
@@ -56,18 +55,12 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
         cuda(cudaMemcpyAsync(ws[i], ws[0], wBytes, cudaMemcpyDeviceToDevice, c.stream), "cudaMemcpyAsync w");
       size_t turn = 0;
       auto nextW = [&] { return ws[turn++ % copies]; };
-      const float one = 1.f, zero = 0.f;
       auto weftOp = [&](weft_comm_t comm, void* y) {
         if (weft_gemv_allreduce(comm, x, nextW(), y, batch, n, kl, t.weft, c.stream) != WEFT_SUCCESS)
           die(std::string("weft: ") + weft_get_last_error(nullptr));
       };
       auto weft = [&] { weftOp(c.weft, c.weftRecv); };
-      // Row-major y[batch, n] = x[batch, kl] . w[n, kl]^T is, column-major, Y(n x batch) = W^T X.
-      auto gemv = [&] {
-        cublasOk(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, n, batch, kl, &one, nextW(), ct, kl, x, ct, kl,
-                              &zero, baseY, ct, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx");
-      };
+      auto gemv = [&] { blas.gemv(x, nextW(), baseY, batch, n, kl, t.dev); };
       auto allReduce = [&] {
         if (ncclAllReduce(baseY, baseY, batch * n, t.nccl, ncclSum, c.nccl, c.stream) != ncclSuccess)
           die("ncclAllReduce failed");
