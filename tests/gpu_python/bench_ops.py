@@ -196,7 +196,7 @@ def sweep(args, comm, g, rank, size):
     wtri.check(comm)
     if rank == 0:
         print(f"# sweep {args.sweep} {shape}, {size} rank(s), {torch.cuda.get_device_name()}; us per call "
-              f"(CUDA graph of {args.iters} calls, median of 5 replays); the module's choice now: {chosen(0, 0, 0, 2) if args.sweep == 'gemv' else chosen(0, 0, 0)}")
+              f"(CUDA graph of {args.iters} calls, median of 5 replays); the module's choice now: {chosen(0, 0, 0, 2) if args.sweep == 'gemv' else chosen(tokens, k, h)}")
         for us, cfg, ok in sorted(results, key=lambda r: r[0]):
             print(f"{us:9.1f}  {'ok' if ok is True else 'WRONG' if ok is False else ok:>8s}  {cfg}")
 

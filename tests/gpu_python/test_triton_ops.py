@@ -57,6 +57,25 @@ def test_gemm_all_to_all(comm, gen, wtri, dtype, k, h):
     assert bool(recv[rows:].isnan().all()), "rows past the received total are not touched"
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["small_tile", "large_tile"])
+@pytest.mark.parametrize("k,h", [(8, 8), (64, 136), (200, 264)])
+def test_gemm_all_to_all_each_tile(comm, gen, wtri, monkeypatch, large, k, h):
+    """Both of config()'s tiles on shapes they only partly cover (the large one is otherwise taken
+    only for shapes of more tiles than SMs)."""
+    from weft.triton import _gemm
+    (a, w, sends, _, _), expected, counts = gemm_case(comm, gen, torch.bfloat16, k, h, 1)
+    chosen = _gemm.config  # with no SMs every shape has enough tiles for the large one, with 2^30 none
+    monkeypatch.setattr(_gemm, "config", lambda tokens, k, h, sms: chosen(tokens, k, h, 0 if large else 1 << 30))
+    recv = comm.empty((40 * comm.size, h), torch.bfloat16)
+    recv.fill_(float("nan"))
+    got, got_counts = wtri.ops.gemm_all_to_all(comm, a.cuda(), w.cuda(), sends.cuda(), recv)
+    wtri.check(comm)
+    assert got_counts.cpu().tolist() == counts.tolist()
+    rows = int(counts.sum())
+    assert_close(recv[:rows], expected, torch.bfloat16, scale=k ** 0.5)
+    assert bool(recv[rows:].isnan().all()), "rows past the received total are not touched"
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("dim,local_batch,mode,weighted",
                          [(4, 1, "sum", False), (12, 3, "mean", False), (36, 2, "sum", True), (128, 4, "sum", False),

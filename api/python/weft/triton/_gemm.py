@@ -5,7 +5,7 @@ rank's send_counts, tokens, recv capacity and recv block (an all-gather into a s
 checks them (on every rank alike, so that a bad one fails the op everywhere with nothing stored),
 and works out where this rank's rows start in each destination's recv (the rows of lower ranks
 come first, as all_to_all_single lays them out). Then every program computes one output tile and
-stores each of its rows straight into its owner's recv (put); the last program to finish signals
+stores each of its rows straight into its owner's recv (one peer address per row); the last program to finish signals
 every rank and waits for every rank's rows.
 
 Workspace per communicator: table (symmetric int64 [2, world, world + 3], by call parity: every
@@ -117,18 +117,21 @@ def _tiles(a_ptr, w_ptr, recv_ptr, route_ptr, flags_ptr, state_ptr, tokens, k, h
         acc = tl.dot(a, w, acc=acc)
         a_at += BLOCK_K
         w_at += BLOCK_K * h
-    # Each row's owner, and its row in the owner's recv.
-    dest = tl.zeros([BLOCK_M], dtype=tl.int32)
-    at = tl.zeros([BLOCK_M], dtype=tl.int64)
+    # Each row's owner and its row in the owner's recv, as the element offset of that row in the
+    # owner's mapping from this rank's recv: one peer base per row. (A peer address per element,
+    # wt.put with a block of peers, cost the large tiles so much that they lost to 64 x 128.)
+    esize: tl.constexpr = recv_ptr.dtype.element_ty.primitive_bitwidth // 8
+    here = tl.load(peer_bases + rank)
+    row_at = tl.zeros([BLOCK_M], dtype=tl.int64)
     for peer in range(world):
         first = tl.load(route_ptr + world + peer)
         into = (rows >= first) & (rows < tl.load(route_ptr + 2 * world + peer))
-        dest = tl.where(into, peer, dest)
-        at = tl.where(into, tl.load(route_ptr + peer) + rows - first, at)
+        # Heap bases are at least 256-byte aligned, so the distance is whole elements.
+        shift = (tl.load(peer_bases + peer) - here) // esize
+        row_at = tl.where(into, (tl.load(route_ptr + peer) + rows - first) * h + shift, row_at)
     ok = tl.load(state_ptr + 2) == 0
     mask = (rows[:, None] < tokens) & (cols[None, :] < h) & ok
-    wt.put(recv_ptr + at[:, None] * h + cols[None, :], acc.to(recv_ptr.dtype.element_ty), mask, dest[:, None],
-           peer_bases, rank)
+    tl.store(recv_ptr + row_at[:, None] + cols[None, :], acc.to(recv_ptr.dtype.element_ty), mask=mask)
     tl.debug_barrier()
     arrived = tl.atomic_add(state_ptr + 1, 1, sem="acq_rel", scope="sys")
     if arrived == tl.num_programs(0) - 1:
@@ -154,7 +157,7 @@ def launch(comm, ctx, a, weight, send_counts, recv, recv_counts):
     recv_offset = recv.data_ptr() - comm.device_view().peer_bases[ctx.rank] if recv.numel() else -1
     _route[(1,)](send_counts, table, count_flags, state, route, recv_counts, tokens, recv.shape[0], recv_offset,
                  *ctx.args, WORLD=max(2, triton.next_power_of_2(world)), num_warps=1)
-    cfg = config(tokens, k, h)
+    cfg = config(tokens, k, h, torch.cuda.get_device_properties(a.device).multi_processor_count)
     block_m, block_n, block_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     # At least one program, so that the last one signals every rank even with nothing to send.
     grid = (max(1, triton.cdiv(tokens, block_m) * triton.cdiv(h, block_n)),)
@@ -163,8 +166,11 @@ def launch(comm, ctx, a, weight, send_counts, recv, recv_counts):
                  EVEN_K=k % block_k == 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
-def config(tokens, k, h):
+def config(tokens, k, h, sms=132):
     """The output tile (BLOCK_M x BLOCK_N), the k step, the grouped order's height, warps and
-    stages for a shape. `bench_ops.py --sweep gemm` times the candidates in CUDA graphs; this is
-    its best on H200 at 2048 tokens, k 2048, h 4096."""
+    stages for a shape on a GPU of `sms` SMs. `bench_ops.py --sweep gemm` times the candidates in
+    CUDA graphs; the large tile is its best on one H200 at 2048 tokens, k 2048, h 4096, taken only
+    where it still gives every SM a program (fewer, larger tiles would leave SMs idle)."""
+    if triton.cdiv(tokens, 128) * triton.cdiv(h, 256) >= sms:
+        return {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
     return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
