@@ -15,7 +15,8 @@
 # for the benches (default: 2, 4 and 8 where there are that many GPUs, else 1; with -s 2 and 4).
 # -s: ranks share GPUs (round-robin), so every multi-rank case runs on one GPU: starts MPS with a
 # private pipe directory (stopped on exit) so that the ranks' kernels run side by side, and lets
-# the GPU tests take more ranks than GPUs (the benches are skipped: NCCL takes a GPU per rank).
+# the GPU tests take more ranks than GPUs, each test suite a step of its own under an MPS server of
+# its own (the benches are skipped: NCCL takes a GPU per rank).
 # -o: where each step's log goes (default:
 # gpu-check.<time>). -t: each step's time limit (default 600 s).
 # Programs come from PATH (a bundle's env.sh puts them there), else from build-cuda/bin. Prints
@@ -41,6 +42,9 @@ done
 
 program() { command -v "$1" 2>/dev/null || { [ -x "build-cuda/bin/$1" ] && echo "build-cuda/bin/$1"; }; }
 tests=$(program weft_gpu_tests) bench=$(program weft-bench) run=$(program weftrun) weftd=$(program weftd)
+# The service suite starts a weftd: this one, not the path compiled into the tests (a bundle's
+# tests run on a host where the build machine's path does not exist).
+[ -n "$weftd" ] && export WEFT_TEST_WEFTD=$(realpath "$weftd")
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ -z "$ranks" ] && [ $share -eq 1 ]; then
   ranks="2 4"
@@ -59,11 +63,22 @@ finish() {
   [ -n "$mps" ] && { echo quit | timeout 10 nvidia-cuda-mps-control; rm -rf "$mps"; }
 }
 trap finish EXIT
+mps_start() {
+  mps=$(mktemp -d)
+  export CUDA_MPS_PIPE_DIRECTORY=$mps CUDA_MPS_LOG_DIRECTORY=$mps
+  nvidia-cuda-mps-control -d || mps=""
+}
+# A case that leaves a client stuck can leave the server refusing every later client
+# (cudaErrorMpsConnectionFailed): with ranks sharing a GPU each test suite gets a server of its own.
+mps_restart() {
+  [ -n "$mps" ] || return 0
+  echo quit | timeout 10 nvidia-cuda-mps-control
+  rm -rf "$mps"
+  mps_start
+}
 if [ $wants_mps -eq 1 ]; then
   if command -v nvidia-cuda-mps-control >/dev/null; then
-    mps=$(mktemp -d)
-    export CUDA_MPS_PIPE_DIRECTORY=$mps CUDA_MPS_LOG_DIRECTORY=$mps
-    nvidia-cuda-mps-control -d || mps=""
+    mps_start
     echo "gpu-check: under MPS (pipe directory $mps)"
   else
     echo "gpu-check: no nvidia-cuda-mps-control: kernels of different processes time-slice"
@@ -135,8 +150,19 @@ for s in "${steps[@]}"; do
   fi
   if [ "$s" = tests ]; then
     need "$tests" tests weft_gpu_tests || continue
-    step "tests" "$out/tests.log" "$tests" --gtest_brief=1
-    grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log"
+    if [ $share -eq 0 ]; then
+      step "tests" "$out/tests.log" "$tests" --gtest_brief=1
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log"
+      continue
+    fi
+    # Ranks sharing a GPU: one step per suite (Gpus/GpuGemv, GpuFaults, ...), each with an MPS
+    # server of its own and the step's time limit.
+    for suite in $("$tests" --gtest_list_tests | sed -n 's/^\([^ ].*\)\.$/\1/p'); do
+      mps_restart
+      log="$out/tests.${suite//\//_}.log"
+      step "tests: $suite" "$log" "$tests" --gtest_brief=1 --gtest_filter="$suite.*"
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log" | sed 's/^/   /'
+    done
     continue
   fi
   if [ "$s" = proxy ]; then
