@@ -19,7 +19,7 @@ endif()
 install(TARGETS ${weft_tools} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 
 # Samples, not live configuration: nothing reads them where they are installed (weft reads a config
-# file only through WEFT_CONFIG_FILE, and the tuning table is built in), so they go to share/, where
+# file only through WEFT_CONFIG_FILE, and the path table is built in), so they go to share/, where
 # a reinstall cannot overwrite what an operator copied to /etc.
 install(FILES ${PROJECT_SOURCE_DIR}/conf/README.md ${PROJECT_SOURCE_DIR}/conf/weftd.toml
               ${PROJECT_SOURCE_DIR}/conf/weftd.service ${PROJECT_SOURCE_DIR}/conf/path_table.tsv

@@ -42,7 +42,7 @@ struct Listing {
   std::vector<Refusal> refused;
 };
 
-// Reads every "*.page" of `dir`. Throws weft::Error if the directory is unsafe (status.hpp's rules).
+// Reads every "*.page" of `dir`. Throws weft::Error if the directory is unsafe (status_page.hpp's rules).
 Listing readDirectory(const std::string& dir);
 // Reads page `name` of the open directory; false and *why if it is refused. `raw`: also its
 // consistent bytes.

@@ -264,7 +264,8 @@ weft_result_t weft_gemv_allreduce(weft_comm_t comm, const void* x, const void* w
     auto c = api::lookupComm(comm);
     const auto dt = api::requireDtype(rawDtype(&dtype), "dtype");
     if (batch < 1 || batch > weft::dev::kGemvMaxBatch)
-      throw weft::Error(weft::Code::kInvalidArgument, "batch: " + std::to_string(batch) + " is not in 1..64");
+      throw weft::Error(weft::Code::kInvalidArgument, "batch: " + std::to_string(batch) + " is not in 1.." +
+                                                          std::to_string(weft::dev::kGemvMaxBatch));
     const uint64_t rows = api::requireCount(n, "n", weft::dev::dtypeSize(dt), static_cast<uint64_t>(batch));
     const uint64_t k = api::requireCount(k_local, "k_local", weft::dev::dtypeSize(dt), static_cast<uint64_t>(batch));
     if (rows > 0 && k > 0 && k > static_cast<uint64_t>(INT64_MAX) / (rows * weft::dev::dtypeSize(dt)))

@@ -104,7 +104,7 @@ Solo::Solo(size_t bytes) {
   weftOk(weft_get_unique_id(&id), "weft_get_unique_id (one-rank communicator)");
   weft_config_t config = WEFT_CONFIG_INITIALIZER;
   config.heap_bytes = bytes + (16u << 20);
-  // weft's own GEMV, whatever the tuning table would run on one rank.
+  // weft's own GEMV, whatever the path table would run on one rank.
   const ScopedEnv path("WEFT_GEMV_PATH", "unfused");
   weftOk(weft_comm_init_rank(&comm, 1, id, 0, &config), "weft_comm_init_rank (one-rank communicator)");
   weftOk(weft_mem_alloc(comm, bytes, &heap), "weft_mem_alloc (one-rank communicator)");

@@ -6,7 +6,7 @@ import torch
 
 from . import ops
 
-# The fused GEMV + AllReduce takes 1..64 rows; weft's tuning table picks its path within that.
+# The fused GEMV + AllReduce takes 1..64 rows; weft's path table picks its path within that.
 GEMV_MAX_ROWS = 64
 
 

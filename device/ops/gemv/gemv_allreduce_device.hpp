@@ -18,12 +18,12 @@
 //   - the slice's owner (rank slice % nranks) reduces it (reduce-scatter, then all-gather): the
 //     partials go to the owner alone; it sums them, writes y and sends the sums on to every peer,
 //     which stores them. Two hops, but each rank sends 2 (nranks - 1) / nranks of its partials'
-//     bytes: the way for large batch * n (the tuning table says where).
+//     bytes: the way for large batch * n (the path table says where).
 // No separate communication kernel, no intermediate copy; partials cross ranks in float32, and
 // every rank's y is the same bit for bit.
 //
 // GemvOp is the same compute writing y directly: the unfused first half (an AllReduce of y
-// follows), used where the tuning table says so, where the partials would not fit the one-shot
+// follows), used where the path table says so, where the partials would not fit the one-shot
 // scratch, and on one rank.
 #pragma once
 
@@ -37,8 +37,6 @@
 namespace weft::dev {
 
 struct GemvAllReduceOp {
-  static constexpr uint32_t kMaxBatch = kGemvMaxBatch;
-
   // OpDesc fields: send = x, count = n, recv = y's heap offset, grain = compute items,
   // args.gemv the rest (owners: slices reduced by their owners, where fusedOwnersFit, else every
   // rank reduces every slice).
