@@ -550,7 +550,7 @@ struct Engine::Impl {
   // `workers` blocks per op, but the ops whose speed is the loads in flight on every block the
   // device holds at once: the embedding op (its only cross-block waits are on blocks that never
   // wait: the peers' item 0 and this rank's data items, so a grid larger than resident is safe),
-  // the GEMV (see launchOp), and the one-shot AllReduce, up to its items and what is resident (its
+  // the GEMV (see launchSized), and the one-shot AllReduce, up to its items and what is resident (its
   // items wait only on the peers' items of the same index, never on another block of this rank).
   // The GEMM op is always a kernel of its own.
   // Where ranks share the device, no grid may exceed its kernel's share: a block that is not
@@ -584,7 +584,8 @@ struct Engine::Impl {
     return d;
   }
 
-  gpu::Outcome launchOp(const dev::OpDesc& desc, void* stream) {
+  // Sizes the op's grid (its items, at most what runs at once), then launches it (gpu::launchOp).
+  gpu::Outcome launchSized(const dev::OpDesc& desc, void* stream) {
     const auto kind = static_cast<dev::OpKind>(desc.kind);
     // The GEMV: a block per compute item, which then reduces the same slices, so that no block
     // waits on another block of this rank, resident or not.
@@ -607,7 +608,7 @@ struct Engine::Impl {
     marker.nitems = 1;
     gpu::Outcome o = enqueuePersistent(ticket, marker, userStream, timeoutNs, st);
     if (!o || *st != dev::Status::kOk) return o;
-    o = launchOp(desc, userStream);
+    o = launchSized(desc, userStream);
     if (o) o = gpu::eventRecord(lastOp, userStream);
     if (o) lastStream = userStream;
     if (!o) failed(ticket);
@@ -622,7 +623,7 @@ struct Engine::Impl {
     if (lastStream && lastStream != userStream) o = gpu::streamWaitEvent(userStream, lastOp);
     dev::OpDesc counted = desc;
     counted.countItems = 1;
-    if (o) o = launchOp(counted, userStream);
+    if (o) o = launchSized(counted, userStream);
     if (o) o = gpu::eventRecord(lastOp, userStream);
     if (o) lastStream = userStream;
     if (!o) failed(ticket);
@@ -815,7 +816,7 @@ bool Engine::checkStream(void* stream) {
 // Both engines capture the op kernel: a replayed graph cannot take queue tickets (its stream
 // writes would replay the values of capture time), and the kernel needs none.
 void Engine::capture(const dev::OpDesc& desc, void* stream) {
-  require(impl_->launchOp(desc, stream), "stream: adding the op to the graph being captured");
+  require(impl_->launchSized(desc, stream), "stream: adding the op to the graph being captured");
 }
 
 // The GEMM always (its tiles want the SM's shared memory beside a resident kernel); through
