@@ -120,6 +120,9 @@ class Comm {
   // empty exchange would take an epoch without telling any sender that its receiver is done with
   // the scratch).
   bool exchangeFits(uint64_t payloadBytes, uint64_t limit) const;
+  // Whether the host sees an op end: the CPU engine's ops end before submit returns; a GPU's end on
+  // the caller's stream, unseen here.
+  static bool hostSeesEnd();
   // An input may be anywhere, but one that touches the heap must lie in one live block.
   void checkInputInHeap(const void* p, uint64_t bytes, const char* arg) const {
     if (heap_->overlaps(p, bytes)) heapOffset(p, bytes, arg);
