@@ -1,9 +1,10 @@
 // weft::gpu::VendorBlas: cuBLAS on CUDA builds that found it; none otherwise (see blas_host.hpp).
-// Self-contained (its own library, weft_vendor_blas): weft-bench's baselines link it too.
+// Its own library (weft_vendor_blas; vendor.hpp's helpers are inline): weft-bench's baselines link it too.
 #include <climits>
 #include <string>
 
 #include "../blas_host.hpp"
+#include "vendor.hpp"
 
 #if defined(WEFT_BACKEND_CUDA) && defined(WEFT_HAVE_CUBLAS)
 #include <cublas_v2.h>
@@ -33,15 +34,6 @@ Outcome checkBlas(cublasStatus_t s, const char* call) {
   return o;
 }
 
-Outcome checkCuda(cudaError_t e, const char* call) {
-  if (e == cudaSuccess) return {};
-  (void)cudaGetLastError();  // a failure here must not fail the next launch's check
-  Outcome o;
-  o.fault = e == cudaErrorMemoryAllocation ? Fault::kOutOfMemory : Fault::kOther;
-  o.message = std::string(call) + ": " + cudaGetErrorString(e);
-  return o;
-}
-
 cublasHandle_t handleOf(void* h) { return static_cast<cublasHandle_t>(h); }
 
 cudaDataType_t typeOf(dev::DType dt) {
@@ -58,7 +50,7 @@ Outcome VendorBlas::create(std::unique_ptr<VendorBlas>* out) {
   Outcome o = checkBlas(cublasCreate(&h), "cublasCreate");
   if (!o) return o;
   b->handle_ = h;
-  o = checkCuda(cudaMalloc(&b->workspace_, kWorkspaceBytes), "cudaMalloc (the cuBLAS workspace)");
+  o = check(cudaMalloc(&b->workspace_, kWorkspaceBytes), "cudaMalloc (the cuBLAS workspace)");
   if (o) o = checkBlas(cublasSetWorkspace(h, b->workspace_, kWorkspaceBytes), "cublasSetWorkspace");
   if (o) *out = std::move(b);
   return o;  // on failure b's destructor frees what was made
