@@ -119,8 +119,10 @@ TEST(GpuFaults, AKilledPeerFailsTheWaitingStreamAtOnce) {
     weft_result_t async = WEFT_SUCCESS;
     WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
     EXPECT_EQ(async, WEFT_ERR_TRANSPORT) << weft_get_last_error(comm);
-    EXPECT_NE(std::string(weft_get_last_error(comm)).find("rank 1's process"), std::string::npos)
-        << weft_get_last_error(comm);
+    // A p2p peer's end is seen by the rank's peer watch ("rank 1's process ..."); through the
+    // host proxy by the proxy's own watch or by the network library, whichever comes first: each
+    // names the rank.
+    EXPECT_NE(std::string(weft_get_last_error(comm)).find("rank 1"), std::string::npos) << weft_get_last_error(comm);
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
     cudaFree(x);
     cudaStreamDestroy(s);
