@@ -1,6 +1,6 @@
 // What differs between the CPU backend and a GPU backend: where the heap lives and how peers map
 // it, how the engine runs, and how an op is handed to it. One implementation is compiled per build
-// (backend_cpu.cpp, or backend_gpu.cpp for CUDA and HIP); the rest of the runtime is shared.
+// (backend_cpu.cpp, or backend_gpu*.cpp for CUDA and HIP); the rest of the runtime is shared.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,5 @@
-// GPU backends (CUDA, HIP): the heap is device memory that local peers map through IPC handles
-// (transport/p2p/device_heap.hpp), or, in a job with peers on other nodes, host memory the device
-// addresses (see HeapMemory below).
-// An op runs as its own kernel on the caller's stream (launched engine, the default), or through
-// the persistent kernel polling the queue in pinned host memory, reached in stream order by a
+// GPU backends (CUDA, HIP), the engine: an op runs as its own kernel on the caller's stream (launched engine, the
+// default), or through the persistent kernel polling the queue in pinned host memory, reached in stream order by a
 // stream write of the slot's `ready` word and a stream wait on its `done` word. Under graph
 // capture both engines capture the op kernel.
 #include <algorithm>
@@ -15,419 +12,24 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "bootstrap_exchange.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/undo.hpp"
 #include "device/blas_host.hpp"
 #include "device/gpu_host.hpp"
 #include "device/ops/collectives/allreduce_oneshot_device.hpp"
 #include "device/ops/gemm/gemm_alltoall_device.hpp"
-#include "transport/p2p/device_heap.hpp"
-#include "transport/p2p/device_segment.hpp"
-#include "transport/peers.hpp"
+#include "transport/p2p/gpu_require.hpp"
 
 namespace weft {
 
+using transport::requireGpu;
+
 namespace {
-
-// Throws weft::Error for a failed GPU call; `what` says what weft was doing.
-void require(const gpu::Outcome& o, const std::string& what, Code code = Code::kSystem) {
-  if (o) return;
-  if (o.fault == gpu::Fault::kOutOfMemory) code = Code::kOutOfMemory;
-  if (o.fault == gpu::Fault::kNotSupported) code = Code::kNotSupported;
-  throw Error(code, what + ": " + o.message);
-}
-
-// Runs on scope exit unless dismissed: frees what a half-finished constructor made.
-template <typename F>
-struct Undo {
-  F f;
-  bool armed = true;
-  ~Undo() {
-    if (armed) f();
-  }
-};
-template <typename F>
-Undo(F) -> Undo<F>;
 
 bool gemvKind(dev::OpKind kind) { return kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce; }
 
 }  // namespace
-
-// Where every rank's heap is, as this process's device addresses it:
-//   - every peer mapped (one node): the heap is device memory, exported to the node's peers by IPC
-//     (transport::DeviceHeap);
-//   - a job with peers on other nodes: the heap is host memory, the CPU backend's peer table
-//     (POSIX shared memory mapped by the node's peers, a mirror of each remote peer's heap, the
-//     host proxy), registered so the device addresses it. The kernels then store a tile bound for
-//     another node straight into pinned host memory, where the network reads it, and read what
-//     arrives where the network wrote it; neither Debian's UCX nor its libfabric can register
-//     device memory (docs/design-notes.md, "The host proxy on a GPU").
-struct HeapMemory::Impl {
-  std::unique_ptr<transport::DeviceHeap> deviceHeap;  // every peer mapped: device memory by IPC
-  std::unique_ptr<transport::PeerTable> peers;        // proxy peers: host memory (and the proxy)
-  std::vector<transport::DeviceSegment> segments;     // service mode: every rank's heap, made by weftd
-  std::vector<void*> registered;                      // host memory mapped into the device
-  void* proxyWords = nullptr;                         // device memory: the ring's head, its cached tail, the ProxyView
-  std::vector<uint8_t*> bases;
-  void* deviceBases = nullptr;
-
-  ~Impl() {
-    if (deviceBases) gpu::deviceFree(deviceBases);
-    deviceHeap.reset();
-    segments.clear();
-    if (proxyWords) gpu::deviceFree(proxyWords);
-    // Unregistered before the peer table unmaps the memory (the proxy has stopped: Comm::~Comm).
-    for (void* p : registered) gpu::hostUnregister(p);
-    peers.reset();
-  }
-
-  void mapDevice(Bootstrap& boot, uint64_t bytes, uint64_t controlBytes);
-  // The bases, where the kernels read them (deviceBases).
-  void uploadBases() {
-    require(gpu::deviceMalloc(&deviceBases, bases.size() * sizeof(uint8_t*)), "the table of heap bases");
-    require(gpu::copyToDevice(deviceBases, bases.data(), bases.size() * sizeof(uint8_t*)), "the table of heap bases");
-  }
-  void mapHost(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
-               const transport::ProxyOptions& proxy);
-  // Registers host memory; the device must address it where the host does (the heap's pointers
-  // are handed to the caller, who passes them to kernels and to weft alike).
-  void registerHost(void* p, uint64_t bytes, const std::string& what) {
-    void* onDevice = nullptr;
-    require(gpu::hostRegister(p, bytes, &onDevice), "mapping " + what + " into the GPU");
-    registered.push_back(p);
-    if (onDevice != p)
-      throw Error(Code::kNotSupported, "mapping " + what +
-                                           " into the GPU: this GPU addresses registered host memory elsewhere than "
-                                           "the host does, which the host proxy's heap needs");
-  }
-};
-
-HeapMemory::HeapMemory(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
-                       uint64_t controlBytes, const transport::ProxyOptions& proxy)
-    : impl_(std::make_unique<Impl>()) {
-  // The heap's kind is the job's: the ranks of a node map each other's heaps alike.
-  uint32_t mine = 0;
-  for (transport::Path p : paths) mine |= p == transport::Path::kProxy;
-  std::vector<uint32_t> all(boot.nranks());
-  boot.allGather(&mine, sizeof mine, all.data());
-  uint32_t any = 0;
-  for (uint32_t a : all) any |= a;
-  if (any)
-    impl_->mapHost(boot, paths, bytes, proxy);
-  else
-    impl_->mapDevice(boot, bytes, controlBytes);
-  impl_->uploadBases();
-  // No rank's op may reach a peer's control area before the peer zeroed it.
-  boot.barrier();
-}
-
-void HeapMemory::Impl::mapDevice(Bootstrap& boot, uint64_t bytes, uint64_t controlBytes) {
-  BootstrapExchange ex(boot);
-  deviceHeap = std::make_unique<transport::DeviceHeap>(ex, bytes, controlBytes);
-  bases.assign(boot.nranks() + 1, nullptr);  // no proxy view
-  for (int r = 0; r < boot.nranks(); ++r) bases[r] = deviceHeap->base(r);
-}
-
-namespace {
-
-// MemAvailable from /proc/meminfo, in bytes; 0 where it cannot be read.
-uint64_t hostBytesAvailable() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  unsigned long long kib = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-  std::fclose(f);
-  return static_cast<uint64_t>(kib) * 1024;
-}
-
-// A proxy job pins its heap and a heap-sized mirror of every peer it reaches through the proxy.
-// Pinning more than the host has fails deep in the driver or starves the machine, so every rank
-// checks its own need first and all of them agree on the verdict (no rank is left waiting in a
-// collective step that another rank never reaches).
-void requirePinnedFits(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes) {
-  struct Need {
-    uint64_t pinned;
-    uint64_t available;  // 0: unknown
-  };
-  uint64_t mirrors = 0;
-  for (transport::Path p : paths) mirrors += p == transport::Path::kProxy;
-  const Need mine{bytes * (1 + mirrors), hostBytesAvailable()};
-  std::vector<Need> all(boot.nranks());
-  boot.allGather(&mine, sizeof mine, all.data());
-  for (int r = 0; r < boot.nranks(); ++r)
-    if (all[r].available != 0 && all[r].pinned > all[r].available)
-      throw Error(Code::kOutOfMemory,
-                  "heap_bytes: rank " + std::to_string(r) + " would pin " + std::to_string(all[r].pinned) +
-                      " bytes of host memory (its heap and a heap-sized mirror of each peer it reaches through the "
-                      "host proxy) but its host has " +
-                      std::to_string(all[r].available) + " bytes available; lower heap_bytes");
-}
-
-}  // namespace
-
-void HeapMemory::Impl::mapHost(Bootstrap& boot, const std::vector<transport::Path>& paths, uint64_t bytes,
-                               const transport::ProxyOptions& proxy) {
-  const int n = boot.nranks(), me = boot.rank();
-  requirePinnedFits(boot, paths, bytes);
-  BootstrapExchange ex(boot);
-  peers = std::make_unique<transport::PeerTable>(ex, paths, bytes, proxy);  // zero-filled
-  bases.assign(n + 1, nullptr);
-  for (int r = 0; r < n; ++r) {
-    bases[r] = peers->base(r);
-    registerHost(bases[r], bytes,
-                 r == me                               ? "the symmetric heap (host memory: this job has proxy peers)"
-                 : paths[r] == transport::Path::kProxy ? "the mirror of rank " + std::to_string(r) + "'s heap"
-                                                       : "rank " + std::to_string(r) + "'s heap");
-  }
-  transport::Proxy* px = peers->proxy();
-  if (!px || !peers->engineBases()[n]) return;  // no proxy peer of this rank's
-  const transport::Region shared = px->deviceShared();
-  registerHost(shared.base, shared.bytes, "the host proxy's trigger ring");
-  struct Words {
-    uint64_t head = 0, tailSeen = 0;
-    dev::ProxyView view;
-  } words;
-  require(gpu::deviceMalloc(&proxyWords, sizeof words), "the host proxy's device words");
-  auto* onDevice = static_cast<Words*>(proxyWords);
-  words.view = px->deviceView(shared.base, &onDevice->head, &onDevice->tailSeen);
-  require(gpu::copyToDevice(proxyWords, &words, sizeof words), "the host proxy's device words");
-  bases[n] = reinterpret_cast<uint8_t*>(&onDevice->view);
-}
-
-HeapMemory::HeapMemory(int, const std::vector<int>& fds, uint64_t bytes) : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  const auto n = static_cast<int>(fds.size());
-  m.bases.assign(n + 1, nullptr);  // no proxy view
-  for (int r = 0; r < n; ++r) {
-    m.segments.push_back(transport::DeviceSegment::map(fds[r], bytes, "weftd's heap of rank " + std::to_string(r)));
-    m.bases[r] = static_cast<uint8_t*>(m.segments.back().data());
-  }
-  m.uploadBases();
-}
-
-HeapMemory::~HeapMemory() = default;
-
-DeviceAllocation deviceAllocationOf(const void* ptr, const char* arg) {
-  DeviceAllocation a;
-  gpu::IpcHandle h{};
-  const gpu::Outcome o = gpu::ipcRange(ptr, &h, &a.base, &a.size, &a.id);
-  if (!o)
-    throw Error(Code::kInvalidArgument,
-                std::string(arg) + ": weftd's engine cannot map this memory (" + o.message +
-                    "); pass memory from cudaMalloc or weft_mem_alloc, or set service_engine=rank to run the "
-                    "engine in the rank");
-  std::memcpy(a.handle, h.bytes, sizeof a.handle);
-  return a;
-}
-
-struct ServedEngine::Impl {
-  int device = 0;
-  void* deviceBases = nullptr;  // the view's table of heap bases, on the rank's GPU
-  std::unique_ptr<Engine> engine;
-  struct Mapped {
-    uint64_t rankBase, bytes;  // the allocation in the rank
-    void* here;
-    unsigned char handle[64];  // its IPC handle
-    bool opened;               // here is an import of its own; else inside another one's (alias)
-    void* owner;               // an alias: the `here` of the import it lies in
-  };
-  std::vector<Mapped> mapped;   // the rank's inputs, mapped by IPC handle
-  std::vector<Mapped> retired;  // mappings of inputs the rank has freed, for closeRetired
-  // Whether a live alias points into import `o` (it must stay open).
-  bool aliased(const Mapped& o) const {
-    return std::any_of(mapped.begin(), mapped.end(), [&](const Mapped& a) { return !a.opened && a.owner == o.here; });
-  }
-  std::string wakeFault;  // a relaunch that failed (wake)
-  static constexpr size_t kMaxMapped = 4096;
-};
-
-ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue& queue, int workers, uint64_t idleNs,
-                           const std::string& gpuPciId, int sharers)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& e = *impl_;
-  if (gpuPciId.empty()) throw Error(Code::kInvalidUsage, "attach: this weftd serves GPUs; a rank must name its GPU");
-  require(gpu::deviceByPciId(gpuPciId, &e.device), "attach: finding the GPU at " + gpuPciId, Code::kInvalidUsage);
-  require(gpu::setDevice(e.device), "attach: selecting the rank's GPU");
-  const size_t bytes = (static_cast<size_t>(view.nranks) + 1) * sizeof(uint8_t*);
-  require(gpu::deviceMalloc(&e.deviceBases, bytes), "the engine's table of heap bases");
-  Undo freeBases{[&] { gpu::deviceFree(e.deviceBases); }};
-  require(gpu::copyToDevice(e.deviceBases, view.heap, bytes), "the engine's table of heap bases");
-  dev::CommView v = view;
-  v.heap = static_cast<uint8_t* const*>(e.deviceBases);
-  // A kernel that stayed would hold its SMs from the ranks' own kernels and from weftd's other
-  // communicators, and keep weftd from ever freeing memory on the GPU (reclaim).
-  v.idleNs = idleNs;
-  e.engine = std::make_unique<Engine>(v, queue, workers, "persistent", sharers, /*proxied=*/false);
-  freeBases.armed = false;
-}
-
-// Only once join has returned true and no kernel of weftd's runs (CommRegistry::reclaim).
-ServedEngine::~ServedEngine() {
-  Impl& e = *impl_;
-  if (!e.engine) return;
-  (void)gpu::setDevice(e.device);
-  e.engine.reset();
-  for (const auto* list : {&e.mapped, &e.retired})
-    for (const Impl::Mapped& m : *list)
-      if (m.opened) gpu::ipcClose(m.here);
-  gpu::deviceFree(e.deviceBases);
-}
-
-void ServedEngine::raise(std::initializer_list<ControlWord> words) { impl_->engine->raise(words); }
-
-std::string ServedEngine::fault() { return impl_->wakeFault.empty() ? impl_->engine->kernelFault() : impl_->wakeFault; }
-
-bool ServedEngine::join() {
-  Impl& e = *impl_;
-  (void)gpu::setDevice(e.device);
-  // The workers check the stop word in every wait, so the kernel leaves within milliseconds; one
-  // still there may still use what it maps.
-  return !e.engine->kernelRunning(10.0);
-}
-
-bool ServedEngine::running() { return impl_->engine->kernelRunning(); }
-
-void ServedEngine::wake() {
-  Impl& e = *impl_;
-  if (!e.wakeFault.empty()) return;
-  try {
-    require(gpu::setDevice(e.device), "selecting the rank's GPU");
-    e.engine->restartIfIdle();
-  } catch (const Error& err) {
-    e.wakeFault = std::string("starting the persistent kernel again: ") + err.what();
-  }
-}
-
-int ServedEngine::device() const { return impl_->device; }
-
-bool ServedEngine::holdsRetired() const {
-  const Impl& e = *impl_;
-  return std::any_of(e.retired.begin(), e.retired.end(), [&](const Impl::Mapped& m) { return !e.aliased(m); });
-}
-
-void ServedEngine::closeRetired() {
-  Impl& e = *impl_;
-  if (e.retired.empty()) return;
-  (void)gpu::setDevice(e.device);
-  // An import with live aliases (mapInput) stays open until they go.
-  std::vector<Impl::Mapped> kept;
-  for (const Impl::Mapped& m : e.retired)
-    if (m.opened && e.aliased(m))
-      kept.push_back(m);
-    else if (m.opened)
-      gpu::ipcClose(m.here);
-  e.retired.swap(kept);
-}
-
-uint64_t ServedEngine::mapInput(const unsigned char (&handle)[64], uint64_t base, uint64_t bytes, bool mayDefer) {
-  Impl& e = *impl_;
-  require(gpu::setDevice(e.device), "map memory: selecting the rank's GPU");
-  // The rank asks only for live allocations: one mapped here that overlaps it was freed there.
-  // Closing it now would wait for weftd's kernels to end, so it is retired (closeRetired).
-  for (auto m = e.mapped.begin(); m != e.mapped.end();)
-    if (m->rankBase < base + bytes && base < m->rankBase + m->bytes) {
-      if (m->opened) e.retired.push_back(*m);  // an alias has nothing to close
-      m = e.mapped.erase(m);
-    } else {
-      ++m;
-    }
-  if (e.mapped.size() + e.retired.size() >= Impl::kMaxMapped)
-    throw Error(Code::kInvalidUsage, "map memory: the rank's engine in weftd maps " + std::to_string(Impl::kMaxMapped) +
-                                         " allocations already; pass inputs in fewer allocations (or the heap)");
-  // The driver may hand the rank the memory it freed again, at the same address and with the same
-  // IPC handle (a new allocation id all the same): the retired mapping is that memory, and the
-  // driver would refuse to open it twice.
-  const auto same = std::find_if(e.retired.begin(), e.retired.end(), [&](const Impl::Mapped& m) {
-    return m.rankBase == base && m.bytes == bytes && std::memcmp(m.handle, handle, sizeof m.handle) == 0;
-  });
-  if (same != e.retired.end()) {
-    e.mapped.push_back(*same);
-    e.retired.erase(same);
-    return reinterpret_cast<uint64_t>(e.mapped.back().here);
-  }
-  gpu::IpcHandle h{};
-  std::memcpy(h.bytes, handle, sizeof h.bytes);
-  void* p = nullptr;
-  const gpu::Outcome opened = gpu::ipcImport(&p, h);
-  Impl::Mapped m{base, bytes, p, {}, true, nullptr};
-  std::memcpy(m.handle, handle, sizeof m.handle);
-  if (!opened) {
-    // "Already mapped": the driver cut the new allocation from a block of memory that an import of
-    // weftd's maps already (a neighbour's, or a freed allocation's at the same address), and it
-    // maps a block only once. An import maps its whole block, contiguously here as in the rank:
-    // where the new allocation lies in it, the new mapping is an alias into it, and the import
-    // stays open while the alias lives (closeRetired).
-    const auto holds = [&](const Impl::Mapped& o) {
-      uint64_t blockHere = 0, blockBytes = 0;
-      if (!o.opened || !gpu::addressRange(o.here, &blockHere, &blockBytes)) return false;
-      const uint64_t blockInRank = o.rankBase - (reinterpret_cast<uint64_t>(o.here) - blockHere);
-      return blockInRank <= base && base + bytes <= blockInRank + blockBytes;
-    };
-    const Impl::Mapped* owner = nullptr;
-    for (const auto* list : {&e.retired, &e.mapped})
-      for (const Impl::Mapped& o : *list)
-        if (!owner && holds(o)) owner = &o;
-    if (owner) {
-      WEFT_LOG(kDebug, kService, "map memory: {:#x} ({} bytes) lies in the block mapped for {:#x}: an alias", base,
-               bytes, owner->rankBase);
-      m.here = static_cast<uint8_t*>(owner->here) + (base - owner->rankBase);
-      m.opened = false;
-      m.owner = owner->here;
-      e.mapped.push_back(m);
-      return reinterpret_cast<uint64_t>(m.here);
-    }
-    if (mayDefer && std::any_of(e.retired.begin(), e.retired.end(), [&](const Impl::Mapped& o) {
-          return o.rankBase < base + bytes && base < o.rankBase + o.bytes;
-        })) {
-      // Other memory at an address whose old mapping is still open: after reclaim has closed it.
-      WEFT_LOG(kInfo, kService, "map memory: {}; the mapping of an allocation freed at that address is closed first",
-               opened.message);
-      return 0;
-    }
-  }
-  require(opened, "map memory: opening the rank's IPC handle", Code::kInvalidArgument);
-  e.mapped.push_back(m);
-  return reinterpret_cast<uint64_t>(p);
-}
-
-struct ServedHeap::Impl {
-  transport::DeviceSegment segment;
-  int device = 0;
-};
-
-ServedHeap::ServedHeap(const std::string& gpuPciId, uint64_t bytes, uint64_t zeroBytes, const std::string& what,
-                       int* fd)
-    : impl_(std::make_unique<Impl>()) {
-  if (gpuPciId.empty()) throw Error(Code::kInvalidUsage, "attach: this weftd serves GPUs; a rank must name its GPU");
-  require(gpu::deviceByPciId(gpuPciId, &impl_->device), "attach: finding the GPU at " + gpuPciId, Code::kInvalidUsage);
-  impl_->segment = transport::DeviceSegment::create(impl_->device, bytes, zeroBytes, fd, what);
-}
-ServedHeap::~ServedHeap() {
-  // Unmapped on the device it was made for, whose granularity it was rounded to.
-  if (impl_->segment.data() && gpu::setDevice(impl_->device)) impl_->segment.reset();
-}
-uint8_t* ServedHeap::data() const { return static_cast<uint8_t*>(impl_->segment.data()); }
-uint64_t ServedHeap::size() const { return impl_->segment.size(); }
-void ServedHeap::failEngine(uint32_t status) {
-  // A plain store of the word: another failure the device recorded at the same moment is
-  // overwritten, and the communicator has failed either way.
-  void* stream = nullptr;
-  gpu::Outcome o = gpu::setDevice(impl_->device);
-  if (o) o = gpu::streamCreateNonBlocking(&stream);
-  if (o) {
-    auto* control = reinterpret_cast<dev::EngineControl*>(data());
-    o = gpu::copyToDeviceAsync(&control->error, &status, sizeof status, stream);
-    if (o) o = gpu::streamDrain(stream, 1.0);  // before `status` goes
-    gpu::streamDestroy(stream);
-  }
-  if (!o) WEFT_LOG(kError, kService, "could not fail a rank's engine on its GPU: {}", o.message);
-}
-uint8_t* HeapMemory::base(int rank) const { return impl_->bases[rank]; }
-transport::Proxy* HeapMemory::proxy() const { return impl_->peers ? impl_->peers->proxy() : nullptr; }
-uint8_t* const* HeapMemory::engineBases() const { return static_cast<uint8_t* const*>(impl_->deviceBases); }
 
 struct Engine::Impl {
   WorkQueue* queue = nullptr;
@@ -665,25 +267,25 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.persistent = mode == "persistent" || e.remote;
   if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
     throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));
-  require(gpu::currentDevice(&e.device), "finding the current device");
+  requireGpu(gpu::currentDevice(&e.device), "finding the current device");
   void* mapped = nullptr;
-  require(gpu::hostRegister(queue.memory(), queue.bytes(), &mapped), "mapping the work queue into the GPU");
+  requireGpu(gpu::hostRegister(queue.memory(), queue.bytes(), &mapped), "mapping the work queue into the GPU");
   Undo unregister{[&] { gpu::hostUnregister(queue.memory()); }};
   e.queueDevice = static_cast<uint8_t*>(mapped);
   e.view = view;
   e.view.queue = e.onDevice(queue.header());
   e.view.slots = e.onDevice(queue.slots());
   e.view.alive = e.onDevice(queue.alive());
-  require(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
-  require(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, e.proxied, &e.gemmBlocks),
-          "sizing the GEMM kernel's grid");
+  requireGpu(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
+  requireGpu(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, e.proxied, &e.gemmBlocks),
+             "sizing the GEMM kernel's grid");
   // Under weftd's engine, weftd's persistent kernels (one per rank on this GPU, a block per SM
   // for each worker) hold SMs while they run: the ops that run as the rank's own kernels (the
   // GEMM, the GEMV) take the grid the other SMs hold, or their last blocks would wait for a
   // second wave (the GEMM) or stream w with fewer loads in flight than the grid assumes.
   int sms = 1, freeSms = 1;
   if (e.remote) {
-    require(gpu::smCount(&sms), "counting the GPU's multiprocessors");
+    requireGpu(gpu::smCount(&sms), "counting the GPU's multiprocessors");
     sms = std::max(1, sms);
     freeSms = std::max(sms / 4, sms - e.sharers * e.workers);
   }
@@ -694,10 +296,10 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     // once, so each takes its share of what the device holds (the generic op kernel's, for workers).
     int resident = 0;
     if (e.persistent)
-      require(gpu::residentPersistentBlocks(e.threads, e.proxied, &resident), "sizing the persistent kernel's grid");
+      requireGpu(gpu::residentPersistentBlocks(e.threads, e.proxied, &resident), "sizing the persistent kernel's grid");
     else
-      require(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, e.proxied, &resident),
-              "sizing the op kernel's grid");
+      requireGpu(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, e.proxied, &resident),
+                 "sizing the op kernel's grid");
     e.workers = std::max(1, std::min(e.workers, e.share(resident)));
     WEFT_LOG(kInfo, kEngine,
              "{} ranks of this job use this GPU: each op kernel takes at most 1/{} of its blocks ({} workers); "
@@ -712,29 +314,29 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     // Zeroed once: a slot's flag only ever rises (it carries the epoch of the op that wrote it).
     const uint64_t bytes = dev::GemmAllToAllOp::partialsBytes(static_cast<uint32_t>(e.gemmBlocks));
     void* p = nullptr;
-    require(gpu::deviceMalloc(&p, bytes), "the GEMM's partials buffer");
+    requireGpu(gpu::deviceMalloc(&p, bytes), "the GEMM's partials buffer");
     e.gemmPartials = static_cast<float*>(p);
-    require(gpu::zeroDeviceNow(p, bytes, e.controlStream, 10.0), "zeroing the GEMM's partials buffer");
+    requireGpu(gpu::zeroDeviceNow(p, bytes, e.controlStream, 10.0), "zeroing the GEMM's partials buffer");
   }
-  require(gpu::eventCreate(&e.lastOp), "creating the op-order event");
+  requireGpu(gpu::eventCreate(&e.lastOp), "creating the op-order event");
   if (e.persistent && !e.remote) {
-    require(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
+    requireGpu(gpu::streamCreateNonBlocking(&e.stream), "creating the engine's stream");
     Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
-    require(e.launch(), "starting the persistent kernel");
+    requireGpu(e.launch(), "starting the persistent kernel");
     destroyStream.armed = false;
   } else {
-    require(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, e.proxied, &e.gatherBlocks),
-            "sizing the embedding kernel's grid");
-    require(gpu::residentOpBlocks(dev::OpKind::kGemv, e.threads, e.proxied, &e.gemvBlocks),
-            "sizing the GEMV kernel's grid");
-    require(gpu::residentOpBlocks(dev::OpKind::kAllReduceOneShot, e.threads, e.proxied, &e.oneShotBlocks),
-            "sizing the one-shot AllReduce's grid");
+    requireGpu(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, e.proxied, &e.gatherBlocks),
+               "sizing the embedding kernel's grid");
+    requireGpu(gpu::residentOpBlocks(dev::OpKind::kGemv, e.threads, e.proxied, &e.gemvBlocks),
+               "sizing the GEMV kernel's grid");
+    requireGpu(gpu::residentOpBlocks(dev::OpKind::kAllReduceOneShot, e.threads, e.proxied, &e.oneShotBlocks),
+               "sizing the one-shot AllReduce's grid");
     if (e.sharers > 1) {
       // That is the 128-byte lines' kernel; the 8-byte words run in the op kernel, which may hold
       // fewer blocks, and a shared device must hold the whole grid of whichever runs.
       int words = 0;
-      require(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, e.proxied, &words),
-              "sizing the one-shot AllReduce's grid");
+      requireGpu(gpu::residentOpBlocks(dev::OpKind::kAllReduce, e.threads, e.proxied, &words),
+                 "sizing the one-shot AllReduce's grid");
       e.oneShotBlocks = std::min(e.oneShotBlocks, words);
     }
     // Through weftd's engine the GEMV runs as the rank's own kernel, as the GEMM does: weftd's 32
@@ -802,21 +404,22 @@ bool Engine::kernelRunning(double waitS) {
 
 void Engine::restartIfIdle() {
   Impl& e = *impl_;
-  if (e.persistent && !e.remote && !e.stopped) require(e.ensureRunning(), "starting the persistent kernel again");
+  if (e.persistent && !e.remote && !e.stopped) requireGpu(e.ensureRunning(), "starting the persistent kernel again");
 }
 
 bool Engine::linesSafe() { return gpu::nvlinkActive(); }
 
 bool Engine::checkStream(void* stream) {
   bool capturing = false;
-  require(gpu::streamIsCapturing(stream, &capturing), "stream: cannot query its capture state", Code::kInvalidArgument);
+  requireGpu(gpu::streamIsCapturing(stream, &capturing), "stream: cannot query its capture state",
+             Code::kInvalidArgument);
   return capturing;
 }
 
 // Both engines capture the op kernel: a replayed graph cannot take queue tickets (its stream
 // writes would replay the values of capture time), and the kernel needs none.
 void Engine::capture(const dev::OpDesc& desc, void* stream) {
-  require(impl_->launchSized(desc, stream), "stream: adding the op to the graph being captured");
+  requireGpu(impl_->launchSized(desc, stream), "stream: adding the op to the graph being captured");
 }
 
 // The GEMM always (its tiles want the SM's shared memory beside a resident kernel); through
@@ -833,7 +436,7 @@ dev::Status Engine::enqueue(uint64_t ticket, const dev::OpDesc& desc, void* stre
   const gpu::Outcome o = !impl_->persistent ? impl_->enqueueLaunched(ticket, desc, stream)
                          : alone            ? impl_->enqueueAlone(ticket, desc, stream, timeoutNs, &st)
                                             : impl_->enqueuePersistent(ticket, desc, stream, timeoutNs, &st);
-  require(o, "enqueueing the op on the stream");
+  requireGpu(o, "enqueueing the op on the stream");
   return st;
 }
 
@@ -849,7 +452,7 @@ void orderedVendorCall(void*& lastStream, void* lastOp, void* stream, bool captu
   if (!capturing && lastStream && lastStream != stream) o = gpu::streamWaitEvent(stream, lastOp);
   if (o) o = call();
   if (o && !capturing) o = gpu::eventRecord(lastOp, stream);
-  require(o, what);
+  requireGpu(o, what);
   if (!capturing) lastStream = stream;
 }
 
@@ -875,7 +478,7 @@ const void* Engine::vendorGemm(const GemmOperands& g, void* stream, bool capturi
   if (bytes > e.productBytes) {
     const uint64_t grown = dev::ceilDiv(bytes, uint64_t{2} << 20) * (uint64_t{2} << 20);
     void* p = nullptr;
-    require(gpu::deviceMallocDuringCapture(&p, grown), "the GEMM's product buffer (gemm_path blas)");
+    requireGpu(gpu::deviceMallocDuringCapture(&p, grown), "the GEMM's product buffer (gemm_path blas)");
     if (e.product) e.productsOutgrown.push_back(e.product);
     e.product = p;
     e.productBytes = grown;
@@ -986,17 +589,17 @@ std::string gpuModel() {
 
 // The default stream (legacy semantics) waits for every blocking stream's earlier work, and the
 // launched engine's ops run on the caller's streams, so draining it drains them.
-void deviceSynchronize(double seconds) { require(gpu::streamDrain(nullptr, seconds), "waiting for the device"); }
+void deviceSynchronize(double seconds) { requireGpu(gpu::streamDrain(nullptr, seconds), "waiting for the device"); }
 
 void selectDevice(int index) {
   int count = 0;
-  require(gpu::deviceCount(&count), "counting the devices");
+  requireGpu(gpu::deviceCount(&count), "counting the devices");
   if (count <= 0) throw Error(Code::kSystem, "no device to run on");
-  require(gpu::setDevice(index % count), "selecting device " + std::to_string(index % count));
+  requireGpu(gpu::setDevice(index % count), "selecting device " + std::to_string(index % count));
 }
 
 void copyToDevice(void* dst, const void* src, uint64_t bytes) {
-  require(gpu::copyToDevice(dst, src, bytes), "copying to the device");
+  requireGpu(gpu::copyToDevice(dst, src, bytes), "copying to the device");
 }
 
 std::string deviceSummary() {
