@@ -1,12 +1,10 @@
-// GPU backends (CUDA, HIP), the engine: an op runs as its own kernel on the caller's stream (launched engine, the
-// default), or through the persistent kernel polling the queue in pinned host memory, reached in stream order by a
-// stream write of the slot's `ready` word and a stream wait on its `done` word. Under graph
-// capture both engines capture the op kernel.
+// GPU backends (CUDA, HIP), the engine: an op runs as its own kernel on the caller's stream
+// (launched engine, the default), or through the persistent kernel polling the queue in pinned host
+// memory, reached in stream order by a stream write of the slot's `ready` word and a stream wait on
+// its `done` word. Under graph capture both engines capture the op kernel.
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <mutex>
 #include <vector>

@@ -184,9 +184,14 @@ TEST(PathTable, OneRankOfAnH200RunsTheFasterGemv) {
       EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, batch, 8192, k), OpPath::kBlas);
   EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 8192, 14336), OpPath::kFused);
   EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 4, 8192, 14336), OpPath::kFused);
+  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 5, 8192, 14336), OpPath::kBlas);
   EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 8, 8192, 14336), OpPath::kBlas);
+  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 9, 8192, 14336), OpPath::kBlas);
+  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 8192, 28672), OpPath::kFused);
   EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 8, 8192, 28672), OpPath::kFused);
   EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 16, 8192, 28672), OpPath::kBlas);
+  // Wider w than measured at one rank falls through to the '*' rows (fused to batch 8).
+  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 16384, 2048), OpPath::kFused);
   // Two ranks keep their own rows: the fused op hides the exchange behind the GEMV.
   EXPECT_EQ(gemv(t, "NVIDIA_H200", 2, 1, 8192, 4096), OpPath::kFused);
 }

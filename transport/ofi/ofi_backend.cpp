@@ -15,7 +15,6 @@
 #include <cstring>
 #include <deque>
 #include <set>
-#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -39,27 +38,11 @@ std::string fiText(ssize_t rc) { return fi_strerror(static_cast<int>(rc < 0 ? -r
   throw Error(Code::kTransport, "libfabric: " + what + ": " + fiText(rc));
 }
 
-// ofi_rxm (the tcp provider's FI_EP_RDM) sends a message that fits its bounce buffer
-// (FI_OFI_RXM_BUFFER_SIZE, 16 KiB by default, its own header included) at once and a larger one by
-// segmentation or rendezvous, and weft keeps its messages inside that buffer (eagerMessageBytes).
-// At 16 KiB the lanes carry four times as many messages as UCX's 64 KiB: with a buffer that holds
-// a whole 64 KiB message, weft's All-to-All through the proxy over tcp took 0.53-0.73x the time
-// (2 ranks sharing an H200), about what it takes over UCX. rxm posts its buffers per connection
-// (FI_OFI_RXM_MSG_RX_SIZE and _TX_SIZE, 128 each by default): at 32 the larger buffers take the
-// memory the default ones took (64 entries gained another 10% on the largest fused embedding, at
-// twice the memory). libfabric reads these once, when a process first uses it, so the defaults go
-// into the environment before weft's first fi_getinfo; values the user set win.
-void defaultRxmBuffers() {
-  for (const auto& [name, value] : {std::pair<const char*, const char*>{"FI_OFI_RXM_BUFFER_SIZE", "65792"},
-                                    {"FI_OFI_RXM_MSG_RX_SIZE", "32"},
-                                    {"FI_OFI_RXM_MSG_TX_SIZE", "32"}})
-    if (setenv(name, value, /*overwrite=*/0) != 0)
-      WEFT_LOG(kWarn, kProxy, "libfabric: could not default {} to {}", name, value);
-}
-
-// The most payload a message carries in one eager send: what rxm's buffer holds, less room for
-// rxm's header and weft's (on 2 H200 the 1 MiB AllReduce, whose 16 KiB tiles went beyond the buffer
-// as segmented messages, took 3.5 ms against 1.4 as writes); other providers get the same.
+// The most payload a message carries in one eager send. ofi_rxm (the tcp provider's FI_EP_RDM)
+// sends a message that fits its buffer (FI_OFI_RXM_BUFFER_SIZE, 16 KiB by default, its own header
+// included) at once and a larger one by segmentation or rendezvous: on 2 H200 the 1 MiB AllReduce,
+// whose 16 KiB tiles then went as such messages, took 3.5 ms against 1.4 as writes. So messages
+// stay inside that buffer, with room for rxm's header and weft's; other providers get the same.
 uint64_t eagerMessageBytes() {
   uint64_t buffer = 16384;
   if (const char* v = getenv("FI_OFI_RXM_BUFFER_SIZE"); v && std::strtoull(v, nullptr, 10) > 0)
@@ -185,7 +168,6 @@ void OfiBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const s
   peers_.resize(n);
   arrivals_ = arrivals;
 
-  defaultRxmBuffers();
   fi_info* hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_SEND | FI_RECV;
@@ -530,7 +512,6 @@ bool OfiBackend::progress() {
 std::unique_ptr<NetBackend> makeOfiBackend() { return std::make_unique<OfiBackend>(); }
 
 std::string ofiSummary() {
-  defaultRxmBuffers();
   fi_info* hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_MSG | FI_RMA;

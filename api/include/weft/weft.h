@@ -71,8 +71,9 @@ typedef struct {
   unsigned int magic;    /* set by the initializer */
   unsigned int version;  /* WEFT_VERSION_CODE of the header the caller compiled against */
   double timeout_s;      /* bound of every wait on a peer, seconds (WEFT_TIMEOUT_S); <= 0: unset */
-  int persistent_ctas;   /* engine workers: CPU threads, or GPU thread blocks (the persistent kernel's,
-                            or a launched op's grid); named before launched ops; <= 0: unset */
+  int persistent_ctas;   /* engine workers: CPU threads, or the GPU thread blocks of the persistent
+                            kernel and of most launched ops (the name predates launched ops;
+                            README's settings table says which ops take more); <= 0: unset */
   int queue_depth;       /* slots of the work queue; <= 0: unset */
   size_t heap_bytes;     /* symmetric heap per rank, bytes; 0: unset */
   size_t tile_bytes;     /* bytes per tile; 0: unset */
