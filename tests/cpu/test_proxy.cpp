@@ -252,6 +252,22 @@ TEST(ProxySetup, RanksThatDisagreeOnTheBackEndFailInit) {
   }));
 }
 
+// libfabric's tcp (ofi_rxm) connects only ranks whose eager buffers are equal: ranks that set
+// FI_OFI_RXM_BUFFER_SIZE differently fail init together, naming the variable, instead of waiting
+// for connections that never come up.
+TEST(ProxySetup, RanksWithDifferentRxmBuffersFailInit) {
+#if !defined(WEFT_TEST_OFI)
+  GTEST_SKIP() << "needs the libfabric back-end built";
+#endif
+  EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
+    useBackend(kOfiTcp);
+    if (rank == 0) setenv("FI_OFI_RXM_BUFFER_SIZE", "65792", 1);
+    weft_comm_t comm = nullptr;
+    EXPECT_TRUE(
+        failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE, "FI_OFI_RXM_BUFFER_SIZE"));
+  }));
+}
+
 // A provider that does not exist: a clear error on every rank, saying what was tried.
 TEST(ProxySetup, AMissingProviderIsAClearInitError) {
 #if !defined(WEFT_TEST_OFI)

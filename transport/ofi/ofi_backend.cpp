@@ -229,6 +229,7 @@ void OfiBackend::connect(Exchange& ex) {
   me_ = me;
   struct Card {
     uint64_t key, base, nameBytes;
+    uint64_t rxmBuffer;  // FI_OFI_RXM_BUFFER_SIZE as this rank reads it (0: unset)
     uint8_t name[kNameBytes];
   } mine{};
   size_t nameBytes = kNameBytes;
@@ -236,8 +237,22 @@ void OfiBackend::connect(Exchange& ex) {
   mine.nameBytes = nameBytes;
   mine.key = fi_mr_key(heapMr_);
   mine.base = virtAddr_ ? reinterpret_cast<uint64_t>(heap_.base) : 0;
+  if (const char* v = getenv("FI_OFI_RXM_BUFFER_SIZE")) mine.rxmBuffer = std::strtoull(v, nullptr, 10);
   std::vector<Card> cards(n);
   ex.allGather(&mine, sizeof mine, cards.data());
+  // ofi_rxm refuses a connection whose eager limit differs from its own, which would surface as a
+  // connection that never comes up: ranks that set its buffer differently fail here, all alike.
+  if (provider_.find("ofi_rxm") != std::string::npos)
+    for (int r = 0; r < n; ++r)
+      if (cards[r].rxmBuffer != mine.rxmBuffer)
+        throw Error(Code::kInvalidUsage,
+                    "libfabric (" + provider_ + "): FI_OFI_RXM_BUFFER_SIZE is " +
+                        (cards[r].rxmBuffer ? std::to_string(cards[r].rxmBuffer) : std::string("unset")) + " on rank " +
+                        std::to_string(r) + " and " +
+                        (mine.rxmBuffer ? std::to_string(mine.rxmBuffer) : std::string("unset")) + " on rank " +
+                        std::to_string(me) +
+                        "; every rank must set it alike (ofi_rxm connects only equal eager "
+                        "limits)");
   for (int r = 0; r < n; ++r) {
     if (r == me || !viaProxy_[r]) continue;
     if (fi_av_insert(av_, cards[r].name, 1, &peers_[r].addr, 0, nullptr) != 1)
