@@ -541,9 +541,12 @@ std::string ofiSummary() {
   }
   fi_freeinfo(hints);
   const char* wanted = getenv("FI_PROVIDER");
+  const char* rxm = getenv("FI_OFI_RXM_BUFFER_SIZE");
   return "libfabric: " + std::to_string(FI_MAJOR(fi_version())) + "." + std::to_string(FI_MINOR(fi_version())) +
          ", providers with FI_EP_RDM + RMA + messages: " + (providers.empty() ? std::string("none") : providers) +
-         (wanted ? std::string(" (FI_PROVIDER=") + wanted + ")" : std::string());
+         (wanted ? std::string(" (FI_PROVIDER=") + wanted + ")" : std::string()) + "; messages of up to " +
+         std::to_string(eagerMessageBytes()) + " bytes (FI_OFI_RXM_BUFFER_SIZE=" +
+         (rxm ? std::string(rxm) : std::string("unset: 16384; 65792 carries weft's 64 KiB over tcp, README")) + ")";
 }
 
 }  // namespace weft::transport
