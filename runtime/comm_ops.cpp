@@ -4,6 +4,7 @@
 // status page, peer watch, abort and destroy).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "comm.hpp"
 #include "common/log.hpp"
@@ -24,7 +25,8 @@ using dev::Status;
 
 namespace {
 
-Code codeOf(Status st, const dev::QueueHeader* q) {
+// The API's code for a status that names a kind of failure (or success); none for the others.
+std::optional<Code> codeOfKind(Status st) {
   switch (st) {
     case Status::kOk:
       return Code::kSuccess;
@@ -38,15 +40,17 @@ Code codeOf(Status st, const dev::QueueHeader* q) {
       return Code::kTransport;
     case Status::kMismatch:
       return Code::kInvalidUsage;
-    default: {
-      const auto first = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&q->error));
-      return first == Status::kAborted     ? Code::kAborted
-             : first == Status::kMismatch  ? Code::kInvalidUsage
-             : first == Status::kBadInput  ? Code::kInvalidArgument
-             : first == Status::kTransport ? Code::kTransport
-                                           : Code::kTimeout;
-    }
+    default:
+      return std::nullopt;
   }
+}
+
+// A status that names no kind takes the communicator's first failure's, else a timeout.
+Code codeOf(Status st, const dev::QueueHeader* q) {
+  if (const auto c = codeOfKind(st)) return *c;
+  const auto first = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&q->error));
+  const auto c = codeOfKind(first);
+  return c && *c != Code::kSuccess ? *c : Code::kTimeout;
 }
 
 // Tiles are the unit of parallelism (a worker takes one at a time): a stream of `bytes` is cut into

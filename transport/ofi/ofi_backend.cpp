@@ -43,10 +43,17 @@ std::string fiText(ssize_t rc) { return fi_strerror(static_cast<int>(rc < 0 ? -r
 // included) at once and a larger one by segmentation or rendezvous: on 2 H200 the 1 MiB AllReduce,
 // whose 16 KiB tiles then went as such messages, took 3.5 ms against 1.4 as writes. So messages
 // stay inside that buffer, with room for rxm's header and weft's; other providers get the same.
+// FI_OFI_RXM_BUFFER_SIZE as this process reads it; 0 where it is unset (or not a number).
+uint64_t rxmBufferSetting() {
+  const char* v = getenv("FI_OFI_RXM_BUFFER_SIZE");
+  return v ? std::strtoull(v, nullptr, 10) : 0;
+}
+
+// rxm's own default buffer where FI_OFI_RXM_BUFFER_SIZE is unset.
+constexpr uint64_t kRxmDefaultBuffer = 16384;
+
 uint64_t eagerMessageBytes() {
-  uint64_t buffer = 16384;
-  if (const char* v = getenv("FI_OFI_RXM_BUFFER_SIZE"); v && std::strtoull(v, nullptr, 10) > 0)
-    buffer = std::strtoull(v, nullptr, 10);
+  const uint64_t buffer = rxmBufferSetting() ? rxmBufferSetting() : kRxmDefaultBuffer;
   const uint64_t room = buffer > 1024 ? (buffer - 256) / 16 * 16 : 768;
   return std::min<uint64_t>(room, kMsgPayloadMax);
 }
@@ -237,22 +244,20 @@ void OfiBackend::connect(Exchange& ex) {
   mine.nameBytes = nameBytes;
   mine.key = fi_mr_key(heapMr_);
   mine.base = virtAddr_ ? reinterpret_cast<uint64_t>(heap_.base) : 0;
-  if (const char* v = getenv("FI_OFI_RXM_BUFFER_SIZE")) mine.rxmBuffer = std::strtoull(v, nullptr, 10);
+  mine.rxmBuffer = rxmBufferSetting();
   std::vector<Card> cards(n);
   ex.allGather(&mine, sizeof mine, cards.data());
   // ofi_rxm refuses a connection whose eager limit differs from its own, which would surface as a
   // connection that never comes up: ranks that set its buffer differently fail here, all alike.
+  auto setting = [](uint64_t b) { return b ? std::to_string(b) : std::string("unset"); };
   if (provider_.find("ofi_rxm") != std::string::npos)
     for (int r = 0; r < n; ++r)
       if (cards[r].rxmBuffer != mine.rxmBuffer)
-        throw Error(Code::kInvalidUsage,
-                    "libfabric (" + provider_ + "): FI_OFI_RXM_BUFFER_SIZE is " +
-                        (cards[r].rxmBuffer ? std::to_string(cards[r].rxmBuffer) : std::string("unset")) + " on rank " +
-                        std::to_string(r) + " and " +
-                        (mine.rxmBuffer ? std::to_string(mine.rxmBuffer) : std::string("unset")) + " on rank " +
-                        std::to_string(me) +
-                        "; every rank must set it alike (ofi_rxm connects only equal eager "
-                        "limits)");
+        throw Error(Code::kInvalidUsage, "libfabric (" + provider_ + "): FI_OFI_RXM_BUFFER_SIZE is " +
+                                             setting(cards[r].rxmBuffer) + " on rank " + std::to_string(r) + " and " +
+                                             setting(mine.rxmBuffer) + " on rank " + std::to_string(me) +
+                                             "; every rank must set it alike (ofi_rxm connects only equal eager "
+                                             "limits)");
   for (int r = 0; r < n; ++r) {
     if (r == me || !viaProxy_[r]) continue;
     if (fi_av_insert(av_, cards[r].name, 1, &peers_[r].addr, 0, nullptr) != 1)
@@ -541,12 +546,14 @@ std::string ofiSummary() {
   }
   fi_freeinfo(hints);
   const char* wanted = getenv("FI_PROVIDER");
-  const char* rxm = getenv("FI_OFI_RXM_BUFFER_SIZE");
   return "libfabric: " + std::to_string(FI_MAJOR(fi_version())) + "." + std::to_string(FI_MINOR(fi_version())) +
          ", providers with FI_EP_RDM + RMA + messages: " + (providers.empty() ? std::string("none") : providers) +
          (wanted ? std::string(" (FI_PROVIDER=") + wanted + ")" : std::string()) + "; messages of up to " +
          std::to_string(eagerMessageBytes()) + " bytes (FI_OFI_RXM_BUFFER_SIZE=" +
-         (rxm ? std::string(rxm) : std::string("unset: 16384; 65792 carries weft's 64 KiB over tcp, README")) + ")";
+         (rxmBufferSetting()
+              ? std::to_string(rxmBufferSetting())
+              : "unset: " + std::to_string(kRxmDefaultBuffer) + "; 65792 carries weft's 64 KiB over tcp, README") +
+         ")";
 }
 
 }  // namespace weft::transport
