@@ -124,12 +124,31 @@ WEFT_HOST_DEVICE void signalAdd(const Coop& c, uint64_t* flag, uint64_t value) {
   }
 }
 
+// A failure a host thread found: claimed among host threads on the header's host words, then
+// shown to every wait by a plain store of `error` (QueueHeader says why never a CAS there).
+// Returns whether this call was the host's first.
+inline bool recordHostFailure(QueueHeader& q, const WaitSite& site, Status st, uint64_t expected, uint64_t observed) {
+  uint32_t none = 0;
+  if (!prim::atomicCas<prim::Order::kAcqRel>(&q.hostError, none, static_cast<uint32_t>(st))) return false;
+  q.hostRecord =
+      WaitRecord{site.ticket, site.item, site.peer, static_cast<uint32_t>(site.what), static_cast<uint32_t>(st),
+                 expected,    observed};
+  prim::atomicStore<prim::Order::kRelease>(&q.hostRecordValid, 1u);
+  // A kernel's claim in between keeps its record; `error` then holds either status.
+  if (prim::atomicLoad<prim::Order::kAcquire>(&q.error) == 0)
+    prim::atomicStore<prim::Order::kRelease>(&q.error, static_cast<uint32_t>(st));
+  return true;
+}
+
 // Records the first failure of the communicator; later failures only return their status. The
-// engine decides "first" on its own control word, then publishes to the host-visible header, where
-// host-side waits (which have no control word) decide among themselves.
+// engine decides "first" on its own control word, then claims the host-visible header's `error`.
+// Host-side waits have no control word: theirs is a host thread's failure (recordHostFailure).
 // Returns whether this call was the first.
 WEFT_HOST_DEVICE bool recordFailure(const CommView& v, const WaitSite& site, Status st, uint64_t expected,
                                     uint64_t observed) {
+#if !defined(WEFT_DEVICE_PASS)
+  if (!v.control) return recordHostFailure(*v.queue, site, st, expected, observed);
+#endif
   uint32_t none = 0;
   if (v.control && !prim::atomicCas<prim::Order::kAcqRel>(&v.control->error, none, static_cast<uint32_t>(st)))
     return false;

@@ -162,14 +162,23 @@ struct alignas(64) QueueHeader {
   uint64_t magic;  // creator
   uint32_t depth;  // creator: number of slots
   uint32_t reserved0;
+  // A failure a host thread records (a host-side wait, the peer watch, the proxy, weftd) is
+  // claimed here, among host threads alone, and only then made visible in `error` by a plain
+  // store. Kernels claim `error` by compare-and-swap, and a CAS is atomic between the CPU and a
+  // GPU on PCIe only where the platform has native host atomics (CUDA's
+  // cudaDevAttrHostNativeAtomicSupported): both sides could otherwise win and write one record.
+  uint32_t hostError;        // host threads: CAS from 0 to the Status
+  uint32_t hostRecordValid;  // set (release) once `hostRecord` is written
+  WaitRecord hostRecord;
   alignas(64) uint64_t tail;       // submitters: fetch_add for a ticket
   alignas(64) uint64_t completed;  // engine: ops completed, in ticket order
   alignas(64) uint32_t stop;       // host: the engine must exit (destroy)
   uint32_t abort;                  // host: weft_comm_abort; every wait gives up
-  uint32_t error;                  // first failing wait: its Status (sticky)
-  uint32_t recordValid;            // set (release) once `record` is written
+  uint32_t error;                  // the first failure's Status (sticky): claimed by kernels' CAS
+  uint32_t recordValid;            // set (release) once `record` is written (by the claimer)
   WaitRecord record;
 };
 static_assert(sizeof(QueueHeader) == 256, "QueueHeader is a wire struct");
+static_assert(offsetof(QueueHeader, tail) == 64, "the host's failure words fill the first line");
 
 }  // namespace weft::dev

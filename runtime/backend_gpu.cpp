@@ -100,8 +100,14 @@ struct Engine::Impl {
   }
 
   // The control words are in device memory: copies from a host word that holds 1, on a stream of
-  // their own, so that they never wait behind the caller's work.
+  // their own, so that they never wait behind the caller's work. With a host proxy they are in the
+  // host heap, which the kernels read over PCIe: stores, which no stream work can hold up (the
+  // proxy's fault handler raises from its thread).
   void raise(std::initializer_list<ControlWord> words) {
+    if (proxied) {
+      for (ControlWord w : words) prim::atomicStore<prim::Order::kRelease>(&(view.control->*w), 1u);
+      return;
+    }
     std::lock_guard<std::mutex> lock(launchMutex);
     gpu::Outcome o;
     for (ControlWord w : words)

@@ -275,12 +275,6 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   v.control = reinterpret_cast<dev::EngineControl*>(c->heap_->base(rank));
   v.timeoutNs = c->timeoutNs_;
   v.idleNs = static_cast<uint64_t>(s.getInt("engine_idle_us")) * 1000;
-  // A fault the proxy sees (a dead peer, a dropped connection) fails the communicator at once: every
-  // wait of the engine gives up, naming the peer and the back-end's own words (transportText).
-  if (transport::Proxy* px = c->heap_->proxy())
-    px->onFault([v](const transport::PeerFault& f) {
-      dev::recordFailure(v, dev::WaitSite{0, 0, f.peer, dev::WaitWhat::kNone}, Status::kTransport, 0, 0);
-    });
   // Ops are cut into items for the engine's workers: weftd's engine may have fewer than asked.
   int workers = static_cast<int>(s.getInt("persistent_ctas"));
   if (engineWorkers > 0) workers = std::min(workers, static_cast<int>(engineWorkers));
@@ -292,6 +286,14 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, workers,
                                         c->staging_ || c->weftdInputs_ ? std::string("weftd") : s.getString("engine"),
                                         sharers, c->heap_->proxy() != nullptr);
+  // A fault the proxy sees (a dead peer, a dropped connection) fails the communicator at once: every
+  // wait of the engine gives up, naming the peer and the back-end's own words (failureText). The
+  // proxy's thread calls this until ~Comm takes it back, before the queue and the engine go.
+  if (transport::Proxy* px = c->heap_->proxy())
+    px->onFault([queue = c->queue_.get(), engine = c->engine_.get()](const transport::PeerFault& f) {
+      queue->failTransport(f.peer);
+      engine->raise({&dev::EngineControl::error});
+    });
   // weftd's GPU kernel leaves when its queue idles (service_engine_idle_us); the rank's next op
   // asks for it again.
   if (c->weftdInputs_) c->engine_->setWake([daemon = c->daemon_.get()] { daemon->wake(); });
@@ -488,7 +490,7 @@ void Comm::finalize() {
 
 Code Comm::asyncError(std::string* message) const {
   const auto* h = queue_->header();
-  const auto st = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&h->error));
+  const Status st = failureStatus(*h);
   if (st == Status::kOk && !prim::atomicLoad<prim::Order::kAcquire>(&h->abort)) return Code::kSuccess;
   if (message) *message = failureText();
   if (message && message->empty()) *message = "the communicator was aborted";
@@ -511,8 +513,7 @@ ExternalView Comm::externalView() const {
 }
 
 std::string Comm::failureText() const {
-  const auto st = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&queue_->header()->error));
-  if (st == Status::kTransport)
+  if (failureStatus(*queue_->header()) == Status::kTransport)
     if (const transport::Proxy* px = heap_->proxy())
       if (const auto f = px->fault()) return f->what;
   return queue_->failureText(rank_);

@@ -48,7 +48,7 @@ std::optional<Code> codeOfKind(Status st) {
 // A status that names no kind takes the communicator's first failure's, else a timeout.
 Code codeOf(Status st, const dev::QueueHeader* q) {
   if (const auto c = codeOfKind(st)) return *c;
-  const auto first = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&q->error));
+  const Status first = failureStatus(*q);
   const auto c = codeOfKind(first);
   return c && *c != Code::kSuccess ? *c : Code::kTimeout;
 }

@@ -285,8 +285,8 @@ void Page::ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue,
     if (st != dev::Status::kOk && st != dev::Status::kTimeout && st != dev::Status::kAborted) ++c.errors;
     if (st == dev::Status::kOk) return;
     if (h.state == static_cast<uint32_t>(PageState::kRunning)) h.state = static_cast<uint32_t>(PageState::kFailed);
-    if (!h.failureValid && prim::atomicLoad<prim::Order::kAcquire>(&queue->recordValid)) {
-      h.failure = queue->record;
+    if (const dev::WaitRecord* first = h.failureValid ? nullptr : firstFailure(*queue)) {
+      h.failure = *first;
       h.failureNs = now;
       h.failureValid = 1;
     }

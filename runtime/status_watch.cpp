@@ -49,9 +49,8 @@ void StatusWatch::poll() {
 }
 
 Status StatusWatch::statusOf(uint64_t ticket, Status fallback) const {
-  const dev::QueueHeader* h = queue_.header();
-  if (prim::atomicLoad<prim::Order::kAcquire>(&h->recordValid) && h->record.ticket == ticket)
-    return static_cast<Status>(h->record.status);
+  const dev::WaitRecord* first = firstFailure(*queue_.header());
+  if (first && first->ticket == ticket) return static_cast<Status>(first->status);
   return fallback;
 }
 
@@ -99,7 +98,7 @@ void StatusWatch::pollLaunched(uint64_t now) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ops_.empty()) return;  // an idle communicator costs no copy
   }
-  const auto failed = static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&queue_.header()->error));
+  const Status failed = failureStatus(*queue_.header());
   const std::optional<uint64_t> count = readItems_();
   if (!count) return;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -125,19 +125,15 @@ void WorkQueue::noteProgress(uint64_t ticket, uint64_t now) {
 }
 
 void WorkQueue::failPeerGone(int peer, int pid, uint64_t seenBy) {
-  dev::CommView v;
-  v.queue = header_;
-  dev::recordFailure(v, dev::WaitSite{0, 0, peer, dev::WaitWhat::kPeerGone}, Status::kTransport, seenBy,
-                     static_cast<uint64_t>(pid));
+  dev::recordHostFailure(*header_, dev::WaitSite{0, 0, peer, dev::WaitWhat::kPeerGone}, Status::kTransport, seenBy,
+                         static_cast<uint64_t>(pid));
   // Without weftd there is no engine to finish the ops: submits must stop too. A rank's engine
   // lives on, and its caller raises the engine's own error word.
   if (peer < 0) prim::atomicStore<prim::Order::kRelease>(&header_->abort, 1u);
 }
 
 void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed) {
-  dev::CommView v;  // host-side: no engine control words, only the header
-  v.queue = header_;
-  dev::recordFailure(v, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, st, expected, observed);
+  dev::recordHostFailure(*header_, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, st, expected, observed);
 }
 
 const char* waitWhatName(dev::WaitWhat w) {
@@ -171,9 +167,24 @@ const char* waitWhatName(dev::WaitWhat w) {
   }
 }
 
+void WorkQueue::failTransport(int peer) {
+  dev::recordHostFailure(*header_, dev::WaitSite{0, 0, peer, dev::WaitWhat::kNone}, Status::kTransport, 0, 0);
+}
+
 std::string WorkQueue::failureText(int self) const {
-  if (!prim::atomicLoad<prim::Order::kAcquire>(&header_->recordValid)) return "";
-  return weft::failureText(header_->record, self);
+  const dev::WaitRecord* r = firstFailure(*header_);
+  return r ? weft::failureText(*r, self) : "";
+}
+
+const dev::WaitRecord* firstFailure(const dev::QueueHeader& h) {
+  if (prim::atomicLoad<prim::Order::kAcquire>(&h.recordValid)) return &h.record;
+  if (prim::atomicLoad<prim::Order::kAcquire>(&h.hostRecordValid)) return &h.hostRecord;
+  return nullptr;
+}
+
+Status failureStatus(const dev::QueueHeader& h) {
+  if (const dev::WaitRecord* r = firstFailure(h)) return static_cast<Status>(r->status);
+  return static_cast<Status>(prim::atomicLoad<prim::Order::kAcquire>(&h.error));
 }
 
 std::string failureText(const dev::WaitRecord& r, int self) {

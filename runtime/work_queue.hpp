@@ -77,7 +77,9 @@ class WorkQueue {
   // Records that as the communicator's failure, which every host wait reads; for weftd also raises
   // `abort` (no engine is left to finish the ops).
   void failPeerGone(int peer, int pid, uint64_t seenBy);
-  // Records a failure the host found while waiting on op `ticket` (first failure wins, sticky).
+  // The host proxy found peer `peer` (-1: none in particular) failed; the proxy holds its words.
+  void failTransport(int peer);
+  // Records a failure the host found while waiting on op `ticket` (the host's first wins, sticky).
   void recordHostFailure(uint64_t ticket, dev::Status st, uint64_t expected, uint64_t observed);
   // Human-readable first failure of the communicator ("" if none).
   std::string failureText(int self = -1) const;  // self: this rank, for the message
@@ -91,6 +93,13 @@ class WorkQueue {
   dev::QueueSlot* slots_;
   SlotProgress* progress_ = nullptr;
 };
+
+// The communicator's first failure, as every host reader reports it: the record of the kernel
+// that claimed `error`, else the host's (QueueHeader: each side claims among itself); null while
+// neither is written.
+const dev::WaitRecord* firstFailure(const dev::QueueHeader& h);
+// Its status: the first failure's, else whatever `error` holds (kOk: none).
+dev::Status failureStatus(const dev::QueueHeader& h);
 
 const char* waitWhatName(dev::WaitWhat w);
 // A failure record in words (what WorkQueue::failureText says of the communicator's first).

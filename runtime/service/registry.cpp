@@ -267,12 +267,8 @@ void CommRegistry::failRank(Comm& c, int r) {
   // The same record a failing wait writes, in the rank's queue header, where its host waits and
   // weft_comm_get_async_error look; then the engine's own word, where its waits look (on a GPU
   // that is device memory, which only a copy reaches).
-  dev::CommView v;
-  v.rank = r;
-  v.nranks = static_cast<int>(c.ranks.size());
-  v.queue = c.ranks[r].queue->header();
-  dev::recordFailure(v, dev::WaitSite{0, 0, c.lostRank, dev::WaitWhat::kPeerGone}, dev::Status::kTransport, 0,
-                     static_cast<uint64_t>(c.lostPid));
+  dev::recordHostFailure(*c.ranks[r].queue->header(), dev::WaitSite{0, 0, c.lostRank, dev::WaitWhat::kPeerGone},
+                         dev::Status::kTransport, 0, static_cast<uint64_t>(c.lostPid));
   c.ranks[r].heap->failEngine(static_cast<uint32_t>(dev::Status::kTransport));
 }
 
@@ -292,10 +288,8 @@ void CommRegistry::checkEngines() {
       // the streams that wait on their done words.
       for (Rank& p : c.ranks) {
         if (!p.queue) continue;
-        dev::CommView v;
-        v.queue = p.queue->header();
-        dev::recordFailure(v, dev::WaitSite{0, 0, kWeftdEngineFailed, dev::WaitWhat::kPeerGone},
-                           dev::Status::kTransport, 0, static_cast<uint64_t>(::getpid()));
+        dev::recordHostFailure(*p.queue->header(), dev::WaitSite{0, 0, kWeftdEngineFailed, dev::WaitWhat::kPeerGone},
+                               dev::Status::kTransport, 0, static_cast<uint64_t>(::getpid()));
         prim::atomicStore<prim::Order::kRelease>(&p.queue->header()->abort, 1u);
         if (p.engine && p.engine->fault().empty()) {
           p.engine->raise({&dev::EngineControl::abort});

@@ -216,5 +216,49 @@ TEST(QueueEngine, AStalledSplitGemmPartIsNamedAsThisRanksRange) {
   EXPECT_EQ(text.find("waiting on rank 41"), std::string::npos) << text;
 }
 
+// Host threads claim a failure on the header's host words and only store `error`, never swap it:
+// kernels swap it, and a CPU's CAS is not atomic with a GPU's on PCIe hosts. A kernel's later
+// failure then claims nothing; both records stay whole.
+TEST(QueueEngine, HostFailuresNeverSwapTheKernelsWord) {
+  WorkQueue q(2);
+  q.failTransport(3);
+  const dev::QueueHeader& h = *q.header();
+  EXPECT_EQ(h.hostError, static_cast<uint32_t>(Status::kTransport));
+  EXPECT_EQ(h.hostRecordValid, 1u);
+  EXPECT_EQ(h.hostRecord.peer, 3);
+  EXPECT_EQ(h.error, static_cast<uint32_t>(Status::kTransport)) << "every wait must see the failure";
+  EXPECT_EQ(h.recordValid, 0u) << "the kernels' record is theirs alone";
+
+  dev::EngineControl control{};
+  dev::CommView engine;
+  engine.queue = q.header();
+  engine.control = &control;
+  EXPECT_FALSE(dev::recordFailure(engine, dev::WaitSite{5, 1, 2, dev::WaitWhat::kInboxData}, Status::kTimeout, 9, 8));
+  EXPECT_EQ(failureStatus(h), Status::kTransport);
+  EXPECT_EQ(firstFailure(h), &h.hostRecord);
+  EXPECT_EQ(h.hostRecord.peer, 3);
+}
+
+// A kernel that claimed first is the communicator's first failure; the host's record, made after,
+// stays beside it and does not change what is reported.
+TEST(QueueEngine, AKernelsEarlierFailureIsReportedOverTheHosts) {
+  WorkQueue q(2);
+  dev::EngineControl control{};
+  dev::CommView engine;
+  engine.queue = q.header();
+  engine.control = &control;
+  EXPECT_TRUE(dev::recordFailure(engine, dev::WaitSite{5, 1, 2, dev::WaitWhat::kInboxData}, Status::kTimeout, 9, 8));
+  q.failPeerGone(1, 4242, kGoneSeenByRank);
+  const dev::QueueHeader& h = *q.header();
+  EXPECT_EQ(h.hostRecordValid, 1u);
+  EXPECT_EQ(h.error, static_cast<uint32_t>(Status::kTimeout));
+  EXPECT_EQ(failureStatus(h), Status::kTimeout);
+  EXPECT_EQ(firstFailure(h), &h.record);
+  EXPECT_NE(q.failureText().find("waiting on rank 2"), std::string::npos) << q.failureText();
+  // Only the host's first failure is recorded among host threads.
+  q.failTransport(0);
+  EXPECT_EQ(h.hostRecord.peer, 1);
+}
+
 }  // namespace
 }  // namespace weft
