@@ -152,7 +152,7 @@ TEST(OpDesc, GemmAndEmbeddingArgsRoundTrip) {
   EXPECT_EQ(back.h, 264u);
   EXPECT_EQ(back.capacity, 900u);
   EXPECT_EQ(back.experts, 2u);
-  EXPECT_EQ(d.grain, GemmAllToAllOp::colTiles(264));
+  EXPECT_EQ(d.grain, gemmColTiles(264));
   EXPECT_EQ(d.nitems, gemmItems(300, 264));
 
   const int64_t offsets[3] = {}, indices[2] = {};

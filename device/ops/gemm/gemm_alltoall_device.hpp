@@ -80,8 +80,8 @@ struct GemmAllToAllOp {
     m.expertEnds = reinterpret_cast<uint64_t>(g.expertEnds);
     m.partials = reinterpret_cast<uint64_t>(g.partials);
     m.split = g.split.tiles | g.split.grid << 32;
-    d.grain = static_cast<uint32_t>(colTiles(g.h));
-    d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split));
+    d.grain = static_cast<uint32_t>(gemmColTiles(g.h));
+    d.nitems = static_cast<uint32_t>(2 + GemmSplit::dataItems(gemmDataTiles(g.tokens, g.h), g.split));
   }
   // The op `d` (packed) on a grid of `grid` blocks with `partials` (partialsBytes(grid), zeroed
   // when allocated): its last wave split along k where that pays (gemm_split_device.hpp). Only for
@@ -90,20 +90,18 @@ struct GemmAllToAllOp {
   WEFT_HOST_DEVICE static void splitLastWave(OpDesc& d, uint32_t grid, float* partials) {
     GemmArgs g = args(d);
     if (g.experts != 1 || !partials || g.productGiven()) return;
-    g.split = planSplit(dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), grid);
-    if (!g.split.on() || 2 + GemmSplit::dataItems(dataTiles(g.tokens, g.h), g.split) > 0xffffffffu) return;
+    g.split = planSplit(gemmDataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), grid);
+    if (!g.split.on() || 2 + GemmSplit::dataItems(gemmDataTiles(g.tokens, g.h), g.split) > 0xffffffffu) return;
     g.partials = partials;
     pack(g, d);
   }
   // What data item `item` multiplies (gemm_split_device.hpp).
   WEFT_HOST_DEVICE static TilePart partOf(const GemmArgs& g, uint64_t item) {
-    return tilePart(g.split, dataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), item);
+    return tilePart(g.split, gemmDataTiles(g.tokens, g.h), ceilDiv(g.k, kSplitSliceK), item);
   }
   WEFT_HOST_DEVICE static uint64_t partialsBytes(uint32_t grid) {
     return uint64_t{grid} * (kSplitPartialFloats * sizeof(float) + sizeof(uint64_t));
   }
-  WEFT_HOST_DEVICE static uint64_t colTiles(uint64_t h) { return gemmColTiles(h); }
-  WEFT_HOST_DEVICE static uint64_t dataTiles(uint64_t tokens, uint64_t h) { return gemmDataTiles(tokens, h); }
 
   // Where data tile t of rowTiles x cols goes. The tiles run about a grid's worth at a time, in
   // item order: row-major, each such wave would read all of w and, with a short k, read it
