@@ -54,10 +54,14 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", gemmShapes, "gemm_alltoall: TOKENSxKxH per rank (comma list)")->delimiter(',');
   app.add_option("--baseline", o.baseline,
                  "The unfused baseline's collective: nccl, or weft (embedding_alltoall: pooling, then weft's "
-                 "All-to-All; for ranks that share a GPU or reach each other through the host proxy)")
-      ->check(CLI::IsMember({"nccl", "weft"}));
+                 "All-to-All; for ranks that share a GPU or reach each other through the host proxy), or none "
+                 "(allreduce, alltoall: weft alone, for ranks that share a GPU, which NCCL refuses; compare runs "
+                 "of one call)")
+      ->check(CLI::IsMember({"nccl", "weft", "none"}));
   CLI11_PARSE(app, argc, argv);
   if (o.baseline == "weft" && o.op != "embedding_alltoall") die("--baseline weft: only for embedding_alltoall");
+  if (o.baseline == "none" && o.op != "allreduce" && o.op != "alltoall")
+    die("--baseline none: only for allreduce and alltoall");
   for (const std::string& s : gemmShapes) {
     GemmShape g{};
     if (std::sscanf(s.c_str(), "%ldx%ldx%ld", &g.tokens, &g.k, &g.h) != 3 || g.tokens < 0 || g.k < 0 || g.h < 0)

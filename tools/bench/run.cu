@@ -80,17 +80,21 @@ std::vector<Row> runSizes(Context& c, const Options& o) {
       }
       if (res != ncclSuccess) die(std::string("nccl: ") + ncclGetErrorString(res));
     };
+    const bool baseline = c.nccl != nullptr;  // --baseline none: weft alone
     if (o.check) {
       weftOp();
-      ncclOp();
+      if (baseline) ncclOp();
       cuda(cudaStreamSynchronize(c.stream), "sync");
       r.weftWrong = wrongElements(c, o, t, c.weftRecv, r.count, seed);
-      r.ncclWrong = wrongElements(c, o, t, c.ncclRecv, r.count, seed);
+      if (baseline) r.ncclWrong = wrongElements(c, o, t, c.ncclRecv, r.count, seed);
     }
-    timeBothWays(c, o, {{weftOp, &r.weftUs, &r.weftHostUs}, {ncclOp, &r.ncclUs}});
+    if (baseline)
+      timeBothWays(c, o, {{weftOp, &r.weftUs, &r.weftHostUs}, {ncclOp, &r.ncclUs}});
+    else
+      timeBothWays(c, o, {{weftOp, &r.weftUs, &r.weftHostUs}});
     const double busFactor = a2a ? (c.nranks - 1.0) / c.nranks : 2.0 * (c.nranks - 1.0) / c.nranks;
     r.weftBusBw = r.bytes / (r.weftUs * 1e3) * busFactor;
-    r.ncclBusBw = r.bytes / (r.ncclUs * 1e3) * busFactor;
+    r.ncclBusBw = baseline ? r.bytes / (r.ncclUs * 1e3) * busFactor : 0;
     rows.push_back(r);
   }
   return rows;
@@ -116,14 +120,17 @@ void report(const Context& c, const Options& o, const std::vector<Row>& rows) {
               o.dtype.c_str(),
               o.graph ? ("graph mode: " + std::to_string(o.iters) + " ops per graph, median of 7 replays").c_str()
                       : ("eager: median of " + std::to_string(o.iters) + " ops").c_str(),
-              o.warmup, o.op == "empty" ? "empty kernel launch" : "NCCL");
+              o.warmup,
+              o.op == "empty"        ? "empty kernel launch"
+              : o.baseline == "none" ? "none (base columns 0)"
+                                     : "NCCL");
   std::printf("%12s %12s %11s %9s %11s %9s %8s %7s %7s %8s\n", "bytes", "count", "weft_us", "weft_bw", "base_us",
               "base_bw", "speedup", "#wrong", "#b_wrg", "host_us");
   JsonRows json(c, o, o.op);
   for (const Row& r : rows) {
     std::printf("%12llu %12llu %11.2f %9.2f %11.2f %9.2f %8.2f %7lld %7lld %8.2f\n", (unsigned long long)r.bytes,
-                (unsigned long long)r.count, r.weftUs, r.weftBusBw, r.ncclUs, r.ncclBusBw, r.ncclUs / r.weftUs,
-                (long long)r.weftWrong, (long long)r.ncclWrong, r.weftHostUs);
+                (unsigned long long)r.count, r.weftUs, r.weftBusBw, r.ncclUs, r.ncclBusBw,
+                r.ncclUs > 0 ? r.ncclUs / r.weftUs : 0.0, (long long)r.weftWrong, (long long)r.ncclWrong, r.weftHostUs);
     json.add([&](std::ostream& j) {
       j << ", \"bytes\": " << r.bytes << ", \"weft_us\": " << r.weftUs << ", \"baseline_us\": " << r.ncclUs
         << ", \"weft_busbw\": " << r.weftBusBw << ", \"baseline_busbw\": " << r.ncclBusBw
