@@ -58,6 +58,11 @@ Code codeOf(Status st, const dev::QueueHeader* q) {
 // a multiple of 256 bytes. A function of the op alone, so every rank cuts alike. The targets were
 // measured on 4 x H200 (docs/archive/perf-journal-2026-11.md): 64 per AllReduce shard, 32 per All-to-All send buffer.
 constexpr uint64_t kAllReduceTiles = 64, kAllToAllTiles = 32;
+// Through the host proxy a tile costs a message, a flush and a signal, each through both ranks'
+// proxy threads: a few large tiles beat many parallel small ones. 4 per shard or send buffer
+// (tile_bytes caps them) took the 1 MiB ops to less than half the time of the targets above, on 2
+// ranks sharing an H200 and on the CPU backend (docs/perf.md). proxyPeers_ is every rank's alike.
+constexpr uint64_t kProxyTiles = 4;
 
 uint32_t tileElemsFor(uint64_t bytes, uint64_t targetTiles, uint64_t maxTileBytes, uint32_t elemBytes) {
   constexpr uint64_t kMinTileBytes = 16 << 10;
@@ -154,7 +159,8 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
     return submit(d, bytes, stream, capturing);
   }
   // Reduce-scatter works on one shard per rank: its tiles are what the workers share.
-  d.grain = tileElemsFor(dev::shardElems(count, nranks_, dev::vectorElems(es)) * es, kAllReduceTiles, tileBytes_, es);
+  d.grain = tileElemsFor(dev::shardElems(count, nranks_, dev::vectorElems(es)) * es,
+                         proxyPeers_ ? kProxyTiles : kAllReduceTiles, tileBytes_, es);
   d.nitems = dev::AllReduceOp::numItems(count, nranks_, es, d.grain);
   return submit(d, bytes, stream, capturing);
 }
@@ -173,7 +179,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
     throw Error(Code::kInvalidArgument, "sendbuf: overlaps recvbuf; All-to-All cannot run in place");
   d.send = reinterpret_cast<uint64_t>(send);
   d.sig = signature(dev::SigOp::kAllToAll, dt, sigHash({countPerRank}), sigHash({d.recv}));
-  d.grain = tileElemsFor(bytes, kAllToAllTiles, tileBytes_, es);
+  d.grain = tileElemsFor(bytes, proxyPeers_ ? kProxyTiles : kAllToAllTiles, tileBytes_, es);
   d.nitems = dev::AllToAllOp::numItems(countPerRank, nranks_, d.grain);
   return submit(d, bytes, stream, capturing);
 }
