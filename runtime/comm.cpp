@@ -34,7 +34,8 @@ struct RankInfo {
   uint64_t pathTable;  // the path table's fingerprint
   uint64_t gemvPath;   // 0 auto, 1 + OpPath forced
   uint64_t oneShotLinesFrom;
-  uint64_t transport;  // 0 auto, 1 p2p, 2 proxy
+  uint64_t oneShotAuto;  // oneshot_max_bytes left to auto (through the proxy: no one-shot)
+  uint64_t transport;    // 0 auto, 1 p2p, 2 proxy
   uint64_t nodeRanks;
   uint64_t serviceInstance;  // the weftd this rank found (Welcome::instance); 0: none
   uint64_t checkSignatures;
@@ -124,6 +125,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   mine.pathTable = c->pathTable_.fingerprint();
   mine.gemvPath = c->gemvForced_ ? 1 + static_cast<uint64_t>(*c->gemvForced_) : 0;
   mine.oneShotLinesFrom = c->oneShotLinesFrom_;
+  mine.oneShotAuto = s.isAuto("oneshot_max_bytes") ? 1 : 0;
   const std::string transportMode = s.getString("transport");
   mine.transport = transportMode == "p2p" ? 1 : transportMode == "proxy" ? 2 : 0;
   mine.nodeRanks = static_cast<uint64_t>(s.getInt("node_ranks"));
@@ -189,7 +191,12 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   // each rank sends all of its input to every peer: on 2 H200 over UCX tcp its 1 MiB AllReduce
   // took 7.7 ms where the reduce-scatter + all-gather took 3.8 (64 KiB on the CPU backend: 4.9
   // against 1.3). So a job with proxy peers leaves the one-shot off unless it is asked for.
-  if (anyProxy && s.isAuto("oneshot_max_bytes")) c->oneShotMax_ = 0;
+  // `auto` itself must then be every rank's choice, not only the bytes it stands for: a rank that
+  // set the same value would run the one-shot where the others do not, and both would wait.
+  if (anyProxy)
+    checkAgree(all, &RankInfo::oneShotAuto, "oneshot_max_bytes (through the host proxy, auto means no one-shot)", rank,
+               [](uint64_t v) { return std::string(v ? "auto" : "a value"); });
+  if (anyProxy && mine.oneShotAuto) c->oneShotMax_ = 0;
   c->gemvScratch_ = mine.gemvScratchBytes;
   c->layout_.oneShotBytes = std::max(mine.oneShotBytes, mine.gemvScratchBytes);
   transport::ProxyOptions proxy;
