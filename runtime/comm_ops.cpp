@@ -60,8 +60,8 @@ Code codeOf(Status st, const dev::QueueHeader* q) {
 constexpr uint64_t kAllReduceTiles = 64, kAllToAllTiles = 32;
 // Through the host proxy a tile costs a message, a flush and a signal, each through both ranks'
 // proxy threads: a few large tiles beat many parallel small ones. 4 per shard or send buffer
-// (tile_bytes caps them) took the 1 MiB ops to less than half the time of the targets above, on 2
-// ranks sharing an H200 and on the CPU backend (docs/perf.md). proxyPeers_ is every rank's alike.
+// (tile_bytes caps them) measured fastest of 64/16/8/4 on a GPU and on the CPU backend
+// (docs/perf.md, "Tiles through the proxy"). proxyPeers_ is every rank's alike.
 constexpr uint64_t kProxyTiles = 4;
 
 uint32_t tileElemsFor(uint64_t bytes, uint64_t targetTiles, uint64_t maxTileBytes, uint32_t elemBytes) {
