@@ -501,11 +501,9 @@ Code Comm::asyncError(std::string* message) const {
   if (st == Status::kOk && !prim::atomicLoad<prim::Order::kAcquire>(&h->abort)) return Code::kSuccess;
   if (message) *message = failureText();
   if (message && message->empty()) *message = "the communicator was aborted";
-  return st == Status::kTimeout     ? Code::kTimeout
-         : st == Status::kMismatch  ? Code::kInvalidUsage
-         : st == Status::kBadInput  ? Code::kInvalidArgument
-         : st == Status::kTransport ? Code::kTransport
-                                    : Code::kAborted;
+  // A failure of no kind of its own (a peer's), or none but the abort: the communicator was aborted.
+  const auto c = codeOfKind(st);
+  return c && *c != Code::kSuccess ? *c : Code::kAborted;
 }
 
 ExternalView Comm::externalView() const {

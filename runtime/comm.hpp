@@ -38,6 +38,10 @@ class WeftdInputs;
 constexpr uint64_t kLinesAlways = 0, kLinesNever = UINT64_MAX;
 
 // What kernels outside weft's engine need (weft.h: weft_comm_get_device_view).
+// The API's code for a status that names a kind of failure (or success); none for the others
+// (a peer's failure, an unknown status): callers say what those mean where they are.
+std::optional<Code> codeOfKind(dev::Status st);
+
 struct ExternalView {
   const std::vector<void*>* bases;  // [nranks]: every rank's heap segment in this address space
   uint64_t heapBytes;               // each segment's size, the control area included

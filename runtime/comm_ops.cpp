@@ -23,9 +23,6 @@ namespace weft {
 
 using dev::Status;
 
-namespace {
-
-// The API's code for a status that names a kind of failure (or success); none for the others.
 std::optional<Code> codeOfKind(Status st) {
   switch (st) {
     case Status::kOk:
@@ -44,6 +41,8 @@ std::optional<Code> codeOfKind(Status st) {
       return std::nullopt;
   }
 }
+
+namespace {
 
 // A status that names no kind takes the communicator's first failure's, else a timeout.
 Code codeOf(Status st, const dev::QueueHeader* q) {

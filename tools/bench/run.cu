@@ -88,10 +88,9 @@ std::vector<Row> runSizes(Context& c, const Options& o) {
       r.weftWrong = wrongElements(c, o, t, c.weftRecv, r.count, seed);
       if (baseline) r.ncclWrong = wrongElements(c, o, t, c.ncclRecv, r.count, seed);
     }
-    if (baseline)
-      timeBothWays(c, o, {{weftOp, &r.weftUs, &r.weftHostUs}, {ncclOp, &r.ncclUs}});
-    else
-      timeBothWays(c, o, {{weftOp, &r.weftUs, &r.weftHostUs}});
+    std::vector<Timed> timed{{weftOp, &r.weftUs, &r.weftHostUs}};
+    if (baseline) timed.push_back({ncclOp, &r.ncclUs});
+    timeBothWays(c, o, timed);
     const double busFactor = a2a ? (c.nranks - 1.0) / c.nranks : 2.0 * (c.nranks - 1.0) / c.nranks;
     r.weftBusBw = r.bytes / (r.weftUs * 1e3) * busFactor;
     r.ncclBusBw = baseline ? r.bytes / (r.ncclUs * 1e3) * busFactor : 0;

@@ -245,9 +245,10 @@ WEFT_API weft_result_t weft_grouped_gemm_alltoall(weft_comm_t comm, const void* 
  * A wait that gives up on its own (a timeout) or a kernel that finds bad input records it once:
  * a compare-and-swap of `error` from 0 to the status (WEFT_DEVICE_STATUS_*); only the winner fills
  * `record` and then stores record_valid = 1 with release order. (weft's host threads record their
- * own failures elsewhere and then store `error`: it may be nonzero while record_valid is 0.) weft_comm_get_async_error then
- * reports the failure (WEFT_ERR_TIMEOUT or WEFT_ERR_INVALID_ARGUMENT) in weft's words, every later
- * op of the communicator fails, and it must be destroyed, as after any device-side failure. */
+ * own failures elsewhere and then store `error`: it may be nonzero while record_valid is 0.)
+ * weft_comm_get_async_error then reports the failure (WEFT_ERR_TIMEOUT or
+ * WEFT_ERR_INVALID_ARGUMENT) in weft's words, every later op of the communicator fails, and it must
+ * be destroyed, as after any device-side failure. */
 #define WEFT_DEVICE_STATUS_TIMEOUT 1u   /* a bounded wait expired */
 #define WEFT_DEVICE_STATUS_BAD_INPUT 4u /* the kernel found invalid input on the device */
 #define WEFT_DEVICE_WAIT_EXTERNAL 17u   /* record.what of a kernel outside weft's engine */
