@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -26,6 +27,24 @@ using transport::requireGpu;
 namespace {
 
 bool gemvKind(dev::OpKind kind) { return kind == dev::OpKind::kGemv || kind == dev::OpKind::kGemvAllReduce; }
+
+// Per device, how many kernels this process's engines may have resident at once: one for a
+// launched engine (its ops are ordered), two for a persistent one (its kernel, and an op that runs
+// as a kernel of its own beside it). Where ranks share a device, each rank's kernels together must
+// fit its share, so each engine's grids take share / this many blocks (Impl::spread).
+std::mutex gResidentMutex;
+std::map<int, int> gResidentKernels;
+
+void addResidentKernels(int device, int kernels) {
+  std::lock_guard<std::mutex> lock(gResidentMutex);
+  if ((gResidentKernels[device] += kernels) <= 0) gResidentKernels.erase(device);
+}
+
+int residentKernels(int device) {
+  std::lock_guard<std::mutex> lock(gResidentMutex);
+  const auto it = gResidentKernels.find(device);
+  return it == gResidentKernels.end() ? 1 : std::max(1, it->second);
+}
 
 }  // namespace
 
@@ -49,9 +68,14 @@ struct Engine::Impl {
   int oneShotBlocks = 0;  // launched: resident blocks of the one-shot kernels
   int gemmBlocks = 0;     // resident blocks of the GEMM kernel
   int sharers = 1;        // ranks of the job on this device (each gets 1/sharers)
+  int kernels = 0;        // this engine's count in residentKernels (until stop)
   bool stopped = false;   // stop() ran
   bool released = false;  // and the device no longer uses the communicator's memory
   int share(int resident) const { return std::max(1, resident / sharers); }
+  // A grid of this rank's share (`blocks`), where ranks share the device: its part of the share,
+  // beside the other kernels this process may hold resident there (residentKernels). Only grids:
+  // what an op's descriptor holds must be the same on every rank, whatever its communicators.
+  int spread(int blocks) const { return sharers > 1 ? std::max(1, blocks / residentKernels(device)) : blocks; }
   float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` paths
   // The GEMM + All-to-All's blas path: the vendor BLAS's product, the op's input. Grown as needed;
@@ -94,9 +118,10 @@ struct Engine::Impl {
 
   gpu::Outcome launch() {
     uint32_t* alive = queue->alive();
-    for (int w = 0; w < workers; ++w) prim::atomicStore<prim::Order::kRelease>(&alive[w], 1u);
+    const int grid = spread(workers);
+    for (int w = 0; w < grid; ++w) prim::atomicStore<prim::Order::kRelease>(&alive[w], 1u);
     const uint64_t first = prim::atomicLoad<prim::Order::kAcquire>(&queue->header()->completed);
-    return gpu::launchPersistent(view, workers, threads, stream, first, proxied);
+    return gpu::launchPersistent(view, grid, threads, stream, first, proxied);
   }
 
   // The control words are in device memory: copies from a host word that holds 1, on a stream of
@@ -181,12 +206,13 @@ struct Engine::Impl {
     }
   }
 
-  // The op as its kernel runs it: the GEMM's split is the grid's (gemmBlocks), so a split op has
-  // more items than blocks and the kernel runs on exactly that grid.
+  // The op as its kernel runs it: the GEMM's split is the grid's (spread(gemmBlocks)), so a split
+  // op has more items than blocks and the kernel runs on exactly that grid. (The split is this
+  // rank's own: its partials never leave it.)
   dev::OpDesc asLaunched(const dev::OpDesc& desc) const {
     dev::OpDesc d = desc;
     if (static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kGemmAllToAll && gemmPartials)
-      dev::GemmAllToAllOp::splitLastWave(d, static_cast<uint32_t>(gemmBlocks), gemmPartials);
+      dev::GemmAllToAllOp::splitLastWave(d, static_cast<uint32_t>(spread(gemmBlocks)), gemmPartials);
     return d;
   }
 
@@ -195,8 +221,9 @@ struct Engine::Impl {
     const auto kind = static_cast<dev::OpKind>(desc.kind);
     // The GEMV: a block per compute item, which then reduces the same slices, so that no block
     // waits on another block of this rank, resident or not.
+    // Its items are in the descriptor, which every rank must cut alike: it is not spread.
     const bool gemv = gemvKind(kind);
-    const int grid = gemv ? static_cast<int>(desc.grain) : groupsFor(kind);
+    const int grid = gemv ? static_cast<int>(desc.grain) : spread(groupsFor(kind));
     const dev::OpDesc d = asLaunched(desc);
     const int blocks = static_cast<int>(std::min<uint64_t>(d.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, d, blocks, threads, stream, proxied);
@@ -272,6 +299,9 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
     throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));
   requireGpu(gpu::currentDevice(&e.device), "finding the current device");
+  e.kernels = e.persistent && !e.remote ? 2 : 1;
+  addResidentKernels(e.device, e.kernels);
+  Undo uncount{[&] { addResidentKernels(e.device, -e.kernels); }};
   void* mapped = nullptr;
   requireGpu(gpu::hostRegister(queue.memory(), queue.bytes(), &mapped), "mapping the work queue into the GPU");
   Undo unregister{[&] { gpu::hostUnregister(queue.memory()); }};
@@ -306,8 +336,9 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
                  "sizing the op kernel's grid");
     e.workers = std::max(1, std::min(e.workers, e.share(resident)));
     WEFT_LOG(kInfo, kEngine,
-             "{} ranks of this job use this GPU: each op kernel takes at most 1/{} of its blocks ({} workers); "
-             "their kernels run side by side only under MPS (nvidia-cuda-mps-control -d)",
+             "{} ranks of this job use this GPU: each op kernel takes at most 1/{} of its blocks ({} workers), "
+             "split among the kernels this process's communicators may hold on it at once; their kernels run "
+             "side by side only under MPS (nvidia-cuda-mps-control -d)",
              e.sharers, e.sharers, e.workers);
     warnWithoutMpsShare(e.sharers);
   }
@@ -355,12 +386,14 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   }
   unregister.armed = false;
   freePartials.armed = false;
+  uncount.armed = false;
 }
 
 bool Engine::stop() {
   Impl& e = *impl_;
   if (e.stopped) return e.released;
   e.stopped = true;
+  addResidentKernels(e.device, -e.kernels);
   if (e.remote) {
     // weftd's kernel has stopped once the rank's detach returned (Comm::~Comm).
     e.queue->completeUnfinished();

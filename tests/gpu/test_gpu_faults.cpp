@@ -139,7 +139,8 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
     // Comm a launches a kernel per op; comm b keeps a persistent kernel, which must leave when idle
-    // so that the device-wide synchronisation below returns.
+    // so that the device-wide synchronisation below returns. Where ranks share the GPU, a's op
+    // kernel and b's persistent kernel are resident at once and must fit the rank's share together.
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     useGpu(rank, n);
     weft_comm_t a = initRank(rank, n, id);
@@ -162,6 +163,11 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
     const auto syncStart = Clock::now();
     WEFT_CUDA_OK(cudaDeviceSynchronize());
     EXPECT_LT(since(syncStart), 2.0);
+    for (weft_comm_t c : {a, b}) {
+      weft_result_t async = WEFT_SUCCESS;
+      WEFT_ASSERT_OK(weft_comm_get_async_error(c, &async));
+      EXPECT_EQ(async, WEFT_SUCCESS) << weft_get_last_error(c);
+    }
     EXPECT_TRUE(checkAllReduce(toHost(ya, kCount * 4).data(), WEFT_FLOAT32, seed, n, kCount));
     EXPECT_TRUE(checkAllReduce(toHost(yb, kCount * 4).data(), WEFT_FLOAT32, seed, n, kCount));
     for (weft_comm_t c : {a, b}) {
