@@ -179,34 +179,41 @@ TEST(PathTable, TheBuiltInTableParsesAndKeepsTheMeasuredGemvChoices) {
 // 8192 rows cuBLAS's to k 8192 (and at batch 5-8 to k 14336), weft's at deep k and few rows.
 TEST(PathTable, OneRankOfAnH200RunsTheFasterGemv) {
   const PathTable t = PathTable::load("");
-  for (uint64_t batch : {1, 4, 8, 16, 64})
-    for (uint64_t k : {uint64_t{2048}, uint64_t{4096}, uint64_t{8192}})
-      EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, batch, 8192, k), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 8192, 14336), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 4, 8192, 14336), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 5, 8192, 14336), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 8, 8192, 14336), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 9, 8192, 14336), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 8192, 28672), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 8, 8192, 28672), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 16, 8192, 28672), OpPath::kBlas);
-  // 4096 rows: weft's GEMV from k 8192 (to batch 4 at 14336), cuBLAS's to k 4096 and past batch 8.
-  for (uint64_t batch : {1, 8, 16, 64}) EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, batch, 4096, 4096), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 4096, 8192), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 8, 4096, 8192), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 9, 4096, 8192), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 4, 4096, 14336), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 5, 4096, 14336), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 8, 4096, 28672), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 16, 4096, 28672), OpPath::kBlas);
-  // 16384 rows: cuBLAS's to k 14336, weft's at 28672 to batch 8.
-  for (uint64_t k : {uint64_t{2048}, uint64_t{8192}, uint64_t{14336}})
-    EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 16384, k), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 8, 16384, 28672), OpPath::kFused);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 9, 16384, 28672), OpPath::kBlas);
-  // What no one-rank row measured (wider w, deeper k) runs cuBLAS's GEMV, never a guess.
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 32768, 2048), OpPath::kBlas);
-  EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, 1, 8192, 57344), OpPath::kBlas);
+  struct Cell {
+    uint64_t batch, n, k;
+    OpPath path;
+  };
+  const OpPath blas = OpPath::kBlas, fused = OpPath::kFused;
+  const Cell cells[] = {// 8192 rows: cuBLAS's to k 8192 and at batch 5-8 to k 14336, weft's at k 28672 to batch 8.
+                        {1, 8192, 2048, blas},
+                        {64, 8192, 8192, blas},
+                        {1, 8192, 14336, fused},
+                        {4, 8192, 14336, fused},
+                        {5, 8192, 14336, blas},
+                        {9, 8192, 14336, blas},
+                        {8, 8192, 28672, fused},
+                        {16, 8192, 28672, blas},
+                        // 4096 rows: weft's from k 8192 (to batch 4 at 14336), cuBLAS's to k 4096 and past batch 8.
+                        {1, 4096, 4096, blas},
+                        {64, 4096, 4096, blas},
+                        {1, 4096, 8192, fused},
+                        {8, 4096, 8192, fused},
+                        {9, 4096, 8192, blas},
+                        {4, 4096, 14336, fused},
+                        {5, 4096, 14336, blas},
+                        {8, 4096, 28672, fused},
+                        {16, 4096, 28672, blas},
+                        // 16384 rows: cuBLAS's to k 14336, weft's at 28672 to batch 8.
+                        {1, 16384, 2048, blas},
+                        {1, 16384, 14336, blas},
+                        {8, 16384, 28672, fused},
+                        {9, 16384, 28672, blas},
+                        // What no one-rank row measured (wider w, deeper k) runs cuBLAS's GEMV, never a guess.
+                        {1, 32768, 2048, blas},
+                        {1, 8192, 57344, blas}};
+  for (const Cell& c : cells)
+    EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, c.batch, c.n, c.k), c.path)
+        << "batch " << c.batch << " n " << c.n << " k " << c.k;
   // Two ranks keep their own rows: the fused op hides the exchange behind the GEMV.
   EXPECT_EQ(gemv(t, "NVIDIA_H200", 2, 1, 8192, 4096), OpPath::kFused);
 }
