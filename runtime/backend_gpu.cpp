@@ -68,14 +68,16 @@ struct Engine::Impl {
   int oneShotBlocks = 0;  // launched: resident blocks of the one-shot kernels
   int gemmBlocks = 0;     // resident blocks of the GEMM kernel
   int sharers = 1;        // ranks of the job on this device (each gets 1/sharers)
-  int kernels = 0;        // this engine's count in residentKernels (until stop)
+  int kernels = 0;        // this engine's count in residentKernels (until stop); 0: weftd's
   bool stopped = false;   // stop() ran
   bool released = false;  // and the device no longer uses the communicator's memory
   int share(int resident) const { return std::max(1, resident / sharers); }
   // A grid of this rank's share (`blocks`), where ranks share the device: its part of the share,
   // beside the other kernels this process may hold resident there (residentKernels). Only grids:
   // what an op's descriptor holds must be the same on every rank, whatever its communicators.
-  int spread(int blocks) const { return sharers > 1 ? std::max(1, blocks / residentKernels(device)) : blocks; }
+  int spread(int blocks) const {
+    return sharers > 1 && kernels > 0 ? std::max(1, blocks / residentKernels(device)) : blocks;
+  }
   float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` paths
   // The GEMM + All-to-All's blas path: the vendor BLAS's product, the op's input. Grown as needed;
@@ -295,11 +297,13 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   // "weftd": the queue is served by weftd's persistent kernel (service mode); this engine only
   // submits, and runs the ops that are kernels of the caller's (the GEMM, captured ops).
   e.remote = mode == "weftd";
-  e.persistent = mode == "persistent" || e.remote;
+  const bool served = mode == "served";
+  e.persistent = mode == "persistent" || served || e.remote;
   if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
     throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));
   requireGpu(gpu::currentDevice(&e.device), "finding the current device");
-  e.kernels = e.persistent && !e.remote ? 2 : 1;
+  // weftd's engines serve the ranks of other processes, each already given its rank's share.
+  e.kernels = served ? 0 : e.persistent && !e.remote ? 2 : 1;
   addResidentKernels(e.device, e.kernels);
   Undo uncount{[&] { addResidentKernels(e.device, -e.kernels); }};
   void* mapped = nullptr;

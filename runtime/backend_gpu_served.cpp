@@ -52,7 +52,7 @@ ServedEngine::ServedEngine(const dev::CommView& view, WorkQueue& queue, int work
   // A kernel that stayed would hold its SMs from the ranks' own kernels and from weftd's other
   // communicators, and keep weftd from ever freeing memory on the GPU (reclaim).
   v.idleNs = idleNs;
-  e.engine = std::make_unique<Engine>(v, queue, workers, "persistent", sharers, /*proxied=*/false);
+  e.engine = std::make_unique<Engine>(v, queue, workers, "served", sharers, /*proxied=*/false);
   freeBases.armed = false;
 }
 
