@@ -111,6 +111,13 @@ Outcome residentOpBlocks(dev::OpKind kind, int threads, bool proxied, int* block
 Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks);
 // The current device's streaming multiprocessors (compute units on AMD).
 Outcome smCount(int* sms);
+// What the compiler gave the launched kernel of `kind` on the current device: registers per
+// thread, and local memory per thread (its stack frame, where spills go).
+struct KernelResources {
+  int registers = 0;
+  size_t localBytes = 0;
+};
+Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);

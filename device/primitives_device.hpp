@@ -66,6 +66,16 @@
 #define WEFT_OUT_OF_LINE
 #endif
 
+// A function the GPU compiler must inline (after WEFT_HOST_DEVICE): an op's body in a kernel at
+// its register limit, where a call costs the spills of every value live across it. Left to its
+// own judgement, nvcc's inliner decides by the source it sees after the host compiler's
+// preprocessor, so the same nvcc outlined the GEMV on one host's libstdc++ and not on another's.
+#if defined(WEFT_DEVICE_PASS)
+#define WEFT_INLINE __attribute__((always_inline))
+#else
+#define WEFT_INLINE
+#endif
+
 namespace weft::prim {
 
 // Threads in a block of every weft kernel (runtime/backend_gpu.cpp launches them so).

@@ -381,6 +381,13 @@ Outcome residentOpBlocks(dev::OpKind kind, int threads, bool proxied, int* block
   return o;
 }
 
+Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out) {
+  gpuFuncAttributes a{};
+  Outcome o = check(GPU(FuncGetAttributes)(&a, kernelAddress(kind, proxied)), "FuncGetAttributes");
+  if (o) *out = KernelResources{a.numRegs, a.localSizeBytes};
+  return o;
+}
+
 Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks) {
   int device = 0, perSm = 0;
   gpuDeviceProp_t prop{};

@@ -1,11 +1,13 @@
 // GEMV + AllReduce on 1, 2 and 4 GPUs under both engines: every dtype, the decode shapes of the
 // benchmark, odd shapes with tails, each path forced, and the op captured into a CUDA graph and
 // replayed with fresh inputs. Skipped (and reported so) without GPUs.
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "device/gpu_host.hpp"
 #include "gpu_support.hpp"
 #include "support/multirank.hpp"
 #include "support/oracle.hpp"
@@ -142,6 +144,26 @@ TEST_P(GpuGemv, GraphCaptureAndReplay) {
 }
 
 WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuGemv);
+
+// The GEMV kernel streams w at the memory's rate only while its state stays in registers: it sits
+// at 255 of them, and what does not fit goes to its stack. A build on the GPU host itself (its
+// own libstdc++, the same nvcc) once outlined the plain GEMV, and the kernel's stack grew from 376
+// to 1064 bytes (1368 to 1904 through the proxy): a slower GEMV that no timing-free test saw. A
+// change that moves these on purpose moves the bounds, with a GEMV benchmark beside it.
+TEST(GpuGemvKernel, KeepsItsStateInRegisters) {
+  WEFT_REQUIRE_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  for (const bool proxied : {false, true}) {
+    gpu::KernelResources k;
+    const gpu::Outcome o = gpu::kernelResources(dev::OpKind::kGemvAllReduce, proxied, &k);
+    ASSERT_TRUE(o) << o.message;
+    std::printf("%s GEMV kernel: %d registers, %zu bytes of stack per thread\n", proxied ? "proxied" : "direct",
+                k.registers, k.localBytes);
+    EXPECT_LE(k.localBytes, proxied ? 1536u : 512u)
+        << (proxied ? "proxied" : "direct") << " GEMV kernel: " << k.registers << " registers, " << k.localBytes
+        << " bytes of stack per thread";
+  }
+}
 
 }  // namespace
 }  // namespace weft::test

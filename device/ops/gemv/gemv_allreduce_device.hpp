@@ -27,6 +27,14 @@
 // scratch, and on one rank.
 #pragma once
 
+// How the ops' run functions are declared: the GEMV kernel's translation unit
+// (gpu/gemv_kernel.cu) defines it as WEFT_INLINE, so that nvcc's inliner cannot make a call of
+// either body there, whatever the host's headers; elsewhere (the persistent kernel) the compiler
+// decides.
+#ifndef WEFT_GEMV_RUN
+#define WEFT_GEMV_RUN
+#endif
+
 #include "../../coop_device.hpp"
 #include "../../dtype_device.hpp"
 #include "../../vector_device.hpp"
@@ -69,8 +77,8 @@ struct GemvAllReduceOp {
   }
 
   template <class Coop>
-  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
-                                     uint32_t item) {
+  WEFT_HOST_DEVICE WEFT_GEMV_RUN static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                                   uint32_t item) {
     const GemvShape s = shape(d);
     const uint32_t items = d.grain;
     const auto dt = static_cast<DType>(d.dtype);
@@ -324,9 +332,11 @@ struct GemvAllReduceOp {
   }
 };
 
+// The plain GEMV (OpKind::kGemv): the fused op's streams, each slice stored into y.
 struct GemvOp {
   template <class Coop>
-  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq&, uint32_t item) {
+  WEFT_HOST_DEVICE WEFT_GEMV_RUN static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq&,
+                                                   uint32_t item) {
     using Op = GemvAllReduceOp;
     const GemvShape s = Op::shape(d);
     const auto dt = static_cast<DType>(d.dtype);
