@@ -3,7 +3,7 @@
 // (x: [batch, k_local], w: [n, k_local] as torch.nn.Linear stores it, y: [batch, n] in the heap).
 //
 // The rows are cut into slices of kGemvSliceRows (32); a slice's partials are gemvSliceFloats(batch)
-// floats, batch-major (gemv_mma_device.hpp), and start on a line pair. The op has G compute
+// floats, batch-major (gemv_slices_device.hpp), and start on a line pair. The op has G compute
 // items, about one per worker group that runs it (OpDesc::grain = G), and G reduce items
 // after them. Compute item i streams a run of consecutive slices: for each, the block computes
 // this rank's float32 partial sums of the slice's rows for every batch entry (on tensor cores
@@ -41,6 +41,7 @@
 #include "../flagged_exchange_device.hpp"
 #include "gemv_args.hpp"
 #include "gemv_rows_device.hpp"
+#include "gemv_slices_device.hpp"
 
 namespace weft::dev {
 
@@ -229,9 +230,9 @@ struct GemvAllReduceOp {
 #if defined(WEFT_HAVE_MMA)
     if (gemv::fits(c, dt, s)) {
       if (dt == DType::kBFloat16)
-        gemv::streamAnyBatch<DType::kBFloat16>(c, s, slices, sink);
+        streamOnTensorCores<DType::kBFloat16>(c, s, slices, sink);
       else
-        gemv::streamAnyBatch<DType::kFloat16>(c, s, slices, sink);
+        streamOnTensorCores<DType::kFloat16>(c, s, slices, sink);
       return;
     }
 #endif
@@ -244,6 +245,24 @@ struct GemvAllReduceOp {
       c.sync();  // the next slice's partials overwrite `part`
     }
   }
+
+#if defined(WEFT_HAVE_MMA)
+  // The tensor-core stream the batch needs: w's rows streamed whole up to batch 8
+  // (gemv_rows_device.hpp), k split over the warps beyond (gemv_mma_device.hpp).
+  template <DType T, class Sink>
+  __device__ static void streamOnTensorCores(const BlockCoop& c, const GemvShape& s, Range slices, const Sink& sink) {
+    if (s.batch <= gemv::kRowsBatch1)
+      gemv::streamRows<T, 1>(c, s, slices, sink);
+    else if (s.batch <= gemv::kRowsBatch4)
+      gemv::streamRows<T, 4>(c, s, slices, sink);
+    else if (s.batch <= 16)
+      gemv::stream<T, 1>(c, s, slices, sink);
+    else if (s.batch <= 32)
+      gemv::stream<T, 2>(c, s, slices, sink);
+    else
+      gemv::stream<T, 4>(c, s, slices, sink);
+  }
+#endif
 
   // part[b * kGemvSliceRows + j - rows.lo] = sum_k x[b, k] * w[j, k] for j in rows, in float32.
   template <class Coop>

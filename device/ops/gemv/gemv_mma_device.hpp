@@ -11,7 +11,7 @@
 // x, then 8t+4..8t+7 in a second mma. Each 16-byte load of w is then two B operands as loaded (no
 // register moves on the w path, which is all the bytes); x's fragments are assembled once per
 // step and serve the four row groups. It serves batches over 8 (batch 1-8 streams w in longer runs
-// of each row: gemv_rows_device.hpp, which also picks the stream by batch).
+// of each row: gemv_rows_device.hpp; the op picks the stream by batch).
 //
 // The 8 warps of the block split each slice's k steps (warp w takes steps w, w + 8, ...), and each
 // warp keeps kDepth steps of loads in flight in a ring of registers that runs on into the next
@@ -24,30 +24,9 @@
 #include "../../coop_device.hpp"
 #include "../../mma_device.hpp"
 #include "../partition_device.hpp"
+#include "gemv_slices_device.hpp"
 
 namespace weft::dev {
-
-constexpr uint32_t kGemvSliceRows = 32;  // four tensor-core tiles of w rows
-
-struct GemvShape {
-  const uint8_t* x;
-  const uint8_t* w;
-  uint32_t batch;
-  uint64_t n;
-  uint64_t k;
-};
-
-// Rows [lo, hi) of slices [slices.lo, slices.hi), clamped to n.
-WEFT_HOST_DEVICE Range gemvRows(uint64_t n, Range slices) {
-  return Range{minU64(n, slices.lo * kGemvSliceRows), minU64(n, slices.hi * kGemvSliceRows)};
-}
-
-// A slice's float32 partial sums, as a block hands them on and the fused op's exchange carries
-// them: batch-major, kGemvSliceRows floats per batch entry (float b * kGemvSliceRows + j - rows.lo
-// for row j), the last slice padded to the full length. y is batch-major too, so one batch
-// entry's run of floats is a run of y's row: the stores of y are coalesced, and the offsets are
-// shifts and masks.
-WEFT_HOST_DEVICE constexpr uint64_t gemvSliceFloats(uint32_t batch) { return uint64_t{kGemvSliceRows} * batch; }
 
 #if defined(WEFT_HAVE_MMA)
 namespace gemv {

@@ -1,6 +1,6 @@
 // The GEMV for batch <= 8 on tensor cores, w streamed in runs of 128 bytes or more of each row
-// (CUDA sm_80 and later, bf16/fp16, the same conditions as gemv_mma_device.hpp), and the choice
-// between this and the k-split stream there by batch.
+// (CUDA sm_80 and later, bf16/fp16, the same conditions as gemv_mma_device.hpp); the op
+// (GemvAllReduceOp::streamOnTensorCores) chooses between this and the k-split stream there by batch.
 //
 // Why: the k-split stream's fragment layout makes every load instruction of a warp touch 8 rows x
 // 64 bytes (half an L2 line each), and on H200 such loads stream w at 3.0-3.1 TB/s where
@@ -137,21 +137,6 @@ __device__ __noinline__ void streamRows(const BlockCoop c, const GemvShape s, co
     c.sync();  // the next slice's sums overwrite the floats
   };
   ringLoop<kDepth, Frag>(cur, loadW, aim, multiply, finishSlice);
-}
-
-// The stream the batch needs: rows up to batch 8, k split over the warps beyond.
-template <DType T, class Sink>
-__device__ void streamAnyBatch(const BlockCoop& c, const GemvShape& s, Range slices, const Sink& sink) {
-  if (s.batch <= kRowsBatch1)
-    streamRows<T, 1>(c, s, slices, sink);
-  else if (s.batch <= kRowsBatch4)
-    streamRows<T, 4>(c, s, slices, sink);
-  else if (s.batch <= 16)
-    stream<T, 1>(c, s, slices, sink);
-  else if (s.batch <= 32)
-    stream<T, 2>(c, s, slices, sink);
-  else
-    stream<T, 4>(c, s, slices, sink);
 }
 
 }  // namespace gemv
