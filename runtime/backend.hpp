@@ -170,8 +170,9 @@ struct GemmOperands {
 class Engine {
  public:
   // Starts the engine over `view` (whose queue lives in `queue`); mode is the `engine` setting, or
-  // "weftd" (CPU backend): weftd runs the workers over the same queue and nothing runs here, or
-  // "served" (GPU): weftd's persistent engine for a rank of another process.
+  // "weftd": weftd serves the queue (its CPU workers, or on a GPU its persistent kernel) and this
+  // engine only submits (on a GPU it also runs the ops that are kernels of the caller's), or
+  // "served" (GPU, in weftd): weftd's persistent engine for a rank of another process.
   // `deviceSharers` ranks of the job use this rank's device (deviceKey): each op kernel then takes
   // at most that share of the blocks the device holds at once, so that the sharers' kernels, whose
   // blocks wait on each other, all fit side by side (under MPS). `proxied`: the communicator has a

@@ -32,18 +32,27 @@ bool gemvKind(dev::OpKind kind) { return kind == dev::OpKind::kGemv || kind == d
 // launched engine (its ops are ordered), two for a persistent one (its kernel, and an op that runs
 // as a kernel of its own beside it). Where ranks share a device, each rank's kernels together must
 // fit its share, so each engine's grids take share / this many blocks (Impl::spread).
-std::mutex gResidentMutex;
-std::map<int, int> gResidentKernels;
+// Never destroyed: a communicator may be destroyed at process exit, after other statics.
+struct ResidentKernels {
+  std::mutex mutex;
+  std::map<int, int> perDevice;
+};
+ResidentKernels& residentKernelsState() {
+  static auto* state = new ResidentKernels;
+  return *state;
+}
 
 void addResidentKernels(int device, int kernels) {
-  std::lock_guard<std::mutex> lock(gResidentMutex);
-  if ((gResidentKernels[device] += kernels) <= 0) gResidentKernels.erase(device);
+  ResidentKernels& r = residentKernelsState();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if ((r.perDevice[device] += kernels) <= 0) r.perDevice.erase(device);
 }
 
 int residentKernels(int device) {
-  std::lock_guard<std::mutex> lock(gResidentMutex);
-  const auto it = gResidentKernels.find(device);
-  return it == gResidentKernels.end() ? 1 : std::max(1, it->second);
+  ResidentKernels& r = residentKernelsState();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.perDevice.find(device);
+  return it == r.perDevice.end() ? 1 : std::max(1, it->second);
 }
 
 }  // namespace
@@ -208,13 +217,12 @@ struct Engine::Impl {
     }
   }
 
-  // The op as its kernel runs it: the GEMM's split is the grid's (spread(gemmBlocks)), so a split
-  // op has more items than blocks and the kernel runs on exactly that grid. (The split is this
-  // rank's own: its partials never leave it.)
+  // The op as its kernel runs it: the GEMM's split is the grid's (gemmBlocks), so a split op has
+  // more items than blocks and the kernel runs on exactly that grid.
   dev::OpDesc asLaunched(const dev::OpDesc& desc) const {
     dev::OpDesc d = desc;
     if (static_cast<dev::OpKind>(desc.kind) == dev::OpKind::kGemmAllToAll && gemmPartials)
-      dev::GemmAllToAllOp::splitLastWave(d, static_cast<uint32_t>(spread(gemmBlocks)), gemmPartials);
+      dev::GemmAllToAllOp::splitLastWave(d, static_cast<uint32_t>(gemmBlocks), gemmPartials);
     return d;
   }
 
@@ -223,9 +231,11 @@ struct Engine::Impl {
     const auto kind = static_cast<dev::OpKind>(desc.kind);
     // The GEMV: a block per compute item, which then reduces the same slices, so that no block
     // waits on another block of this rank, resident or not.
-    // Its items are in the descriptor, which every rank must cut alike: it is not spread.
+    // The GEMV's items are in the descriptor, which every rank must cut alike, and the GEMM's grid
+    // places its split partials' flags (gemmBlocks, fixed at init): neither is spread here.
     const bool gemv = gemvKind(kind);
-    const int grid = gemv ? static_cast<int>(desc.grain) : spread(groupsFor(kind));
+    const bool gemm = kind == dev::OpKind::kGemmAllToAll;
+    const int grid = gemv ? static_cast<int>(desc.grain) : gemm ? gemmBlocks : spread(groupsFor(kind));
     const dev::OpDesc d = asLaunched(desc);
     const int blocks = static_cast<int>(std::min<uint64_t>(d.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, d, blocks, threads, stream, proxied);
@@ -328,7 +338,9 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     freeSms = std::max(sms / 4, sms - e.sharers * e.workers);
   }
   const auto besideWeftd = [&](int blocks) { return e.remote ? std::max(1, blocks / sms * freeSms) : blocks; };
-  e.gemmBlocks = e.share(besideWeftd(e.gemmBlocks));
+  // Spread once, here: the split's partials place their flags by the grid, so the GEMM's grid may
+  // not change over the engine's life (communicators made later do not narrow it).
+  e.gemmBlocks = e.spread(e.share(besideWeftd(e.gemmBlocks)));
   if (e.sharers > 1) {
     // Every op kernel's blocks may wait on a peer's: the sharers' kernels must all be resident at
     // once, so each takes its share of what the device holds (the generic op kernel's, for workers).
