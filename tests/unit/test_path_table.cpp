@@ -3,6 +3,8 @@
 // fingerprint the ranks compare, and the built-in table (conf/path_table.tsv).
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "common/error.hpp"
 #include "runtime/path_table.hpp"
 
@@ -184,33 +186,35 @@ TEST(PathTable, OneRankOfAnH200RunsTheFasterGemv) {
     OpPath path;
   };
   const OpPath blas = OpPath::kBlas, fused = OpPath::kFused;
-  const Cell cells[] = {// 8192 rows: cuBLAS's to k 8192 and at batch 5-8 to k 14336, weft's at k 28672 to batch 8.
-                        {1, 8192, 2048, blas},
-                        {64, 8192, 8192, blas},
-                        {1, 8192, 14336, fused},
-                        {4, 8192, 14336, fused},
-                        {5, 8192, 14336, blas},
-                        {9, 8192, 14336, blas},
-                        {8, 8192, 28672, fused},
-                        {16, 8192, 28672, blas},
-                        // 4096 rows: weft's from k 8192 (to batch 4 at 14336), cuBLAS's to k 4096 and past batch 8.
-                        {1, 4096, 4096, blas},
-                        {64, 4096, 4096, blas},
-                        {1, 4096, 8192, fused},
-                        {8, 4096, 8192, fused},
-                        {9, 4096, 8192, blas},
-                        {4, 4096, 14336, fused},
-                        {5, 4096, 14336, blas},
-                        {8, 4096, 28672, fused},
-                        {16, 4096, 28672, blas},
-                        // 16384 rows: cuBLAS's to k 14336, weft's at 28672 to batch 8.
-                        {1, 16384, 2048, blas},
-                        {1, 16384, 14336, blas},
-                        {8, 16384, 28672, fused},
-                        {9, 16384, 28672, blas},
-                        // What no one-rank row measured (wider w, deeper k) runs cuBLAS's GEMV, never a guess.
-                        {1, 32768, 2048, blas},
-                        {1, 8192, 57344, blas}};
+  std::vector<Cell> cells = {
+      // 8192 rows: cuBLAS's to k 8192 and at batch 5-8 to k 14336, weft's at k 28672 to batch 8.
+      {1, 8192, 14336, fused},
+      {4, 8192, 14336, fused},
+      {5, 8192, 14336, blas},
+      {8, 8192, 14336, blas},
+      {9, 8192, 14336, blas},
+      {1, 8192, 28672, fused},
+      {8, 8192, 28672, fused},
+      {16, 8192, 28672, blas},
+      // 4096 rows: weft's from k 8192 (to batch 4 at 14336), cuBLAS's to k 4096 and past batch 8.
+      {1, 4096, 8192, fused},
+      {8, 4096, 8192, fused},
+      {9, 4096, 8192, blas},
+      {4, 4096, 14336, fused},
+      {5, 4096, 14336, blas},
+      {8, 4096, 28672, fused},
+      {16, 4096, 28672, blas},
+      // 16384 rows: cuBLAS's to k 14336, weft's at 28672 to batch 8.
+      {8, 16384, 28672, fused},
+      {9, 16384, 28672, blas},
+      // What no one-rank row measured (wider w, deeper k) runs cuBLAS's GEMV.
+      {1, 32768, 2048, blas},
+      {1, 8192, 57344, blas}};
+  for (uint64_t batch : {1, 4, 8, 16, 64}) {
+    for (uint64_t k : {2048, 4096, 8192}) cells.push_back({batch, 8192, k, blas});
+    cells.push_back({batch, 4096, 4096, blas});
+  }
+  for (uint64_t k : {2048, 8192, 14336}) cells.push_back({1, 16384, k, blas});
   for (const Cell& c : cells)
     EXPECT_EQ(gemv(t, "NVIDIA_H200", 1, c.batch, c.n, c.k), c.path)
         << "batch " << c.batch << " n " << c.n << " k " << c.k;
