@@ -1,7 +1,6 @@
-// GEMV + AllReduce on 1-4 ranks (separate processes): every dtype, batch 1 to 64, odd n and k
-// (vector tails), empty shapes, each path, against a float64 reference on
-// fresh random data; ranks that would take different paths fail init; and every bad argument
-// named, with the communicator still usable after.
+// GEMV + AllReduce's settings and arguments (its cases on every backend are tests/ops/test_gemv.cpp):
+// ranks that would take different paths fail init; every bad argument is named, with the
+// communicator still usable after.
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,59 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "ops/gemv_cases.hpp"
 #include "support/multirank.hpp"
-#include "support/oracle.hpp"
 
 namespace weft::test {
 namespace {
-
-struct Shape {
-  int64_t batch, n, k;
-};
-constexpr Shape kShapes[] = {{1, 1, 1},    {1, 7, 13},    {3, 300, 256}, {8, 64, 1000},
-                             {64, 33, 17}, {17, 161, 40}, {2, 0, 5},     {5, 9, 0}};
-
-void gemvCase(weft_comm_t comm, void* y, int rank, int nranks, weft_dtype_t dt, Shape s, uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "GEMV + AllReduce " << dtypeName(dt) << " batch " << s.batch << " n " << s.n
-                                    << " k " << s.k << " seed " << seed);
-  std::vector<uint8_t> x(s.batch * s.k * dtypeBytes(dt)), w(s.n * s.k * dtypeBytes(dt));
-  fillInput(x.data(), dt, seed, rank, 0, s.batch * s.k);
-  fillInput(w.data(), dt, gemvWeightSeed(seed), rank, 0, s.n * s.k);
-  poison(y, s.batch * s.n * dtypeBytes(dt));
-  WEFT_ASSERT_OK(weft_gemv_allreduce(comm, x.data(), w.data(), y, s.batch, s.n, s.k, dt, nullptr));
-  EXPECT_TRUE(checkGemvAllReduce(y, dt, seed, nranks, s.batch, s.n, s.k));
-}
-
-// (ranks, path): "fused", "fused_rsag", "unfused" and "blas" force the path (gemv_path; fused_rsag
-// runs one-shot where a rank would own no slice: the shapes have both; blas runs weft's GEMV, the
-// CPU engine having no vendor BLAS); "no_scratch" asks for fused
-// but sets gemv_scratch_bytes to 0, so the partials cannot be exchanged and the unfused path runs.
-class GemvAllReduce : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
-
-TEST_P(GemvAllReduce, EveryDtypeAndShape) {
-  const uint64_t seed = freshSeed();
-  const std::string path = std::get<1>(GetParam());
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    setenv("WEFT_GEMV_PATH", path == "no_scratch" ? "fused" : path.c_str(), 1);
-    if (path == "no_scratch") setenv("WEFT_GEMV_SCRATCH_BYTES", "0", 1);
-    weft_comm_t comm = initRank(rank, n, id);
-    ASSERT_NE(comm, nullptr);
-    void* y = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 64 * 300 * 4, &y));
-    uint64_t s = seed;
-    for (weft_dtype_t dt : kDtypes)
-      for (const Shape& shape : kShapes) gemvCase(comm, y, rank, n, dt, shape, s += 2);
-    WEFT_ASSERT_OK(weft_comm_destroy(comm));
-  };
-  EXPECT_TRUE(runRanks(std::get<0>(GetParam()), body));
-}
-
-INSTANTIATE_TEST_SUITE_P(Ranks, GemvAllReduce,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values("fused", "fused_rsag", "unfused", "blas", "no_scratch")),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
-                         });
 
 // The path must be the same on every rank (the fused op's items wait on their peers'): ranks that
 // disagree, by gemv_path or by their tables, fail init with the setting named, rather than hang.
@@ -103,10 +54,10 @@ TEST(GemvAllReduceTuning, RanksThatWouldTakeDifferentPathsFailInit) {
 TEST(GemvAllReduceBadInput, EveryArgumentIsNamedAndNothingIsLost) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    weft_comm_t comm = initRank(rank, n, id);
-    ASSERT_NE(comm, nullptr);
-    void* y = nullptr;
-    WEFT_ASSERT_OK(weft_mem_alloc(comm, 4096, &y));
+    OpRank r = openRank(rank, n, id, 4096);
+    ASSERT_NE(r.comm, nullptr);
+    const weft_comm_t comm = r.comm;
+    void* y = r.heap;
     std::vector<float> x(64 * 8, 1.f), w(17 * 8, 1.f), notHeap(64);
     const weft_result_t bad = WEFT_ERR_INVALID_ARGUMENT;
     EXPECT_TRUE(
@@ -134,8 +85,8 @@ TEST(GemvAllReduceBadInput, EveryArgumentIsNamedAndNothingIsLost) {
     EXPECT_TRUE(
         failsWith(weft_gemv_allreduce(nullptr, x.data(), w.data(), y, 1, 16, 8, WEFT_FLOAT32, nullptr), bad, "comm"));
     // Nothing ran, nothing is owed: the next op of every rank still pairs up.
-    gemvCase(comm, y, rank, n, WEFT_BFLOAT16, Shape{4, 16, 40}, seed);
-    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    gemvCase(r, rank, n, WEFT_BFLOAT16, GemvShape{4, 16, 40}, seed);
+    closeRank(r);
   };
   EXPECT_TRUE(runRanks(2, body));
 }

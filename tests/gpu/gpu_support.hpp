@@ -7,9 +7,9 @@
 
 #include <functional>
 #include <string>
-#include <tuple>
 #include <vector>
 
+#include "support/op_rank.hpp"
 #include "weft/weft.h"
 
 #define WEFT_CUDA_OK(call)                                                 \
@@ -28,12 +28,10 @@ int gpusPresent();
 bool sharingGpus();
 
 // Skips the test unless `n` ranks have GPUs: n of them, or one at least where ranks share.
-#define WEFT_REQUIRE_GPUS(n)                                                                              \
-  do {                                                                                                    \
-    const int present_ = ::weft::test::gpusPresent();                                                     \
-    if (present_ < (::weft::test::sharingGpus() ? 1 : (n)))                                               \
-      GTEST_SKIP() << "needs " << (n) << " GPU(s), this machine has " << present_                         \
-                   << (present_ ? " (WEFT_TEST_SHARE_GPUS=1 runs ranks on shared GPUs, under MPS)" : ""); \
+#define WEFT_REQUIRE_GPUS(n)                                                                               \
+  do {                                                                                                     \
+    if (const std::string why_ = ::weft::test::cannotRun(::weft::test::Placement{(n), ""}); !why_.empty()) \
+      GTEST_SKIP() << why_;                                                                                \
   } while (0)
 
 // Makes rank `rank` of `n` use its GPU (round-robin): where ranks share GPUs, first gives each
@@ -84,19 +82,8 @@ extern std::string gEngine;
 Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config = nullptr);
 void tearDown(Rank& r);
 
-// Fixture of the suites that run on 1, 2 and 4 GPUs under both engines: parameter (GPUs, engine).
-class GpusAndEngine : public ::testing::TestWithParam<std::tuple<int, std::string>> {
- protected:
-  void SetUp() override { gEngine = std::get<1>(GetParam()); }
-  int gpus() const { return std::get<0>(GetParam()); }
-};
-
-#define WEFT_INSTANTIATE_GPUS_AND_ENGINES(suite)                                                 \
-  INSTANTIATE_TEST_SUITE_P(                                                                      \
-      Gpus, suite,                                                                               \
-      ::testing::Combine(::testing::Values(1, 2, 4),                                             \
-                         ::testing::Values(std::string("launched"), std::string("persistent"))), \
-      [](const auto& info) { return std::to_string(std::get<0>(info.param)) + "gpus_" + std::get<1>(info.param); })
+// The stream of an op suite's rank (tests/support/op_rank.hpp), for CUDA's calls.
+inline cudaStream_t streamOf(const OpRank& r) { return static_cast<cudaStream_t>(r.stream); }
 
 // The work `enqueue` puts on `s`, captured into an executable graph (null, with a test failure, if
 // capture or instantiation failed). The caller destroys it with cudaGraphExecDestroy.

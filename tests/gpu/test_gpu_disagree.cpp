@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kHeapBytes = 8 << 20;
 constexpr double kTimeoutS = 20;  // a check that failed would show as this timeout
 
-class GpuDisagree : public GpusAndEngine {};
+class GpuDisagree : public OnEveryBackend {};
 
 // Every rank enqueues its op (`enqueue(r, rank)`; rank 0's differs from the others'), which must
 // fail on the stream: every rank's async error is WEFT_ERR_INVALID_USAGE naming `field`, the rank
@@ -62,24 +62,21 @@ void disagree(int gpus, const std::string& field, const std::function<void(const
 
 // One-shot (small) and reduce-scatter + all-gather (large) AllReduce with counts that differ.
 TEST_P(GpuDisagree, AllReduceCounts) {
-  WEFT_REQUIRE_GPUS(gpus());
   for (int64_t count : {int64_t{1000}, int64_t{1} << 20})
-    disagree(gpus(), "count", [&](const Rank& r, int rank) {
+    disagree(ranks(), "count", [&](const Rank& r, int rank) {
       WEFT_ASSERT_OK(weft_allreduce(r.comm, r.input, r.heap, count + (rank == 0 ? 0 : 64), WEFT_FLOAT32, r.stream));
     });
 }
 
 // A count of 0 against one: the empty op still meets its peers.
 TEST_P(GpuDisagree, AllReduceCountZeroAgainstSome) {
-  WEFT_REQUIRE_GPUS(gpus());
-  disagree(gpus(), "count", [&](const Rank& r, int rank) {
+  disagree(ranks(), "count", [&](const Rank& r, int rank) {
     WEFT_ASSERT_OK(weft_allreduce(r.comm, r.input, r.heap, rank == 0 ? 0 : 4096, WEFT_FLOAT32, r.stream));
   });
 }
 
 TEST_P(GpuDisagree, AllReduceDtype) {
-  WEFT_REQUIRE_GPUS(gpus());
-  disagree(gpus(), "dtype", [&](const Rank& r, int rank) {
+  disagree(ranks(), "dtype", [&](const Rank& r, int rank) {
     WEFT_ASSERT_OK(
         weft_allreduce(r.comm, r.input, r.heap, 1 << 16, rank == 0 ? WEFT_FLOAT32 : WEFT_BFLOAT16, r.stream));
   });
@@ -87,8 +84,7 @@ TEST_P(GpuDisagree, AllReduceDtype) {
 
 // An All-to-All on rank 0 where the others call an AllReduce.
 TEST_P(GpuDisagree, AllToAllAgainstAllReduce) {
-  WEFT_REQUIRE_GPUS(gpus());
-  disagree(gpus(), "the op kind", [&](const Rank& r, int rank) {
+  disagree(ranks(), "the op kind", [&](const Rank& r, int rank) {
     if (rank == 0)
       WEFT_ASSERT_OK(weft_alltoall(r.comm, r.input, r.heap, 4096, WEFT_FLOAT32, r.stream));
     else
@@ -98,9 +94,8 @@ TEST_P(GpuDisagree, AllToAllAgainstAllReduce) {
 
 // The fused GEMV + AllReduce where rank 0 has another n: its reduce items compare the words.
 TEST_P(GpuDisagree, GemvAllReduceShape) {
-  WEFT_REQUIRE_GPUS(gpus());
   disagree(
-      gpus(), "the shape",
+      ranks(), "the shape",
       [&](const Rank& r, int rank) {
         const int64_t k = 1024, n = rank == 0 ? 1024 : 2048;
         // x then w, both zero, from the rank's ordinary device buffer.
@@ -110,12 +105,7 @@ TEST_P(GpuDisagree, GemvAllReduceShape) {
       "fused");
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpus, GpuDisagree,
-                         ::testing::Combine(::testing::Values(2, 4),
-                                            ::testing::Values(std::string("launched"), std::string("persistent"))),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "gpus_" + std::get<1>(info.param);
-                         });
+WEFT_INSTANTIATE_ON_EVERY_BACKEND(GpuDisagree, {2, 4});
 
 }  // namespace
 }  // namespace weft::test

@@ -1,7 +1,6 @@
-// GEMM + All-to-All on 1, 2 and 4 GPUs under both engines: bfloat16 and float16, random splits
-// with zeros, odd sizes (tails of every tile and of the k pipeline), grouped experts; a last wave
-// split along k; a capacity too small fails the op on every rank with nothing stored; the op
-// captured into a CUDA graph and replayed; the blas path (cuBLAS's GEMM, the op routing its rows)
+// GEMM + All-to-All on GPUs only (its cases on every backend are tests/ops/test_gemm.cpp): the op
+// captured into a CUDA graph and replayed; a last wave split along k; a capacity too small fails
+// the op on every rank with nothing stored; the blas path (cuBLAS's GEMM, the op routing its rows)
 // beside the fused one. Skipped (and reported so) without GPUs.
 #include <unistd.h>
 
@@ -11,104 +10,36 @@
 
 #include "device/ops/gemm/gemm_split_device.hpp"
 #include "gpu_support.hpp"
+#include "ops/gemm_cases.hpp"
 #include "runtime/status_read.hpp"
-#include "support/gemm_data.hpp"
-#include "support/multirank.hpp"
-#include "support/oracle.hpp"
 
 namespace weft::test {
 namespace {
 
-struct DeviceInputs : DeviceCopies {
-  void* a = nullptr;
-  void* w = nullptr;
-  int64_t* sendCounts = nullptr;
-  int64_t* expertOffsets = nullptr;
-  int64_t* recvCounts = nullptr;
-  DeviceInputs(const GemmInputs& in, int nranks) {
-    a = copy(in.a);
-    w = copy(in.w);
-    sendCounts = copy(in.sendCounts);
-    expertOffsets = copy(in.expertOffsets);
-    recvCounts = copy(std::vector<int64_t>(nranks, -7));
-  }
-};
-
-weft_result_t runCase(Rank& r, const GemmCase& c, int rank, const DeviceInputs& in, int64_t capacity) {
-  return weft_grouped_gemm_alltoall(r.comm, in.a, in.w, c.experts, c.experts > 1 ? in.expertOffsets : nullptr,
-                                    in.sendCounts, r.heap, capacity, in.recvCounts, c.tokens(rank), c.k, c.h, c.dtype,
-                                    r.stream);
-}
-
-::testing::AssertionResult received(Rank& r, const GemmCase& c, int rank, const DeviceInputs& in, int64_t capacity) {
-  const std::vector<uint8_t> out = toHost(r.heap, capacity * c.h * dtypeBytes(c.dtype));
-  std::vector<int64_t> counts(c.nranks);
-  cudaMemcpy(counts.data(), in.recvCounts, c.nranks * sizeof(int64_t), cudaMemcpyDeviceToHost);
-  return checkGemm(out.data(), counts.data(), c, rank, capacity);
-}
-
-struct Shape {
-  int64_t tokens, k, h, experts;
-};
-// {200, 1032, 520, 2} and {512, 1032, 520, 1}: 17 k slices, so the sm_90a tile's 4-stage ring
-// wraps four times (the second over a whole grid of 4 x 3 tiles); {300, 40, 264, 1} has 3 row
-// tiles, an odd group; {1024, 136, 264, 2} has 8 row tiles and two experts (random ends).
-constexpr Shape kShapes[] = {{300, 40, 264, 1},   {37, 8, 8, 1},      {1, 16, 136, 3}, {520, 264, 264, 3},
-                             {5, 0, 16, 1},       {0, 8, 24, 1},      {9, 24, 0, 2},   {200, 1032, 520, 2},
-                             {512, 1032, 520, 1}, {1024, 136, 264, 2}};
 constexpr int64_t kCapacity = 4 * 1024, kMaxH = 520;
 
-class GpuGemm : public GpusAndEngine {};
-
-// Every shape of kShapes in both dtypes, each checked before the next (seeds from *seed on).
-void everyShape(Rank& r, int rank, int n, uint64_t* seed) {
-  for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
-    for (const Shape& sh : kShapes) {
-      const GemmCase c{++*seed, n, sh.tokens, sh.k, sh.h, dt, sh.experts};
-      SCOPED_TRACE(::testing::Message() << dtypeName(dt) << " tokens " << sh.tokens << " k " << sh.k << " h " << sh.h
-                                        << " experts " << sh.experts << " seed " << c.seed);
-      const DeviceInputs in(gemmInputs(c, rank), n);
-      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kCapacity * sh.h * 2));
-      WEFT_ASSERT_OK(runCase(r, c, rank, in, kCapacity));
-      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-      EXPECT_TRUE(received(r, c, rank, in, kCapacity));
-    }
-}
-
-TEST_P(GpuGemm, RandomSplitsOddShapesAndExperts) {
-  WEFT_REQUIRE_GPUS(gpus());
-  const uint64_t seed = freshSeed();
-  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    Rank r = setUp(rank, n, id, kCapacity * kMaxH * 2);
-    ASSERT_NE(r.comm, nullptr);
-    uint64_t s = seed;
-    everyShape(r, rank, n, &s);
-    tearDown(r);
-  };
-  EXPECT_TRUE(runRanks(gpus(), body));
-}
+class GpuGemm : public OnEveryBackend {};
 
 TEST_P(GpuGemm, GraphCaptureAndReplay) {
-  WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    Rank r = setUp(rank, n, id, 1 << 20);
+    OpRank r = openRank(rank, n, id, 1 << 20);
     ASSERT_NE(r.comm, nullptr);
     const GemmCase c{seed, n, 200, 64, 136, WEFT_BFLOAT16, 2};
     const int64_t capacity = (1 << 20) / (c.h * 2);
-    const DeviceInputs in(gemmInputs(c, rank), n);
-    const cudaGraphExec_t exec = captureGraph(r.stream, [&] { WEFT_ASSERT_OK(runCase(r, c, rank, in, capacity)); });
+    const GemmOnBackend in(gemmInputs(c, rank), n);
+    const cudaGraphExec_t exec = captureGraph(streamOf(r), [&] { WEFT_ASSERT_OK(runGemm(r, c, rank, in, capacity)); });
     ASSERT_NE(exec, nullptr);
     for (int replay = 0; replay < 3; ++replay) {
-      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, 1 << 20));
-      WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
-      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-      EXPECT_TRUE(received(r, c, rank, in, capacity)) << "replay " << replay;
+      poisonBytes(r.heap, 1 << 20);
+      WEFT_CUDA_OK(cudaGraphLaunch(exec, streamOf(r)));
+      WEFT_CUDA_OK(cudaStreamSynchronize(streamOf(r)));
+      EXPECT_TRUE(receivedGemm(r, c, rank, in, capacity)) << "replay " << replay;
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
-    tearDown(r);
+    closeRank(r);
   };
-  EXPECT_TRUE(runRanks(gpus(), body));
+  EXPECT_TRUE(runRanks(ranks(), body));
 }
 
 // Rank 0's tiles are half a grid (one column tile; k 7624: 120 slices, the last one 8 wide): on
@@ -116,11 +47,10 @@ TEST_P(GpuGemm, GraphCaptureAndReplay) {
 // owner adds 1-2 partials. The op runs three times (each op's partials are flagged with its epoch,
 // over the last op's), then captured once and replayed twice.
 TEST_P(GpuGemm, TheLastWaveSplitAlongKAddsUp) {
-  WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
   constexpr size_t kHeap = size_t{16} << 20;  // every rank's rows (8 columns) on up to 1000 SMs
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    Rank r = setUp(rank, n, id, kHeap);  // first: it sets the engine up before CUDA starts
+    OpRank r = openRank(rank, n, id, kHeap);  // first: it sets the engine up before CUDA starts
     ASSERT_NE(r.comm, nullptr);
     int device = 0, sms = 0;
     WEFT_CUDA_OK(cudaGetDevice(&device));
@@ -132,65 +62,62 @@ TEST_P(GpuGemm, TheLastWaveSplitAlongKAddsUp) {
     EXPECT_TRUE(dev::planSplit(rowTiles, 120, sms).on()) << "rank 0's shape splits on " << sms << " SMs";
     const int64_t capacity = c.received(rank);
     ASSERT_LE(static_cast<size_t>(capacity * c.h * 2), kHeap);
-    const DeviceInputs in(gemmInputs(c, rank), n);
+    const GemmOnBackend in(gemmInputs(c, rank), n);
     auto check = [&](const char* what, int round) {
-      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-      EXPECT_TRUE(received(r, c, rank, in, capacity)) << what << " " << round << ", seed " << c.seed;
+      WEFT_CUDA_OK(cudaStreamSynchronize(streamOf(r)));
+      EXPECT_TRUE(receivedGemm(r, c, rank, in, capacity)) << what << " " << round << ", seed " << c.seed;
     };
     for (int round = 0; round < 3; ++round) {
-      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, capacity * c.h * 2));
-      WEFT_ASSERT_OK(runCase(r, c, rank, in, capacity));
+      poisonBytes(r.heap, capacity * c.h * 2);
+      WEFT_ASSERT_OK(runGemm(r, c, rank, in, capacity));
       check("eager op", round);
     }
-    const cudaGraphExec_t exec = captureGraph(r.stream, [&] { WEFT_ASSERT_OK(runCase(r, c, rank, in, capacity)); });
+    const cudaGraphExec_t exec = captureGraph(streamOf(r), [&] { WEFT_ASSERT_OK(runGemm(r, c, rank, in, capacity)); });
     ASSERT_NE(exec, nullptr);
     for (int replay = 0; replay < 2; ++replay) {
-      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, capacity * c.h * 2));
-      WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
+      poisonBytes(r.heap, capacity * c.h * 2);
+      WEFT_CUDA_OK(cudaGraphLaunch(exec, streamOf(r)));
       check("replay", replay);
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
-    tearDown(r);
+    closeRank(r);
   };
-  EXPECT_TRUE(runRanks(gpus(), body));
+  EXPECT_TRUE(runRanks(ranks(), body));
 }
 
 // The second shape gives some blocks two data items (144 tiles on 132 SMs) and most tiles an
 // expert's end (16 experts): a block that gives up after a tile's first part leaves the slices
 // loaded ahead for the second unused (the sm_90a ring drops them before its next item).
 TEST_P(GpuGemm, ACapacityTooSmallFailsEveryRankAndStoresNothing) {
-  WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
-  constexpr Shape kFailing[] = {{300, 32, 128, 1}, {2200, 32, 2048, 16}};
+  constexpr GemmShape kFailing[] = {{300, 32, 128, 1}, {2200, 32, 2048, 16}};
   constexpr size_t kHeap = size_t{4} * 2200 * 2048 * 2;  // every rank's rows, at most
-  for (const Shape& sh : kFailing) {                     // a communicator each: a failed op fails its communicator
+  for (const GemmShape& sh : kFailing) {                 // a communicator each: a failed op fails its communicator
     SCOPED_TRACE(::testing::Message() << "tokens " << sh.tokens << " h " << sh.h << " experts " << sh.experts);
     const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-      Rank r = setUp(rank, n, id, kHeap);
+      OpRank r = openRank(rank, n, id, kHeap);
       ASSERT_NE(r.comm, nullptr);
       GemmCase c{seed, n, sh.tokens, sh.k, sh.h, WEFT_BFLOAT16, sh.experts};
       while (c.received(n - 1) == 0) ++c.seed;
-      const DeviceInputs in(gemmInputs(c, rank), n);
-      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kHeap));
+      const GemmOnBackend in(gemmInputs(c, rank), n);
+      poisonBytes(r.heap, kHeap);
       const int64_t capacity = rank == n - 1 ? c.received(rank) - 1 : c.received(rank);
-      WEFT_ASSERT_OK(runCase(r, c, rank, in, capacity));
-      EXPECT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess) << "the stream drains";
+      WEFT_ASSERT_OK(runGemm(r, c, rank, in, capacity));
+      EXPECT_EQ(cudaStreamSynchronize(streamOf(r)), cudaSuccess) << "the stream drains";
       weft_result_t async = WEFT_SUCCESS;
       WEFT_ASSERT_OK(weft_comm_get_async_error(r.comm, &async));
       EXPECT_EQ(async, WEFT_ERR_INVALID_ARGUMENT);
       EXPECT_NE(std::string(weft_get_last_error(nullptr)).find("more than its recv_capacity"), std::string::npos)
           << weft_get_last_error(nullptr);
-      const std::vector<uint8_t> out = toHost(r.heap, kHeap);
+      const std::vector<uint8_t> out = download(r.heap, kHeap);
       for (size_t i = 0; i < out.size(); ++i)
         if (out[i] != 0xff) {
           ADD_FAILURE() << "byte " << i << " of recv was written (seed " << c.seed << ")";
           break;
         }
-      WEFT_ASSERT_OK(weft_comm_destroy(r.comm));
-      cudaFree(r.input);
-      cudaStreamDestroy(r.stream);
+      closeFailedRank(r);
     };
-    EXPECT_TRUE(runRanks(gpus(), body));
+    EXPECT_TRUE(runRanks(ranks(), body));
   }
 }
 
@@ -199,7 +126,6 @@ TEST_P(GpuGemm, ACapacityTooSmallFailsEveryRankAndStoresNothing) {
 // over 2 MiB, outgrows the buffer during the capture), replayed twice. The launched engine runs cuBLAS's GEMM, as this
 // rank's status page says; the persistent engine has no vendor BLAS and runs every op fused.
 TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
-  WEFT_REQUIRE_GPUS(gpus());
   const uint64_t seed = freshSeed();
   char tmpl[] = "/tmp/weft-gpu-gemm-XXXXXX";
   const std::string dir = std::string(mkdtemp(tmpl)) + "/pages";
@@ -208,20 +134,23 @@ TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
     setenv("WEFT_GEMM_PATH", blas ? "blas" : "fused", 1);
     setenv("WEFT_STATUS_DIR", dir.c_str(), 1);
     constexpr size_t kHeap = size_t{16} << 20;  // the large case's rows from 4 ranks
-    Rank r = setUp(rank, n, id, kHeap);
+    OpRank r = openRank(rank, n, id, kHeap);
     ASSERT_NE(r.comm, nullptr);
     uint64_t s = seed;
-    everyShape(r, rank, n, &s);
+    for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
+      for (const GemmShape& sh : gemmShapes())
+        gemmCase(r, GemmCase{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts}, rank, kCapacity);
     const GemmCase big{++s, n, 2100, 264, kMaxH, WEFT_BFLOAT16, 1};
     const int64_t capacity = kHeap / (kMaxH * 2);
-    const DeviceInputs in(gemmInputs(big, rank), n);
-    const cudaGraphExec_t exec = captureGraph(r.stream, [&] { WEFT_ASSERT_OK(runCase(r, big, rank, in, capacity)); });
+    const GemmOnBackend in(gemmInputs(big, rank), n);
+    const cudaGraphExec_t exec =
+        captureGraph(streamOf(r), [&] { WEFT_ASSERT_OK(runGemm(r, big, rank, in, capacity)); });
     ASSERT_NE(exec, nullptr);
     for (int replay = 0; replay < 2; ++replay) {
-      WEFT_CUDA_OK(cudaMemset(r.heap, 0xff, kHeap));
-      WEFT_CUDA_OK(cudaGraphLaunch(exec, r.stream));
-      WEFT_CUDA_OK(cudaStreamSynchronize(r.stream));
-      EXPECT_TRUE(received(r, big, rank, in, capacity)) << "replay " << replay;
+      poisonBytes(r.heap, kHeap);
+      WEFT_CUDA_OK(cudaGraphLaunch(exec, streamOf(r)));
+      WEFT_CUDA_OK(cudaStreamSynchronize(streamOf(r)));
+      EXPECT_TRUE(receivedGemm(r, big, rank, in, capacity)) << "replay " << replay;
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
     int vendorOps = 0, gemmOps = 0;
@@ -236,12 +165,12 @@ TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
     }
     EXPECT_GT(gemmOps, 0) << "no GEMM op on this rank's page in " << dir;
     EXPECT_EQ(vendorOps > 0, blas && gEngine == "launched") << vendorOps << " of " << gemmOps << " GEMM ops";
-    tearDown(r);
+    closeRank(r);
   };
-  EXPECT_TRUE(runRanks(gpus(), body));
+  EXPECT_TRUE(runRanks(ranks(), body));
 }
 
-WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuGemm);
+WEFT_INSTANTIATE_ON_EVERY_BACKEND(GpuGemm);
 
 }  // namespace
 }  // namespace weft::test

@@ -25,7 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class GpuService : public GpusAndEngine {
+class GpuService : public OnEveryBackend {
  protected:
   void TearDown() override {
     unsetenv("WEFT_SERVICE_DIR");
@@ -49,7 +49,6 @@ std::vector<uint8_t> input(uint64_t seed, int rank, uint64_t count) {
 // service_engine weftd: weftd's persistent kernel runs the ranks' ops, reading their inputs
 // (cudaMalloc memory here) where weftd maps them; rank (the default): the ranks run their engines.
 TEST_P(GpuService, OpsRunOverHeapsWeftdMakesOnEachGpu) {
-  WEFT_REQUIRE_GPUS(gpus());
   for (const char* engine : {"weftd", "rank"}) {
     SCOPED_TRACE(std::string("service_engine ") + engine);
     setenv("WEFT_SERVICE_ENGINE", engine, 1);
@@ -63,7 +62,7 @@ void GpuService::opsOverWeftdHeaps() {
   useService(d);
   const uint64_t seed = freshSeed();
   constexpr uint64_t kCount = 50000;
-  const int n = gpus();
+  const int n = ranks();
   const RankBody body = [&](int rank, int nranks, const weft_unique_id_t& id) {
     Rank r = setUp(rank, nranks, id, kCount * nranks * sizeof(float));
     ASSERT_NE(r.comm, nullptr) << weft_get_last_error(nullptr);
@@ -104,7 +103,6 @@ void GpuService::opsOverWeftdHeaps() {
 // weftd retires the freed allocation's mapping and closes it only while none of its kernels runs
 // (a close under a running kernel waits for it to end, which a resident kernel never does).
 TEST_P(GpuService, AnEngineThatLeftWhenIdleIsWokenAndFreedInputsAreLetGo) {
-  WEFT_REQUIRE_GPUS(gpus());
   if (gEngine != "launched") GTEST_SKIP() << "weftd runs the engine: one engine setting is enough";
   setenv("WEFT_SERVICE_ENGINE_IDLE_US", "1000", 1);
   WeftdProcess d;
@@ -132,7 +130,7 @@ TEST_P(GpuService, AnEngineThatLeftWhenIdleIsWokenAndFreedInputsAreLetGo) {
     }
     tearDown(r);
   };
-  EXPECT_TRUE(runRanks(gpus(), body));
+  EXPECT_TRUE(runRanks(ranks(), body));
   EXPECT_TRUE(releasesEverything(d));
   if (HasFailure()) ADD_FAILURE() << "weftd's log:\n" << d.output();
 }
@@ -142,8 +140,7 @@ TEST_P(GpuService, AnEngineThatLeftWhenIdleIsWokenAndFreedInputsAreLetGo) {
 // process, and weftd lets the memory go. The launched case runs the ranks' own kernels
 // (service_engine rank), the persistent one weftd's.
 TEST_P(GpuService, ARankThatDiesFailsItsPeerNamingIt) {
-  WEFT_REQUIRE_GPUS(gpus());
-  if (gpus() != 2) GTEST_SKIP() << "two ranks make the case";
+  if (ranks() != 2) GTEST_SKIP() << "two ranks make the case";
   WeftdProcess d;
   ASSERT_TRUE(d.started()) << d.output();
   useService(d);
@@ -171,7 +168,7 @@ TEST_P(GpuService, ARankThatDiesFailsItsPeerNamingIt) {
   EXPECT_TRUE(releasesEverything(d));
 }
 
-WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuService);
+WEFT_INSTANTIATE_ON_EVERY_BACKEND(GpuService);
 
 }  // namespace
 }  // namespace weft::test

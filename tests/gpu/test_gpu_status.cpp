@@ -16,7 +16,7 @@
 namespace weft::test {
 namespace {
 
-class GpuStatus : public GpusAndEngine {};
+class GpuStatus : public OnEveryBackend {};
 
 // This rank's page in `dir` (the test gives each run a directory of its own).
 bool rankPage(const std::string& dir, int rank, status::Snapshot* out) {
@@ -32,7 +32,6 @@ bool rankPage(const std::string& dir, int rank, status::Snapshot* out) {
 // Many large AllReduces in flight on one stream, nothing synchronised: while they run, the page
 // shows an op part done (items done between none and all), and in the end every op ended well.
 TEST_P(GpuStatus, ItemsDoneAdvanceWhileOpsRunAndEveryOpEnds) {
-  WEFT_REQUIRE_GPUS(gpus());
   char tmpl[] = "/tmp/weft-gpu-status-XXXXXX";
   const std::string dir = std::string(mkdtemp(tmpl)) + "/pages";
   constexpr int kOps = 64;
@@ -79,12 +78,12 @@ TEST_P(GpuStatus, ItemsDoneAdvanceWhileOpsRunAndEveryOpEnds) {
     }
     tearDown(r);
   };
-  EXPECT_TRUE(runRanks(gpus(), body));
+  EXPECT_TRUE(runRanks(ranks(), body));
   std::error_code ec;
   std::filesystem::remove_all(std::filesystem::path(dir).parent_path(), ec);
 }
 
-WEFT_INSTANTIATE_GPUS_AND_ENGINES(GpuStatus);
+WEFT_INSTANTIATE_ON_EVERY_BACKEND(GpuStatus);
 
 }  // namespace
 }  // namespace weft::test
