@@ -2,10 +2,12 @@
 // its own (see op_kernel.cu): its streams, one per batch class and dtype, are most of the
 // library's compile time (7 minutes of nvcc on two cores).
 //
-// The op bodies and the item function are inlined by force (WEFT_INLINE): left to nvcc's inliner,
-// a build on a host with another libstdc++ made a call of the plain GEMV's body, and the kernel,
-// at its 255 registers, then spilled three times the bytes (docs/perf.md, "GEMV + AllReduce").
+// The op bodies, the item function and the launched kernels' frame are inlined by force
+// (WEFT_INLINE): left to nvcc's inliner, a build on a host with another libstdc++ made a call of
+// the plain GEMV's body, and the kernel, at its 255 registers, then spilled three times the bytes
+// (docs/perf.md, "GEMV + AllReduce"); with the bodies forced, it made a call of the frame.
 #define WEFT_GEMV_RUN WEFT_INLINE
+#define WEFT_LAUNCHED_RUN WEFT_INLINE
 #include "kernels.hpp"
 #include "launched_device.hpp"
 

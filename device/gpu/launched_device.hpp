@@ -11,8 +11,15 @@ namespace weft::dev {
 // What every launched op kernel does around its items: read the protocol counters, count the
 // block in, run the block's items (run(coop, item, seq) -> Status), and let the last block to read
 // the counters move them on. `tile` is the group's shared memory (at least kCoopFloats).
+//
+// WEFT_LAUNCHED_RUN: empty, or WEFT_INLINE where a kernel at its register limit must not call it
+// (gpu/gemv_kernel.cu: nvcc on another host's libstdc++ made it a call there, which spills the
+// kernel's state). Not forced for the others: forcing it changes what nvcc inlines into them.
+#ifndef WEFT_LAUNCHED_RUN
+#define WEFT_LAUNCHED_RUN
+#endif
 template <class Run>
-__device__ inline void runLaunched(const CommView& view, const OpDesc& desc, float* tile, Run&& run) {
+__device__ WEFT_LAUNCHED_RUN inline void runLaunched(const CommView& view, const OpDesc& desc, float* tile, Run&& run) {
   __shared__ unsigned long long scratch;
   // The counters as read: only the leader uses them again, at the end, and kept here they hold no
   // registers of any thread while the items run (the GEMV kernel sits at its register limit).
