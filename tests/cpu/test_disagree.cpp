@@ -1,6 +1,6 @@
 // Ranks that call the same op with different arguments (kind, dtype, counts, shape, or the heap
 // block peers write into) fail that op on every rank with WEFT_ERR_INVALID_USAGE, naming both ranks
-// and what differs, and nothing is written into any output (issue 33). Every case runs over each
+// and what differs, and nothing is written into any output. Every case runs over each
 // protocol its op can take.
 #include <algorithm>
 #include <cstdlib>
