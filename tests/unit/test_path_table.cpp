@@ -204,7 +204,15 @@ TEST(PathTable, OneRankOfAnH200RunsTheFasterGemv) {
       {5, 4096, 14336, blas},
       {8, 4096, 28672, fused},
       {16, 4096, 28672, blas},
-      // 16384 rows: cuBLAS's to k 14336, weft's at 28672 to batch 8.
+      // 16384 rows: cuBLAS's to k 20480 (and at batch 3-4 to 22528), weft's beyond to batch 8.
+      {4, 16384, 20480, blas},
+      {8, 16384, 20480, blas},
+      {1, 16384, 22528, fused},
+      {2, 16384, 22528, fused},
+      {3, 16384, 22528, blas},
+      {4, 16384, 22528, blas},
+      {8, 16384, 22528, fused},
+      {4, 16384, 24576, fused},
       {8, 16384, 28672, fused},
       {9, 16384, 28672, blas},
       // What no one-rank row measured (wider w, deeper k) runs cuBLAS's GEMV.
