@@ -120,7 +120,8 @@ for s in "${steps[@]}"; do
     need "$tests" service weft_gpu_tests && need "$weftd" service weftd || continue
     dir=$(mktemp -d)/weftd
     # weftd restarted for each suite: a kernel that a failed case left resident would slow the next.
-    for suite in Collectives GpuCollectives GemvAllReduce GpuGemv Embedding GpuEmbedding GemmAllToAll GpuGemm GpuService; do
+    for suite in Collectives LargeCollectives GpuCollectives GemvAllReduce GpuGemv Embedding GpuEmbedding GemmAllToAll \
+      GpuGemm GpuService; do
       start_weftd "$dir" "$out/service.weftd.log" || break
       log="$out/service.$suite.log"
       filter="Gpus/$suite.*/2gpus_launched"

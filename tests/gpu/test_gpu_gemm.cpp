@@ -16,8 +16,6 @@
 namespace weft::test {
 namespace {
 
-constexpr int64_t kCapacity = 4 * 1024, kMaxH = 520;
-
 class GpuGemm : public OnEveryBackend {};
 
 TEST_P(GpuGemm, GraphCaptureAndReplay) {
@@ -139,9 +137,9 @@ TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
     uint64_t s = seed;
     for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
       for (const GemmShape& sh : gemmShapes())
-        gemmCase(r, GemmCase{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts}, rank, kCapacity);
-    const GemmCase big{++s, n, 2100, 264, kMaxH, WEFT_BFLOAT16, 1};
-    const int64_t capacity = kHeap / (kMaxH * 2);
+        gemmCase(r, GemmCase{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts}, rank, kGemmCapacity);
+    const GemmCase big{++s, n, 2100, 264, kGemmMaxH, WEFT_BFLOAT16, 1};
+    const int64_t capacity = kHeap / (kGemmMaxH * 2);
     const GemmOnBackend in(gemmInputs(big, rank), n);
     const cudaGraphExec_t exec =
         captureGraph(streamOf(r), [&] { WEFT_ASSERT_OK(runGemm(r, big, rank, in, capacity)); });

@@ -26,15 +26,14 @@ TEST_P(GpuGemv, GraphCaptureAndReplay) {
     // A row stream (batch 4) and the k-split one (batch 24).
     for (const GemvShape shape : {GemvShape{4, 1000, 300}, GemvShape{24, 1000, 600}}) {
       SCOPED_TRACE(::testing::Message() << path << " batch " << shape.batch);
-      void* w = prepareGemv(r, rank, WEFT_BFLOAT16, shape, seed);
-      const cudaGraphExec_t exec = captureGraph(streamOf(r), [&] {
-        WEFT_ASSERT_OK(
-            weft_gemv_allreduce(r.comm, r.input, w, r.heap, shape.batch, shape.n, shape.k, WEFT_BFLOAT16, r.stream));
-      });
+      const GemvOnBackend in(rank, WEFT_BFLOAT16, shape, seed);
+      const cudaGraphExec_t exec =
+          captureGraph(streamOf(r), [&] { WEFT_ASSERT_OK(runGemv(r, in, WEFT_BFLOAT16, shape)); });
       ASSERT_NE(exec, nullptr);
       for (int replay = 0; replay < 3; ++replay) {
         const uint64_t s = seed + 2 * (replay + 1);
-        prepareGemv(r, rank, WEFT_BFLOAT16, shape, s);
+        in.fill(rank, s);
+        poisonBytes(r.heap, shape.batch * shape.n * 2);
         WEFT_CUDA_OK(cudaGraphLaunch(exec, streamOf(r)));
         ASSERT_TRUE(finish(r));
         EXPECT_TRUE(receivedGemv(r, n, WEFT_BFLOAT16, shape, s)) << "replay " << replay;

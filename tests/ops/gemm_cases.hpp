@@ -23,6 +23,10 @@ inline constexpr GemmShape kGemmShapes[] = {{300, 40, 264, 1},  {37, 8, 8, 1}, {
 // experts with random ends.
 inline constexpr GemmShape kGemmGpuShapes[] = {{200, 1032, 520, 2}, {512, 1032, 520, 1}, {1024, 136, 264, 2}};
 
+// Rows of recv the suites give every shape (each rank receives at most 4 x 1024 rows of the
+// widest, h 520).
+inline constexpr int64_t kGemmCapacity = 4 * 1024, kGemmMaxH = 520;
+
 // The shapes of the backend the suite runs on.
 inline std::vector<GemmShape> gemmShapes() {
   std::vector<GemmShape> shapes(std::begin(kGemmShapes), std::end(kGemmShapes));

@@ -14,18 +14,35 @@ struct GemvShape {
   int64_t batch, n, k;
 };
 
-// x and w of `rank` for `seed` into the backend's memory (x at r.input, w after it, returned); y
-// in r.heap poisoned.
-inline void* prepareGemv(OpRank& r, int rank, weft_dtype_t dt, GemvShape s, uint64_t seed) {
-  const size_t es = dtypeBytes(dt);
-  std::vector<uint8_t> x(s.batch * s.k * es), w(s.n * s.k * es);
-  fillInput(x.data(), dt, seed, rank, 0, s.batch * s.k);
-  fillInput(w.data(), dt, gemvWeightSeed(seed), rank, 0, s.n * s.k);
-  void* wAt = static_cast<uint8_t*>(r.input) + (x.size() + 255) / 256 * 256;
-  upload(r.input, x);
-  upload(wAt, w);
-  poisonBytes(r.heap, s.batch * s.n * es);
-  return wAt;
+// x and w of `rank` for `seed` in the backend's memory, each an allocation of its own and of its
+// exact size, so that a sanitizer sees a read past either; fill() writes another seed's into the
+// same places (a captured graph keeps the addresses).
+struct GemvOnBackend : BackendCopies {
+  GemvOnBackend(int rank, weft_dtype_t dt, GemvShape s, uint64_t seed) : dt_(dt), shape_(s) {
+    x = copy(host(rank, seed, false));
+    w = copy(host(rank, seed, true));
+  }
+  void fill(int rank, uint64_t seed) const {
+    upload(x, host(rank, seed, false));
+    upload(w, host(rank, seed, true));
+  }
+  void* x = nullptr;
+  void* w = nullptr;
+
+ private:
+  std::vector<uint8_t> host(int rank, uint64_t seed, bool weights) const {
+    const uint64_t count = weights ? shape_.n * shape_.k : shape_.batch * shape_.k;
+    std::vector<uint8_t> v(count * dtypeBytes(dt_));
+    fillInput(v.data(), dt_, weights ? gemvWeightSeed(seed) : seed, rank, 0, count);
+    return v;
+  }
+  weft_dtype_t dt_;
+  GemvShape shape_;
+};
+
+// The op on `in` into r.heap (y), on r's stream.
+inline weft_result_t runGemv(OpRank& r, const GemvOnBackend& in, weft_dtype_t dt, GemvShape s) {
+  return weft_gemv_allreduce(r.comm, in.x, in.w, r.heap, s.batch, s.n, s.k, dt, r.stream);
 }
 
 // y in r.heap against the float64 reference of the op on every rank's inputs for `seed`.
@@ -35,12 +52,13 @@ inline ::testing::AssertionResult receivedGemv(const OpRank& r, int nranks, weft
                             s.k);
 }
 
-// One op on fresh inputs, waited for and checked.
+// One op on fresh inputs into a poisoned y, waited for and checked.
 inline void gemvCase(OpRank& r, int rank, int nranks, weft_dtype_t dt, GemvShape s, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "GEMV + AllReduce " << dtypeName(dt) << " batch " << s.batch << " n " << s.n
                                     << " k " << s.k << " seed " << seed);
-  void* w = prepareGemv(r, rank, dt, s, seed);
-  WEFT_ASSERT_OK(weft_gemv_allreduce(r.comm, r.input, w, r.heap, s.batch, s.n, s.k, dt, r.stream));
+  const GemvOnBackend in(rank, dt, s, seed);
+  poisonBytes(r.heap, s.batch * s.n * dtypeBytes(dt));
+  WEFT_ASSERT_OK(runGemv(r, in, dt, s));
   ASSERT_TRUE(finish(r));
   EXPECT_TRUE(receivedGemv(r, nranks, dt, s, seed));
 }

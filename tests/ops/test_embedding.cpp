@@ -13,14 +13,14 @@ class Embedding : public OnEveryBackend {};
 TEST_P(Embedding, EveryDtypeModeAndDim) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    OpRank r = openRank(rank, n, id, 5 * 12 * 1024 * 4);
+    OpRank r = openRank(rank, n, id, 7 * 7 * 1024 * 4);  // 7 samples of 7 tables at most
     ASSERT_NE(r.comm, nullptr);
     uint64_t s = seed;
     for (weft_dtype_t dt : kDtypes)
       for (int64_t dim : {4, 12, 128, 1024})
         for (int mode : {0, 1})
           for (bool weighted : {false, true})
-            embeddingCase(r, EmbeddingCase{++s, n, 1 + static_cast<int64_t>(s % 5), dim, dt, mode, weighted}, rank);
+            embeddingCase(r, EmbeddingCase{++s, n, 1 + static_cast<int64_t>(s % 7), dim, dt, mode, weighted}, rank);
     // An op with no samples is still collective.
     embeddingCase(r, EmbeddingCase{++s, n, 0, 8, WEFT_FLOAT32, 0, false}, rank);
     closeRank(r);

@@ -9,19 +9,17 @@
 namespace weft::test {
 namespace {
 
-constexpr int64_t kCapacity = 4 * 1024, kMaxH = 520;
-
 class GemmAllToAll : public OnEveryBackend {};
 
 TEST_P(GemmAllToAll, RandomSplitsOddShapesAndExperts) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    OpRank r = openRank(rank, n, id, kCapacity * kMaxH * 2);
+    OpRank r = openRank(rank, n, id, kGemmCapacity * kGemmMaxH * 2);
     ASSERT_NE(r.comm, nullptr);
     uint64_t s = seed;
     for (weft_dtype_t dt : {WEFT_BFLOAT16, WEFT_FLOAT16})
       for (const GemmShape& sh : gemmShapes())
-        gemmCase(r, GemmCase{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts}, rank, kCapacity);
+        gemmCase(r, GemmCase{++s, n, sh.tokens, sh.k, sh.h, dt, sh.experts}, rank, kGemmCapacity);
     // recv_counts may be NULL; the capacity may be exactly what arrives.
     const GemmCase exact{++s, n, 50, 16, 32, WEFT_BFLOAT16, 1};
     gemmCase(r, exact, rank, exact.received(rank), false);

@@ -20,10 +20,11 @@ constexpr GemvShape kShapes[] = {{1, 1, 1},    {1, 7, 13},    {3, 300, 256}, {8,
 constexpr GemvShape kGpuShapes[] = {{1, 8192, 2048}, {8, 8192, 512}, {32, 8192, 256},  {3, 301, 77},
                                     {2, 97, 1000},   {6, 75, 5000},  {12, 1000, 1096}, {9, 64, 136},
                                     {24, 200, 4104}, {40, 97, 2056}, {64, 130, 24}};
-// The GPU shapes each forced path also runs: the decode shapes, where every rank owns a slice.
-constexpr GemvShape kGpuPathShapes[] = {{1, 8192, 2048}, {32, 8192, 256}};
-// x and w (the largest GPU shape's 32 MiB of w), and y.
-constexpr size_t kBytes = kOnGpu ? 80 << 20 : 1 << 20;
+// The GPU shapes each forced path also runs: the decode shapes, where every rank owns a slice,
+// and 64 x 130 (5 slices: fused_rsag runs one-shot on more ranks).
+constexpr GemvShape kGpuPathShapes[] = {{1, 8192, 2048}, {32, 8192, 256}, {64, 130, 24}};
+// y (the inputs are allocations of their own, GemvOnBackend).
+constexpr size_t kBytes = 64 * 8192 * 4;
 
 std::vector<GemvShape> shapes(const GemvShape* gpuOnly, size_t gpuCount) {
   std::vector<GemvShape> out(std::begin(kShapes), std::end(kShapes));

@@ -30,7 +30,7 @@ void PrintTo(const Placement& placement, std::ostream* os);
 std::vector<Placement> backendPlacements();
 // Those of `ranks` ranks (the GPU's under each engine).
 std::vector<Placement> backendPlacements(std::vector<int> ranks);
-// "2ranks" on the CPU, "2gpus_launched" on GPUs (the names the backends' suites always had).
+// "2ranks" on the CPU, "2gpus_launched" on GPUs.
 std::string placementName(const ::testing::TestParamInfo<Placement>& info);
 
 // Why `placement` cannot run on this machine (a GPU suite without GPUs), or empty.
@@ -49,10 +49,10 @@ class OnEveryBackend : public ::testing::TestWithParam<Placement> {
 // GPU ones Gpus/Suite.Case/2gpus_launched.
 #ifdef WEFT_TEST_ON_GPU
 #define WEFT_BACKEND_PREFIX Gpus
-inline constexpr bool kOnGpu = true;
+constexpr bool kOnGpu = true;
 #else
 #define WEFT_BACKEND_PREFIX Ranks
-inline constexpr bool kOnGpu = false;
+constexpr bool kOnGpu = false;
 #endif
 #define WEFT_INSTANTIATE_ON_EVERY_BACKEND(suite, ...)                                         \
   INSTANTIATE_TEST_SUITE_P(WEFT_BACKEND_PREFIX, suite,                                        \
@@ -68,7 +68,8 @@ struct OpRank {
 
 // A communicator of `ranks` for `rank` with `bytes` of heap and of input (a test failure, and a
 // null comm, where init fails); closeRank finalizes and frees it all; closeFailedRank, for a
-// communicator whose op failed (which finalize would report again), destroys it unfinalized.
+// communicator whose op failed, destroys it without the finalize barrier, as a job that saw an op
+// fail would.
 OpRank openRank(int rank, int ranks, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config = nullptr);
 void closeRank(OpRank& r);
 void closeFailedRank(OpRank& r);
