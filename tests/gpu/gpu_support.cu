@@ -5,11 +5,45 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "support/multirank.hpp"
 
 namespace weft::test {
+
+namespace {
+
+// Whether this process has loaded the CUDA driver (the runtime loads it at its first call).
+bool driverLoaded() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libcuda.so") != std::string::npos) return true;
+  return false;
+}
+
+// A rank forked after the test process itself used CUDA cannot use it (cudaSetDevice fails with an
+// initialization error): one test that calls CUDA outside its ranks fails every later test of the
+// run, far from the cause. This names the test that did. A driver already loaded when the run
+// starts leaves the check off (it could not tell who loaded it).
+class CudaOnlyInRanks : public ::testing::EmptyTestEventListener {
+  bool armed_ = false;
+  void OnTestProgramStart(const ::testing::UnitTest&) override { armed_ = !driverLoaded(); }
+  void OnTestEnd(const ::testing::TestInfo& test) override {
+    if (!armed_ || !driverLoaded()) return;
+    armed_ = false;
+    ADD_FAILURE() << test.test_suite_name() << "." << test.name()
+                  << " used CUDA in the test process itself, so no rank forked after it can: make its CUDA "
+                     "calls inside runRanks";
+  }
+};
+const bool kCudaOnlyInRanks = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new CudaOnlyInRanks);
+  return true;
+}();
+
+}  // namespace
 
 int gpusPresent() {
   int n = 0;
