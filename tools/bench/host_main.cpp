@@ -86,6 +86,20 @@ int main(int argc, char** argv) {
   weft_config_t config = WEFT_CONFIG_INITIALIZER;
   config.heap_bytes = std::max<uint64_t>(maxBytes * (allReduce ? 1 : nranks), 1 << 20);
   check(weft_comm_init_env(&comm, &config), "weft_comm_init_env");
+  // weft reads its job from the launcher's variables, MPI from its own: under weftrun each process
+  // is an MPI job of one while weft's ranks are many, and every row would compare unlike sums.
+  int weftRank = -1, weftRanks = -1;
+  check(weft_comm_rank(comm, &weftRank), "weft_comm_rank");
+  check(weft_comm_size(comm, &weftRanks), "weft_comm_size");
+  if (weftRank != rank || weftRanks != nranks) {
+    std::fprintf(stderr,
+                 "weft-bench: weft's job (rank %d of %d) is not MPI's (rank %d of %d): start weft-bench with "
+                 "mpirun, which both read (the CPU build's weft-bench is an MPI program)\n",
+                 weftRank, weftRanks, rank, nranks);
+    weft_comm_destroy(comm);
+    MPI_Finalize();
+    return 2;
+  }
   const uint64_t bufBytes = maxBytes * (allReduce ? 1 : nranks);
   void* heapOut = nullptr;
   check(weft_mem_alloc(comm, bufBytes, &heapOut), "weft_mem_alloc");
