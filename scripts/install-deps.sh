@@ -7,6 +7,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       clang libclang-rt-dev
       slurmd slurmctld slurm-client munge
       hipcc libamdhip64-dev
+      libopenmpi-dev
       python3-torch libtorch-dev python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done

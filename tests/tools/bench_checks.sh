@@ -19,8 +19,13 @@ case $check in
       echo "bench_checks $check: no Open MPI mpirun here: skipped"
       exit 77
     fi
-    out=$(WEFT_TRANSPORT=proxy UCX_TLS=tcp timeout -k 5 150 "$mpirun" -n 2 --oversubscribe --bind-to none \
-      --mca pml ob1 --mca btl tcp,self -x WEFT_TRANSPORT -x UCX_TLS "$bench" "$check" -b 4K -e 256K -f 8 -n 3 -w 1 2>&1)
+    flags=(-n 2 --oversubscribe --bind-to none --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo
+      --mca oob_tcp_if_include lo)
+    if ! timeout -k 5 30 "$mpirun" "${flags[@]}" true >/dev/null 2>&1; then
+      echo "bench_checks $check: mpirun cannot start two processes here: skipped"
+      exit 77
+    fi
+    out=$(WEFT_TRANSPORT=proxy UCX_TLS=tcp timeout -k 5 150 "$mpirun" "${flags[@]}" -x WEFT_TRANSPORT -x UCX_TLS "$bench" "$check" -b 4K -e 256K -f 8 -n 3 -w 1 2>&1)
     rc=$?
     echo "$out"
     [ $rc -eq 0 ] || { echo "bench_checks $check: mpirun exited $rc"; exit 1; }
