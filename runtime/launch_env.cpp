@@ -88,7 +88,8 @@ LaunchInfo launchFromEnv(const Getenv& env) {
   else if (!get(env, "MASTER_PORT").empty())
     port = intVar(env, "MASTER_PORT") + 1;
   else if (!key.empty())
-    port = 20000 + static_cast<int>(secretFromText(key)[0] | (secretFromText(key)[1] << 8)) % 20000;
+    port = kDerivedPortLow + static_cast<int>(secretFromText(key)[0] | (secretFromText(key)[1] << 8)) %
+                                 (kDerivedPortEnd - kDerivedPortLow);
   else
     throw Error(Code::kInvalidArgument, "WEFT_BOOTSTRAP_PORT: set it (or MASTER_PORT); no job id to derive it from");
   if (port <= 0 || port > 65535)

@@ -5,8 +5,8 @@
 // Rank 0's bootstrap address: WEFT_BOOTSTRAP_ADDR, else MASTER_ADDR, else the first node of the
 // Slurm step, else 127.0.0.1 when the launcher says every rank is on one node.
 // Port: WEFT_BOOTSTRAP_PORT, else MASTER_PORT + 1 (torch's TCPStore holds MASTER_PORT), else one
-// derived from the job id. Secret: WEFT_BOOTSTRAP_SECRET, else derived from the job id and address,
-// which keeps jobs apart but is no defence against an attacker on the network.
+// derived from the job id, in [kDerivedPortLow, kDerivedPortEnd). Secret: WEFT_BOOTSTRAP_SECRET, else derived from the
+// job id and address, which keeps jobs apart but is no defence against an attacker on the network.
 #pragma once
 
 #include <functional>
@@ -22,6 +22,10 @@ struct LaunchInfo {
   int nranks = 0;
   UniqueId id;
 };
+
+// Ports derived from a job id: below Linux's ephemeral range (32768-60999 by default), where the
+// kernel picks the local ports of outgoing connections, so none of those can already hold it.
+constexpr int kDerivedPortLow = 20000, kDerivedPortEnd = 32768;
 
 using Getenv = std::function<const char*(const char*)>;
 

@@ -58,8 +58,22 @@ TEST(LaunchEnv, SlurmUsesTheFirstNodeAndAPortFromTheJob) {
                          {"SLURM_STEP_NODELIST", "localhost"}});
   EXPECT_EQ(l.launcher, "slurm");
   EXPECT_EQ(l.rank, 5);
-  EXPECT_GE(l.id.root.port(), 20000);
-  EXPECT_LT(l.id.root.port(), 40000);
+  EXPECT_GE(l.id.root.port(), kDerivedPortLow);
+  EXPECT_LT(l.id.root.port(), kDerivedPortEnd);
+}
+
+// A derived port must not be one the kernel may already have given an outgoing connection
+// (Linux's ephemeral ports start at 32768): every job id lands below.
+TEST(LaunchEnv, DerivedPortsStayBelowTheEphemeralRange) {
+  EXPECT_LE(kDerivedPortEnd, 32768);
+  for (int job = 0; job < 3000; ++job) {
+    LaunchInfo l = launch({{"OMPI_COMM_WORLD_RANK", "0"},
+                           {"OMPI_COMM_WORLD_SIZE", "2"},
+                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                           {"OMPI_MCA_ess_base_jobid", std::to_string(job)}});
+    ASSERT_GE(l.id.root.port(), kDerivedPortLow) << "job " << job;
+    ASSERT_LT(l.id.root.port(), kDerivedPortEnd) << "job " << job;
+  }
 }
 
 TEST(LaunchEnv, OpenMpiOnOneNodeDefaultsToLoopback) {
