@@ -15,6 +15,7 @@
 
 #include "common/error.hpp"
 #include "gpu_support.hpp"
+#include "runtime/config.hpp"
 #include "runtime/service/client.hpp"
 #include "support/multirank.hpp"
 #include "support/oracle.hpp"
@@ -29,14 +30,23 @@ class GpuService : public OnEveryBackend {
  protected:
   // weftd serves the ranks of one node and maps every peer itself: a job run as separate nodes
   // (gpu-check.sh's proxy step) refuses service=on at init, by design (runtime/service/attach.cpp).
+  // The settings as init resolves them (environment and config file), so the test asks what the
+  // runtime will see.
   void SetUp() override {
     OnEveryBackend::SetUp();
     if (IsSkipped()) return;
-    const char* transport = getenv("WEFT_TRANSPORT");
-    const char* nodeRanks = getenv("WEFT_NODE_RANKS");
-    if ((transport && std::string(transport) == "proxy") || (nodeRanks && std::string(nodeRanks) != "0"))
-      GTEST_SKIP() << "weftd serves one node: this job runs its ranks as separate nodes (WEFT_TRANSPORT=proxy or "
-                      "WEFT_NODE_RANKS)";
+    std::string transport;
+    int64_t nodeRanks = 0;
+    try {
+      const Settings s = Settings::resolve();
+      transport = s.getString("transport");
+      nodeRanks = s.getInt("node_ranks");
+    } catch (const Error&) {
+      return;  // settings init refuses: the case itself will say so
+    }
+    if (transport == "proxy" || nodeRanks != 0)
+      GTEST_SKIP() << "weftd serves one node: this job runs its ranks as separate nodes (transport=proxy or "
+                      "node_ranks set)";
   }
   void TearDown() override {
     unsetenv("WEFT_SERVICE_DIR");

@@ -94,7 +94,7 @@ GemmInputs gemmInputs(const GemmCase& c, int rank) {
       while (ends[e] <= r) ++e;
       for (int64_t i = 0; i < c.k; ++i) arow[i] = roundedInput(c.dtype, c.seed, src, r * c.k + i);
       for (int64_t j = 0; j < c.h; ++j) {
-        const double* wj = &wt[(e * c.h + j) * c.k];
+        const double* wj = wt.data() + (e * c.h + j) * c.k;
         double want = 0, mag = 0;
         for (int64_t i = 0; i < c.k; ++i) {
           const double t = arow[i] * wj[i];
