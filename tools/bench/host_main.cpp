@@ -88,14 +88,18 @@ int main(int argc, char** argv) {
   check(weft_comm_init_env(&comm, &config), "weft_comm_init_env");
   // weft reads its job from the launcher's variables, MPI from its own: under weftrun each process
   // is an MPI job of one while weft's ranks are many, and every row would compare unlike sums.
+  // Decided together, so that no rank goes on to wait for one that left.
   int weftRank = -1, weftRanks = -1;
   check(weft_comm_rank(comm, &weftRank), "weft_comm_rank");
   check(weft_comm_size(comm, &weftRanks), "weft_comm_size");
-  if (weftRank != rank || weftRanks != nranks) {
-    std::fprintf(stderr,
-                 "weft-bench: weft's job (rank %d of %d) is not MPI's (rank %d of %d): start weft-bench with "
-                 "mpirun, which both read (the CPU build's weft-bench is an MPI program)\n",
-                 weftRank, weftRanks, rank, nranks);
+  int mismatch = weftRank != rank || weftRanks != nranks, anyMismatch = 0;
+  MPI_Allreduce(&mismatch, &anyMismatch, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (anyMismatch) {
+    if (mismatch)
+      std::fprintf(stderr,
+                   "weft-bench: weft's job (rank %d of %d) is not MPI's (rank %d of %d): start weft-bench with "
+                   "mpirun, which both read (the CPU build's weft-bench is an MPI program)\n",
+                   weftRank, weftRanks, rank, nranks);
     weft_comm_destroy(comm);
     MPI_Finalize();
     return 2;
