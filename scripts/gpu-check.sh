@@ -5,7 +5,8 @@
 #   scripts/gpu-check.sh [-s] [-r "2 4"] [-o DIR] [-t SECONDS] [STEP...]
 #
 # STEP: tests, proxy, service, gemm, gemv, embedding, allreduce (default: all but service, in that
-# order). proxy: the GPU tests' multi-rank cases again through the host proxy, over UCX and
+# order). tests: the GPU suite whole; on 2 or 3 GPUs also its 4-rank cases with ranks sharing the
+# GPUs under MPS. proxy: the GPU tests' multi-rank cases again through the host proxy, over UCX and
 # libfabric (tcp), with every rank a node of its own (4x1) and as two nodes of two ranks (2x2).
 # service: each op suite's 2-rank cases through weftd's engine (service_engine weftd) and the
 # service suite, each with a weftd of the step's own (started afresh for each suite, under MPS),
@@ -154,6 +155,21 @@ for s in "${steps[@]}"; do
     if [ $share -eq 0 ]; then
       step "tests" "$out/tests.log" "$tests" --gtest_brief=1
       grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log"
+      # With 2 or 3 GPUs the 4-rank cases skipped above: again with ranks sharing the GPUs, under
+      # an MPS server (this step's own unless one runs already), as -s runs every case.
+      if [ "$gpus" -ge 2 ] && [ "$gpus" -lt 4 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+        own_mps=0
+        [ -z "$mps" ] && { mps_start && own_mps=1; }
+        step "tests: the 4-rank cases, ranks sharing the $gpus GPUs under MPS" "$out/tests.4-shared.log" \
+          env WEFT_TEST_SHARE_GPUS=1 "$tests" --gtest_brief=1 --gtest_filter='*/4gpus_*'
+        grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.4-shared.log" | sed 's/^/   /'
+        if [ $own_mps -eq 1 ]; then
+          echo quit | timeout 10 nvidia-cuda-mps-control
+          rm -rf "$mps"
+          mps=""
+          unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+        fi
+      fi
       continue
     fi
     # Ranks sharing a GPU: one step per suite (Gpus/GpuGemv, GpuFaults, ...), each with an MPS
