@@ -58,25 +58,33 @@ wants_mps=$share
 [[ " ${steps[*]} " == *" service "* ]] && wants_mps=1
 [ $share -eq 1 ] && export WEFT_TEST_SHARE_GPUS=1
 weftd_pid="" mps=""
-finish() {
-  [ -n "$weftd_pid" ] && kill -KILL "$weftd_pid" 2>/dev/null
-  # A server left behind refuses the next run's clients: quit it, bounded.
-  [ -n "$mps" ] && { echo quit | timeout 10 nvidia-cuda-mps-control; rm -rf "$mps"; }
-}
-trap finish EXIT
 mps_start() {
   mps=$(mktemp -d)
   export CUDA_MPS_PIPE_DIRECTORY=$mps CUDA_MPS_LOG_DIRECTORY=$mps
   nvidia-cuda-mps-control -d || mps=""
 }
+# A server left behind refuses the next run's clients: quit it, bounded.
+mps_stop() {
+  [ -n "$mps" ] || return 0
+  echo quit | timeout 10 nvidia-cuda-mps-control
+  rm -rf "$mps"
+  mps=""
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+finish() {
+  [ -n "$weftd_pid" ] && kill -KILL "$weftd_pid" 2>/dev/null
+  mps_stop
+}
+trap finish EXIT
 # A case that leaves a client stuck can leave the server refusing every later client
 # (cudaErrorMpsConnectionFailed): with ranks sharing a GPU each test suite gets a server of its own.
 mps_restart() {
   [ -n "$mps" ] || return 0
-  echo quit | timeout 10 nvidia-cuda-mps-control
-  rm -rf "$mps"
+  mps_stop
   mps_start
 }
+# The gtest summary lines of LOG (PASSED/FAILED/SKIPPED counts), indented by PREFIX.
+verdicts() { grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$1" | sed "s/^/${2:-}/"; }
 if [ $wants_mps -eq 1 ]; then
   if command -v nvidia-cuda-mps-control >/dev/null; then
     mps_start
@@ -129,7 +137,7 @@ for s in "${steps[@]}"; do
       [ $suite = GpuService ] && filter="Gpus/GpuService.*"
       step "service: $suite through weftd" "$log" env WEFT_SERVICE=on WEFT_SERVICE_DIR="$dir" \
         WEFT_SERVICE_ENGINE=weftd WEFT_TEST_WEFTD="$weftd" "$tests" --gtest_brief=1 --gtest_filter="$filter"
-      grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log"
+      verdicts "$log"
     done
     if [ $share -eq 0 ] && need "$bench" service weft-bench && need "$run" service weftrun; then
       start_weftd "$dir" "$out/service.weftd.log" || continue
@@ -154,7 +162,7 @@ for s in "${steps[@]}"; do
     need "$tests" tests weft_gpu_tests || continue
     if [ $share -eq 0 ]; then
       step "tests" "$out/tests.log" "$tests" --gtest_brief=1
-      grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log"
+      verdicts "$out/tests.log"
       # With 2 or 3 GPUs the 4-rank cases skipped above: again with ranks sharing the GPUs, under
       # an MPS server (this step's own unless one runs already), as -s runs every case.
       if [ "$gpus" -ge 2 ] && [ "$gpus" -lt 4 ] && command -v nvidia-cuda-mps-control >/dev/null; then
@@ -162,13 +170,8 @@ for s in "${steps[@]}"; do
         [ -z "$mps" ] && { mps_start && own_mps=1; }
         step "tests: the 4-rank cases, ranks sharing the $gpus GPUs under MPS" "$out/tests.4-shared.log" \
           env WEFT_TEST_SHARE_GPUS=1 "$tests" --gtest_brief=1 --gtest_filter='*/4gpus_*'
-        grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.4-shared.log" | sed 's/^/   /'
-        if [ $own_mps -eq 1 ]; then
-          echo quit | timeout 10 nvidia-cuda-mps-control
-          rm -rf "$mps"
-          mps=""
-          unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-        fi
+        verdicts "$out/tests.4-shared.log" "   "
+        [ $own_mps -eq 1 ] && mps_stop
       fi
       continue
     fi
@@ -178,7 +181,7 @@ for s in "${steps[@]}"; do
       mps_restart
       log="$out/tests.${suite//\//_}.log"
       step "tests: $suite" "$log" "$tests" --gtest_brief=1 --gtest_filter="$suite.*"
-      grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log" | sed 's/^/   /'
+      verdicts "$log" "   "
     done
     continue
   fi
@@ -198,7 +201,7 @@ for s in "${steps[@]}"; do
           [ $share -eq 1 ] && mps_restart
           log="$out/$name.${suite//\//_}.log"
           step "$name: $suite" "$log" env "$@" ${topology#* } "$tests" --gtest_brief=1 --gtest_filter="$filter"
-          grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log" | sed 's/^/   /'
+          verdicts "$log" "   "
         done
       done
     done

@@ -22,6 +22,12 @@ std::unique_ptr<Client> findDaemon(const Settings& s, std::string* why) {
   }
 }
 
+std::string separateNodes(const Settings& s) {
+  if (s.getString("transport") == "proxy") return "transport=proxy (weftd maps every peer)";
+  if (s.getInt("node_ranks") != 0) return "node_ranks is set (weftd serves one node)";
+  return "";
+}
+
 bool decide(const Settings& s, const std::vector<RankFinding>& all, int me, const std::string& whyMine) {
   const std::string& mode = s.getString("service");
   if (mode == "off") return false;
@@ -34,8 +40,7 @@ bool decide(const Settings& s, const std::vector<RankFinding>& all, int me, cons
             " are on different hosts or served by different weftds "
             "(weftd serves the ranks of one node)";
   }
-  if (why.empty() && s.getString("transport") == "proxy") why = "transport=proxy (weftd maps every peer)";
-  if (why.empty() && s.getInt("node_ranks") != 0) why = "node_ranks is set (weftd serves one node)";
+  if (why.empty()) why = separateNodes(s);
   if (why.empty()) return true;
   if (mode == "on") throw Error(Code::kInvalidUsage, "service=on, but the communicator cannot use weftd: " + why);
   WEFT_LOG(kInfo, kService, "service=auto: running embedded ({})", why);

@@ -23,6 +23,10 @@ struct RankFinding {
   uint64_t hostHash;
 };
 
+// Why the settings make the ranks separate nodes, which one weftd cannot serve (transport=proxy,
+// node_ranks set), or "" where they do not.
+std::string separateNodes(const Settings& s);
+
 // Whether the communicator runs in service mode; the same answer on every rank. Throws
 // kInvalidUsage for service=on where it cannot (`whyMine`: why this rank found no weftd).
 bool decide(const Settings& s, const std::vector<RankFinding>& all, int me, const std::string& whyMine);

@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "gpu_support.hpp"
 #include "runtime/config.hpp"
+#include "runtime/service/attach.hpp"
 #include "runtime/service/client.hpp"
 #include "support/multirank.hpp"
 #include "support/oracle.hpp"
@@ -28,25 +29,18 @@ using Clock = std::chrono::steady_clock;
 
 class GpuService : public OnEveryBackend {
  protected:
-  // weftd serves the ranks of one node and maps every peer itself: a job run as separate nodes
-  // (gpu-check.sh's proxy step) refuses service=on at init, by design (runtime/service/attach.cpp).
-  // The settings as init resolves them (environment and config file), so the test asks what the
-  // runtime will see.
+  // weftd serves the ranks of one node: a job whose settings make its ranks separate nodes
+  // (gpu-check.sh's proxy step) refuses service=on at init, by design, for the reason init gives.
   void SetUp() override {
     OnEveryBackend::SetUp();
     if (IsSkipped()) return;
-    std::string transport;
-    int64_t nodeRanks = 0;
+    std::string why;
     try {
-      const Settings s = Settings::resolve();
-      transport = s.getString("transport");
-      nodeRanks = s.getInt("node_ranks");
+      why = service::separateNodes(Settings::resolve());
     } catch (const Error&) {
       return;  // settings init refuses: the case itself will say so
     }
-    if (transport == "proxy" || nodeRanks != 0)
-      GTEST_SKIP() << "weftd serves one node: this job runs its ranks as separate nodes (transport=proxy or "
-                      "node_ranks set)";
+    if (!why.empty()) GTEST_SKIP() << "weftd serves one node, and this job's ranks are separate nodes: " << why;
   }
   void TearDown() override {
     unsetenv("WEFT_SERVICE_DIR");
