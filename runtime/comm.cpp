@@ -34,7 +34,7 @@ struct RankInfo {
   uint64_t pathTable;  // the path table's fingerprint
   uint64_t gemvPath;   // 0 auto, 1 + OpPath forced
   uint64_t oneShotLinesFrom;
-  uint64_t oneShotAuto;  // oneshot_max_bytes left to auto (through the proxy: no one-shot)
+  uint64_t oneShotAuto;  // oneshot_max_bytes left to auto (through the proxy: autoProxyOneShotBytes)
   uint64_t transport;    // 0 auto, 1 p2p, 2 proxy
   uint64_t nodeRanks;
   uint64_t serviceInstance;  // the weftd this rank found (Welcome::instance); 0: none
@@ -188,15 +188,15 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   // The flagged exchange's scratch serves the one-shot AllReduce and the fused GEMV's partials.
   c->oneShotMax_ = mine.oneShotBytes;
   // Through the proxy the one-shot's flagged words travel as messages stored a word at a time, and
-  // each rank sends all of its input to every peer: on 2 H200 over UCX tcp its 1 MiB AllReduce
-  // took 7.7 ms where the reduce-scatter + all-gather took 3.8 (64 KiB on the CPU backend: 4.9
-  // against 1.3). So a job with proxy peers leaves the one-shot off unless it is asked for.
-  // `auto` itself must then be every rank's choice, not only the bytes it stands for: a rank that
-  // set the same value would run the one-shot where the others do not, and both would wait.
+  // each rank sends all of its input to every peer, so it pays only where latency is the cost:
+  // `auto` there means 4 KB sent in all (autoProxyOneShotBytes). `auto` itself must be every
+  // rank's choice, not only the bytes it stands for: a rank that set a value would run the
+  // one-shot where the others do not, and both would wait.
   if (anyProxy)
-    checkAgree(all, &RankInfo::oneShotAuto, "oneshot_max_bytes (through the host proxy, auto means no one-shot)", rank,
+    checkAgree(all, &RankInfo::oneShotAuto,
+               "oneshot_max_bytes (through the host proxy, auto means up to 4 KB sent in all)", rank,
                [](uint64_t v) { return std::string(v ? "auto" : "a value"); });
-  if (anyProxy && mine.oneShotAuto) c->oneShotMax_ = 0;
+  if (anyProxy && mine.oneShotAuto) c->oneShotMax_ = autoProxyOneShotBytes(nranks);
   c->gemvScratch_ = mine.gemvScratchBytes;
   c->layout_.oneShotBytes = std::max(mine.oneShotBytes, mine.gemvScratchBytes);
   transport::ProxyOptions proxy;

@@ -62,6 +62,8 @@ class Settings {
 // oneshot_max_bytes = auto: the one-shot AllReduce's largest input on `nranks` ranks (`lines`: in
 // 128-byte lines).
 uint64_t autoOneShotBytes(int nranks, bool lines);
+// oneshot_max_bytes's `auto` in a job with host-proxy peers.
+uint64_t autoProxyOneShotBytes(int nranks);
 
 // The whole of a small text file that a setting names: a regular file of at most kMaxTextFileBytes.
 // Throws weft::Error (invalid argument) naming `what` and the path otherwise (a directory, a device

@@ -268,8 +268,9 @@ TEST(ProxySetup, RanksWithDifferentRxmBuffersFailInit) {
   }));
 }
 
-// Through the proxy `auto` turns the one-shot AllReduce off: a rank that sets oneshot_max_bytes to
-// the very value auto stands for would run it where the others do not. Init refuses that.
+// Through the proxy `auto` stands for another bound than without: a rank that sets oneshot_max_bytes
+// to the value auto stands for elsewhere would run the one-shot where the others do not. Init
+// refuses that.
 TEST(ProxySetup, RanksThatDisagreeOnOneShotAutoFailInit) {
   WEFT_REQUIRE_A_BACKEND();
   EXPECT_TRUE(runRanks(2, [&](int rank, int n, const weft_unique_id_t& id) {
@@ -277,7 +278,7 @@ TEST(ProxySetup, RanksThatDisagreeOnOneShotAutoFailInit) {
     if (rank == 0) setenv("WEFT_ONESHOT_MAX_BYTES", "64K", 1);  // the CPU backend's auto value
     weft_comm_t comm = nullptr;
     EXPECT_TRUE(failsWith(weft_comm_init_rank(&comm, n, id, rank, nullptr), WEFT_ERR_INVALID_USAGE,
-                          "oneshot_max_bytes (through the host proxy, auto means no one-shot): rank "));
+                          "oneshot_max_bytes (through the host proxy, auto means up to 4 KB sent in all): rank "));
   }));
 }
 

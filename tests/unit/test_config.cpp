@@ -83,6 +83,17 @@ TEST(Config, AutoOnlyWhereTheSettingTakesIt) {
     EXPECT_GE(autoOneShotBytes(4, lines), autoOneShotBytes(8, lines));
   }
   EXPECT_GE(autoOneShotBytes(4, true), autoOneShotBytes(4, false)) << "128-byte lines carry twice the payload";
+  // Through the proxy: what an op sends in all stays within 4 KB, in whole 8-byte words.
+  for (int n : {2, 3, 4, 8, 1000}) {
+    const uint64_t bound = autoProxyOneShotBytes(n);
+    EXPECT_GE(bound, 8u) << n << " ranks";
+    EXPECT_EQ(bound % 8, 0u) << n << " ranks";
+    if (n <= 513) {
+      EXPECT_LE(bound * static_cast<uint64_t>(n - 1), 4096u) << n << " ranks";
+    }
+  }
+  EXPECT_EQ(autoProxyOneShotBytes(2), 4096u);
+  EXPECT_LT(autoProxyOneShotBytes(2), autoOneShotBytes(2, false)) << "the proxy's bound is the smaller";
 }
 
 TEST(Config, BadValuesNameTheSettingAndWhereItCameFrom) {
