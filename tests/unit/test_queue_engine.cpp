@@ -1,6 +1,7 @@
 // The work-queue protocol and the persistent engine on one rank, in one process: concurrent
 // submitters, more ops than slots, workers racing for items, and the tagged claim word.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 
 #include <atomic>
 #include <cstring>
@@ -167,6 +168,27 @@ TEST(QueueEngine, AbortEndsAHostWaitAndRecordsIt) {
   EXPECT_EQ(q.wait(t, 60'000'000'000ull, 100'000'000ull), Status::kAborted);
   aborter.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// A wait long enough to sleep lowers the thread's timer slack to 1 us (its 20 us sleeps would
+// otherwise last 50 us longer than they ask), and the caller's thread gets its own slack back,
+// whatever the end.
+TEST(QueueEngine, AWaitThatSleptGivesTheCallerItsTimerSlackBack) {
+  constexpr unsigned long kCallers = 123457;
+  ASSERT_EQ(prctl(PR_SET_TIMERSLACK, kCallers, 0UL, 0UL, 0UL), 0);
+  WorkQueue q(2);
+  const uint64_t t = publishWithoutEngine(q);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // well past the wait's first sleeps
+    prim::atomicStore<prim::Order::kRelease>(&q.header()->abort, 1u);
+  });
+  EXPECT_EQ(q.wait(t, 60'000'000'000ull, 0), Status::kAborted);
+  aborter.join();
+  EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL), static_cast<long>(kCallers));
+  const uint64_t again = publishWithoutEngine(q);
+  EXPECT_EQ(q.wait(again, 200'000'000ull, 0), Status::kAborted) << "the abort stands";
+  EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL), static_cast<long>(kCallers));
+  prctl(PR_SET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);  // the default again
 }
 
 TEST(QueueEngine, CompletingUnfinishedOpsReleasesEveryWaiter) {
