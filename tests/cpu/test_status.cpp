@@ -384,7 +384,15 @@ TEST(Status, KilledJobIsReportedDeadAndCleanedAndBadPagesAreRefused) {
     deadPages.push_back(m[1]);
   }
   ASSERT_EQ(deadPages.size(), 2u) << json;
-  EXPECT_NE(weftctl("queue --dir " + scratch.pages).out.find("(dead)"), std::string::npos);
+  const std::string listed = weftctl("queue --dir " + scratch.pages).out;
+  EXPECT_NE(listed.find("(dead)"), std::string::npos) << listed;
+  auto times = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = listed.find(what); at != std::string::npos; at = listed.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(times("state died running"), 2u) << listed;
+  EXPECT_EQ(times("state running"), 1u) << "only the live job's rank runs: " << listed;
 
   // Bad pages beside them, made from a dead one.
   const std::string page = readBytes(scratch.pages + "/" + deadPages[0]);

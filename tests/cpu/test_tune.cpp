@@ -165,6 +165,7 @@ TEST(Tune, BadArgumentsAreNamed) {
       {"tune show --op gemv_allreduce --ranks 2", "--op: needs --ranks and --shape"},
       {"tune show --op gemv_allreduce --ranks 2 --shape 65,8,8", "--shape: batch 65 is past"},
       {"tune show --op embedding_alltoall --ranks 2 --shape 1,2", "local_batch,num_tables,dim"},
+      {"tune show --op gemm_alltoall --ranks 2 --shape 256,14336", "--shape: '256,14336' is not three"},
       {"tune measure --ranks 2", "--out: where to write the table"},
       {"tune measure --out - ", "--ranks: the world sizes"},
       {"tune measure --ranks 1 --out - --commit xyz", "--commit: 'xyz' is not 7 to 40 hex digits"},
@@ -180,6 +181,8 @@ TEST(Tune, BadArgumentsAreNamed) {
     const CtlRun r = weftctl("", c.args);
     EXPECT_NE(r.rc, 0) << c.args << ": " << r.output;
     EXPECT_NE(r.output.find(c.mention), std::string::npos) << c.args << ": " << r.output;
+    // A malformed question gets its error alone, not the table first.
+    EXPECT_EQ(r.output.find("table: "), std::string::npos) << c.args << ": " << r.output;
   }
 }
 

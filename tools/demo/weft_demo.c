@@ -27,7 +27,7 @@ static double nowMs(void) {
 int main(int argc, char** argv) {
   if (argc > 1) {
     /* It takes no arguments: any (--help included) gets the usage, before any communicator. */
-    printf("usage: weftrun -n N %s   (or torchrun, mpirun, srun: a launcher that sets RANK and WORLD_SIZE)\n"
+    printf("usage: weftrun -n N %s   (or torchrun, mpirun, srun: weft reads the rank and size each sets)\n"
            "Every rank runs a fused GEMV + AllReduce, an AllReduce and an All-to-All and checks the results.\n",
            argv[0]);
     return strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ? 0 : 2;

@@ -46,8 +46,11 @@ void printText(const st::Listing& l, const QueueOptions& o) {
       comm = h.commId;
     }
     ++shown;
+    // A page's state is what its process last wrote: "running" on a dead one means it died so.
+    const std::string state =
+        !s.alive && h.state == 0 ? std::string("died running") : std::string(st::pageStateName(h.state));
     std::printf("  rank %d  pid %d (%s)  host %s  device %s  engine %s  state %s\n", h.rank, h.pid, s.liveness.c_str(),
-                h.host, h.device, h.engine, st::pageStateName(h.state));
+                h.host, h.device, h.engine, state.c_str());
     std::string paths;
     for (size_t r = 0; r < s.paths.size() && r < 16; ++r)
       paths += (r ? " " : "") + std::to_string(r) + ":" + weft::transport::pathName(s.paths[r]);

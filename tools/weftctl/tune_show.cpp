@@ -60,18 +60,23 @@ int runTuneShow(const TuneShowOptions& o) {
   const weft::Settings s = weft::Settings::resolve();
   const weft::PathTable t = weft::PathTable::load(s.getString("path_table_file"));
   const std::string gpu = o.gpu.empty() ? weft::gpuModel() : o.gpu;
+  // The question is checked before anything is printed: a malformed one gets its error alone.
+  std::optional<weft::FusedOp> op;
+  weft::OpShape shape;
+  if (!o.op.empty()) {
+    op = weft::opNamed(o.op);
+    if (!op)
+      throw Error(Code::kInvalidArgument,
+                  "--op: '" + o.op + "' is not gemv_allreduce, gemm_alltoall or embedding_alltoall");
+    if (o.ranks <= 0 || o.shape.empty()) throw Error(Code::kInvalidArgument, "--op: needs --ranks and --shape");
+    shape = parseShape(*op, o.shape);
+  }
   std::printf("table: %s (%zu rows)\n", t.origin().c_str(), t.rows().size());
   std::printf("gpu model: %s%s\n", gpu.empty() ? "(none found)" : gpu.c_str(),
               o.gpu.empty() ? " (this machine's; --gpu asks for another)" : " (--gpu)");
   std::printf("  %-5s %s\n", "line", weft::tableHeader().substr(2).c_str());
   for (const weft::PathRow& r : t.rows()) std::printf("  %-5d %s\n", r.line, weft::formatRow(r).c_str());
-  if (o.op.empty()) return 0;
-  const auto op = weft::opNamed(o.op);
-  if (!op)
-    throw Error(Code::kInvalidArgument,
-                "--op: '" + o.op + "' is not gemv_allreduce, gemm_alltoall or embedding_alltoall");
-  if (o.ranks <= 0 || o.shape.empty()) throw Error(Code::kInvalidArgument, "--op: needs --ranks and --shape");
-  const weft::OpShape shape = parseShape(*op, o.shape);
+  if (!op) return 0;
   const char* const* names = weft::shapeNames(*op);
   std::printf("%s on %d rank(s) of %s, %s %llu, %s %llu, %s %llu: ", weft::opName(*op), o.ranks,
               gpu.empty() ? "no GPU" : gpu.c_str(), names[0], static_cast<unsigned long long>(shape.dims[0]), names[1],
