@@ -13,6 +13,7 @@
 
 #include "transport/net/backend.hpp"
 #include "transport/proxy/proxy.hpp"
+#include "transport/ucx/ucx_tls.hpp"
 
 namespace weft::transport {
 namespace {
@@ -267,4 +268,14 @@ TEST(ProxyWire, ASenderFarOutOfOrderIsAFault) {
 }
 
 }  // namespace
+// UCX_TLS read as UCX reads it: weft sets the tcp transport's segment sizes only where UCX may use
+// tcp, since UCX warns of every UCX_TCP_* variable as unused on every rank otherwise.
+TEST(ProxyWire, UcxTlsNamesTcpAsUcxReadsIt) {
+  for (const char* tls :
+       {static_cast<const char*>(nullptr), "", "all", "tcp", "rc,tcp", "sm,self,tcp", "^rc", "^sm,rc", "ib,all"})
+    EXPECT_TRUE(ucxTlsMayUseTcp(tls)) << (tls ? tls : "(unset)");
+  for (const char* tls : {"posix,self", "sm", "rc,sm,self", "^tcp", "^sm,tcp", "tcp_x", "rc_x,ud"})
+    EXPECT_FALSE(ucxTlsMayUseTcp(tls)) << tls;
+}
+
 }  // namespace weft::transport

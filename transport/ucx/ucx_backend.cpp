@@ -18,6 +18,7 @@
 #include "common/log.hpp"
 #include "device/primitives_device.hpp"
 #include "transport/net/backend.hpp"
+#include "transport/ucx/ucx_tls.hpp"
 
 namespace weft::transport {
 namespace {
@@ -150,8 +151,10 @@ ucs_status_t UcxBackend::onMessage(void* arg, const void* header, size_t headerB
 // socket path: 0.27), and 1.2 ms instead of 3.2-4.8 on the CPU backend. A value the user set wins.
 // UCX 1.13 reads the tcp transport's settings from the environment when it opens the interface
 // (ucp_config_modify does not reach them), so the default goes there, before the first UCX context
-// of the process: setenv at init, like the other settings UCX reads from the environment.
+// of the process: setenv at init, like the other settings UCX reads from the environment. Only
+// where UCX_TLS lets UCX use tcp: elsewhere UCX warns of the variables as unused, on every rank.
 void widenTcpSegments() {
+  if (!ucxTlsMayUseTcp(getenv("UCX_TLS"))) return;
   for (const char* name : {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE"})
     if (setenv(name, "256k", /*overwrite=*/0) != 0)
       WEFT_LOG(kWarn, kProxy, "UCX: could not default {} to 256k; its tcp puts go in 8 KB segments", name);

@@ -1,0 +1,12 @@
+// UCX_TLS as UCX reads it, without UCX: which transports a value lets UCX use. Kept apart from the
+// back-end so that it is tested, and used, where UCX is not built.
+#pragma once
+
+namespace weft::transport {
+
+// Whether UCX may use its tcp transport under UCX_TLS = `tls` (null: unset): unset, empty or
+// "all" let it use every transport; "^a,b" every transport but those; else the list itself, where
+// "all" and "tcp" name it.
+bool ucxTlsMayUseTcp(const char* tls);
+
+}  // namespace weft::transport
