@@ -76,6 +76,9 @@ constexpr uint64_t kExternalTicket = ~uint64_t{0};
 struct OneShotOpArgs {  // kAllReduceOneShot
   uint64_t lines;       // nonzero: the 128-byte lines' wire format (allreduce_oneshot_device.hpp)
 };
+struct AllToAllOpArgs {  // kAllToAll
+  uint64_t staged;       // nonzero: through the one-shot exchange's scratch (alltoall_device.hpp)
+};
 struct GemvOpArgs {  // kGemvAllReduce, kGemv: y[batch, n] = x[batch, k] . w[n, k]^T; x is OpDesc::send
   uint64_t w;        // [count, k]
   uint64_t batch;    // rows of x
@@ -104,6 +107,7 @@ struct GemmOpArgs {     // kGemmAllToAll; the tokens are OpDesc::send
 union OpArgs {
   uint64_t words[10];  // first: `OpDesc d{}` zeroes all of them
   OneShotOpArgs oneShot;
+  AllToAllOpArgs allToAll;
   GemvOpArgs gemv;
   EmbeddingOpArgs embedding;
   GemmOpArgs gemm;

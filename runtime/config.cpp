@@ -61,7 +61,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables; auto: 64K on "
        "the CPU backend; on GPUs with 128-byte lines (oneshot_protocol) 4M on 2 ranks, 2M on 3-4, 256K on more; "
        "with 8-byte lines 1M up to 4 ranks, 256K on more; with host-proxy peers 4K sent in all (4K / (ranks - 1); "
-       "then auto on every rank or on none)",
+       "then auto on every rank or on none), and there it also bounds the All-to-All blocks that go staged "
+       "through the one-shot's scratch",
        0, 1 << 26, true},
       {"oneshot_protocol", SettingType::kString, "auto",
        "Wire format of the one-shot AllReduce: ll128 (128-byte lines, 120 payload bytes each; needs NVLink between "

@@ -28,6 +28,7 @@
 #include "../comm_device.hpp"
 #include "../ll_device.hpp"
 #include "../signature_device.hpp"
+#include "../vector_device.hpp"
 #include "partition_device.hpp"
 
 namespace weft::dev {
@@ -50,6 +51,22 @@ WEFT_HOST_DEVICE uint32_t exchangeFlag(uint64_t epoch, uint32_t sig) {
   return flag != 0 ? flag : 1u;
 }
 WEFT_HOST_DEVICE uint32_t flagOf(const OpSeq& seq) { return static_cast<uint32_t>(seq.seqBase); }
+
+// Payload word k (bytes [8k, 8k + 8)) of a buffer of `bytes`, zero past its end: what pair k of an
+// exchange carries.
+WEFT_HOST_DEVICE uint64_t loadPayloadWord(const uint8_t* p, uint64_t bytes, uint64_t k) {
+  const uint64_t at = k * kLlPayloadBytes;
+  if ((reinterpret_cast<uintptr_t>(p) & 7) == 0 && at + kLlPayloadBytes <= bytes) return load8(p + at);
+  uint64_t x = 0;
+  for (uint64_t b = at; b < bytes && b < at + kLlPayloadBytes; ++b) x |= uint64_t{p[b]} << (8 * (b - at));
+  return x;
+}
+// Stores payload word k into a buffer of `bytes`, none of it past the end.
+WEFT_HOST_DEVICE void storePayloadWord(uint8_t* p, uint64_t bytes, uint64_t k, uint64_t x) {
+  const uint64_t at = k * kLlPayloadBytes;
+  if ((reinterpret_cast<uintptr_t>(p) & 7) == 0 && at + kLlPayloadBytes <= bytes) return store8(p + at, x);
+  for (uint64_t b = at; b < bytes && b < at + kLlPayloadBytes; ++b) p[b] = static_cast<uint8_t>(x >> (8 * (b - at)));
+}
 
 // Where rank `sender`'s pair k lies in rank `owner`'s scratch for the op's epoch.
 WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int owner, int sender, uint64_t k) {

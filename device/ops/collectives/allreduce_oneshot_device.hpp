@@ -71,19 +71,6 @@ struct AllReduceOneShotOp {
     if (item != 0 || d.sig == 0) return Status::kOk;
     return publishSigAfterData(c, v, sigWord(runningOpMeet(), d.sig), seq.op, item);
   }
-  // Bytes [8k, 8k + 8) of a buffer of `bytes`, zero past its end.
-  WEFT_HOST_DEVICE static uint64_t loadPair(const uint8_t* p, uint64_t bytes, uint64_t k) {
-    const uint64_t at = k * kLlPayloadBytes;
-    if ((reinterpret_cast<uintptr_t>(p) & 7) == 0 && at + kLlPayloadBytes <= bytes) return load8(p + at);
-    uint64_t x = 0;
-    for (uint64_t b = at; b < bytes && b < at + kLlPayloadBytes; ++b) x |= uint64_t{p[b]} << (8 * (b - at));
-    return x;
-  }
-  WEFT_HOST_DEVICE static void storePair(uint8_t* p, uint64_t bytes, uint64_t k, uint64_t x) {
-    const uint64_t at = k * kLlPayloadBytes;
-    if ((reinterpret_cast<uintptr_t>(p) & 7) == 0 && at + kLlPayloadBytes <= bytes) return store8(p + at, x);
-    for (uint64_t b = at; b < bytes && b < at + kLlPayloadBytes; ++b) p[b] = static_cast<uint8_t>(x >> (8 * (b - at)));
-  }
   template <class Coop, DType T>
   WEFT_HOST_DEVICE static Status runPairs(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                           uint32_t item) {
@@ -94,12 +81,12 @@ struct AllReduceOneShotOp {
     const auto* send = reinterpret_cast<const uint8_t*>(d.send);
     uint8_t* out = v.at(v.rank, d.recv);
     const Range r = itemUnits(bytes, false, d.nitems, item);
-    auto own = [&](uint64_t k) { return loadPair(send, bytes, k); };
+    auto own = [&](uint64_t k) { return loadPayloadWord(send, bytes, k); };
     if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
     if (const Status st = publishWord(c, v, d, seq, item); st != Status::kOk) return st;
     return reduceFlagged<Acc, 1, true>(
         c, v, seq, item, r, false, own, [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
-        [&](uint64_t k, const Acc& acc) { storePair(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
+        [&](uint64_t k, const Acc& acc) { storePayloadWord(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
   }
 
   // Where rank `sender`'s line k lies in rank `owner`'s line area for the op's epoch.
@@ -134,8 +121,8 @@ struct AllReduceOneShotOp {
       for (int i = 0; i < kLanesPerThread; ++i) {
         const int q = lineLane(i, lane);
         const uint64_t word = firstWord(k, q);
-        s->w[2 * i] = loadPair(send, bytes, word);
-        s->w[2 * i + 1] = laneHasSecondWord(q) ? loadPair(send, bytes, word + 1) : 0;
+        s->w[2 * i] = loadPayloadWord(send, bytes, word);
+        s->w[2 * i + 1] = laneHasSecondWord(q) ? loadPayloadWord(send, bytes, word + 1) : 0;
       }
     };
     for (uint64_t base = first; base < r.hi; base += step) {
@@ -169,8 +156,8 @@ struct AllReduceOneShotOp {
         const int q = lineLane(i, lane);
         const uint64_t word = firstWord(k, q);
         const Vec16 sum = pack<T>(acc[i]);
-        storePair(out, bytes, word, vecWord(sum, 0));
-        if (laneHasSecondWord(q)) storePair(out, bytes, word + 1, vecWord(sum, 1));
+        storePayloadWord(out, bytes, word, vecWord(sum, 0));
+        if (laneHasSecondWord(q)) storePayloadWord(out, bytes, word + 1, vecWord(sum, 1));
       }
     }
     // The warp that failed recorded why; the whole group reports the communicator as failed.
