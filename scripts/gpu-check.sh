@@ -163,14 +163,20 @@ for s in "${steps[@]}"; do
     if [ $share -eq 0 ]; then
       step "tests" "$out/tests.log" "$tests" --gtest_brief=1
       verdicts "$out/tests.log"
-      # With 2 or 3 GPUs the 4-rank cases skipped above: again with ranks sharing the GPUs, under
-      # an MPS server (this step's own unless one runs already), as -s runs every case.
+      # With 2 or 3 GPUs the 4-rank cases skipped above: again with ranks sharing the GPUs under
+      # MPS, a suite at a time with a server of its own (as -s runs every case): a case that kills
+      # a rank or faults on purpose leaves one server refusing every later client.
       if [ "$gpus" -ge 2 ] && [ "$gpus" -lt 4 ] && command -v nvidia-cuda-mps-control >/dev/null; then
         own_mps=0
         [ -z "$mps" ] && { mps_start && own_mps=1; }
-        step "tests: the 4-rank cases, ranks sharing the $gpus GPUs under MPS" "$out/tests.4-shared.log" \
-          env WEFT_TEST_SHARE_GPUS=1 "$tests" --gtest_brief=1 --gtest_filter='*/4gpus_*'
-        verdicts "$out/tests.4-shared.log" "   "
+        for suite in $("$tests" --gtest_list_tests | sed -n 's/^\([^ ].*\)\.$/\1/p'); do
+          "$tests" --gtest_list_tests --gtest_filter="$suite.*/4gpus_*" | grep -q '^  ' || continue
+          mps_restart
+          log="$out/tests.4-shared.${suite//\//_}.log"
+          step "tests: $suite, 4 ranks sharing the $gpus GPUs under MPS" "$log" \
+            env WEFT_TEST_SHARE_GPUS=1 "$tests" --gtest_brief=1 --gtest_filter="$suite.*/4gpus_*"
+          verdicts "$log" "   "
+        done
         [ $own_mps -eq 1 ] && mps_stop
       fi
       continue
