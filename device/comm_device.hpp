@@ -269,7 +269,7 @@ WEFT_HOST_DEVICE Status pollAtLeast(const CommView& v, const uint64_t* flag, uin
 }
 
 // Any thread: waits for the flagged line pair at `line` to carry `flag`; *payload gets its bytes.
-// kPeerCheck: as pollUntil's (false in the flagged exchanges).
+// kPeerCheck: as pollUntil's (false in the fused GEMV's reduction, which checks the op once).
 template <bool kPeerCheck = true>
 WEFT_HOST_DEVICE Status llWait(const CommView& v, const uint64_t* line, uint32_t flag, uint64_t* payload,
                                const WaitSite& site) {

@@ -61,8 +61,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        "AllReduce inputs up to this size go one-shot (each rank sums everyone's input); 0 disables; auto: 64K on "
        "the CPU backend; on GPUs with 128-byte lines (oneshot_protocol) 4M on 2 ranks, 2M on 3-4, 256K on more; "
        "with 8-byte lines 1M up to 4 ranks, 256K on more; with host-proxy peers 4K sent in all (4K / (ranks - 1); "
-       "then auto on every rank or on none), and there it also bounds the All-to-All blocks that go staged "
-       "through the one-shot's scratch",
+       "then auto on every rank or on none), and there it also bounds, up to that auto value, the All-to-All "
+       "blocks that go staged through the one-shot's scratch",
        0, 1 << 26, true},
       {"oneshot_protocol", SettingType::kString, "auto",
        "Wire format of the one-shot AllReduce: ll128 (128-byte lines, 120 payload bytes each; needs NVLink between "
@@ -473,9 +473,9 @@ uint64_t autoOneShotBytes(int nranks, bool lines) {
 // Through the host proxy the one-shot sends a message of flagged words per peer, each word stored
 // alone at the peer, and the reduce-scatter + all-gather at least two messages in turn, each a
 // trip through both proxies. Measured on 2 H200 and on the CPU backend (32 cores), 2 ranks over
-// UCX tcp (docs/perf.md): up to 4 KB the one-shot took 27-45 us against 66-69 us (CPU: 13-30
-// against 28-36); from 8 KB on the 2-core VM and at 32 KB on both it was 2.5-8x slower. The bound
-// is on what an op sends in all (input x peers), as the one-shot's messages grow with the peers.
+// UCX tcp (docs/perf.md, "Small ops"): up to 4 KB the one-shot took under half the time; from 8 KB
+// on the 2-core VM and at 32 KB on both it was several times slower. The bound is on what an op
+// sends in all (input x peers), as the one-shot's messages grow with the peers.
 uint64_t autoProxyOneShotBytes(int nranks) {
   constexpr uint64_t kProxyOneShotBytesSent = 4 << 10;
   const uint64_t perPeer = kProxyOneShotBytesSent / static_cast<uint64_t>(nranks > 1 ? nranks - 1 : 1);

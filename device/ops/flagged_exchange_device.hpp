@@ -1,5 +1,6 @@
 // The exchange at the heart of every one-shot op: each rank contributes a payload of line pairs
-// (8 bytes each), every rank receives all ranks' payloads and reduces them itself, in rank order.
+// (8 bytes each) to each peer (the same one to all, or, for the staged All-to-All, its block for
+// that peer), and every rank reads what its peers sent (the reductions fold them in rank order).
 // For a run of pairs [r.lo, r.hi):
 //   1. push: this rank's pairs, flagged with the op's epoch, go into this rank's scratch area on
 //      every peer (no fence, no signal: the flag travels with the data);
@@ -11,9 +12,12 @@
 // Reuse without credits: ops of even and odd epoch use separate scratch areas. A sender writes a
 // peer's area of parity p again at epoch e + 2 only after its own op e + 1 completed, which needed
 // every peer's op-(e + 1) lines, which each peer stored after its op e (the last reader of the
-// area) completed. Stale lines carry epoch e - 2 (or zero), never the awaited flag. Every op that
-// uses this exchange advances the one-shot epoch (OpCounters::oneShotEpoch), and must send at
-// least one pair: an empty exchange tells no sender anything, so a rank could run two epochs ahead.
+// area) completed; what reuse needs is that every op of the exchange completes only once every
+// peer's lines for it have landed. Stale lines carry an earlier epoch of the same parity (or
+// zero), never the awaited flag. Every op that uses this exchange (the one-shot AllReduce, the
+// staged All-to-All, the fused GEMV, the GEMM's route) advances the one-shot epoch
+// (OpCounters::oneShotEpoch), and must send at least one pair to every peer: an empty exchange
+// tells no sender anything, so a rank could run two epochs ahead.
 //
 // Signatures ride the flag (signature_device.hpp): a line's flag is the epoch with the op's
 // signature folded in (exchangeFlag), so a line from a peer that runs the op with other arguments

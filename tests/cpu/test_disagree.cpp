@@ -163,24 +163,26 @@ TEST_P(Disagree, AgreeingOpsOfEverySizePass) {
 INSTANTIATE_TEST_SUITE_P(Protocols, Disagree, ::testing::ValuesIn(kProtocols),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// All-to-All with different output blocks, and with different counts.
+// All-to-All with different output blocks, and with different counts; blocks of 2000 and 8000
+// bytes, which through the host proxy go staged and direct.
 TEST(DisagreeAllToAll, RecvBlocksAndCounts) {
   const uint64_t seed = freshSeed();
-  for (const bool blocks : {true, false}) {
-    EXPECT_TRUE(runRanks(
-        2,
-        [&](int rank, int n, const weft_unique_id_t& id) {
-          std::vector<float> x(2 * 500);
-          fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
-          expectRejected(shortTimeout(rank, n, id), 8192, blocks ? "recv" : "count",
-                         [&](weft_comm_t comm, void* a, void* b) {
-                           return weft_alltoall(comm, x.data(), blocks && rank == 1 ? b : a,
-                                                !blocks && rank == 1 ? 0 : 500, WEFT_FLOAT32, nullptr);
-                         });
-        },
-        60))
-        << (blocks ? "recv blocks" : "counts");
-  }
+  for (const int64_t count : {500, 2000})
+    for (const bool blocks : {true, false}) {
+      EXPECT_TRUE(runRanks(
+          2,
+          [&](int rank, int n, const weft_unique_id_t& id) {
+            std::vector<float> x(2 * count);
+            fillInput(x.data(), WEFT_FLOAT32, seed, rank, 0, x.size());
+            expectRejected(shortTimeout(rank, n, id), 2 * count * sizeof(float), blocks ? "recv" : "count",
+                           [&](weft_comm_t comm, void* a, void* b) {
+                             return weft_alltoall(comm, x.data(), blocks && rank == 1 ? b : a,
+                                                  !blocks && rank == 1 ? 0 : count, WEFT_FLOAT32, nullptr);
+                           });
+          },
+          60))
+          << (blocks ? "recv blocks" : "counts") << ", count " << count;
+    }
 }
 
 // Different ops at the same point: an AllReduce against an All-to-All.

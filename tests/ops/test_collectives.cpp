@@ -85,22 +85,24 @@ TEST_P(Collectives, OneShotInEitherWireFormatReusesItsScratch) {
   }
 }
 
-// Small All-to-Alls among one-shot AllReduces, back to back: through the host proxy the blocks go
-// staged in the one-shot exchange's scratch (one trip), which the AllReduces use too, so ops of
-// either kind reuse every area by epoch parity; blocks that end mid-word, one word, and several
-// items' worth. Without proxy peers the All-to-All stores directly, and this is a plain mix.
+// Small All-to-Alls among one-shot AllReduces, back to back: through the host proxy blocks up to
+// the auto bound (4 KB sent in all) go staged in the one-shot exchange's scratch (one trip), which
+// the AllReduces use too, so ops of either kind reuse every area by epoch parity; blocks that end
+// mid-word, one word, two items' worth, and past the bound (the direct op) between them. Without
+// proxy peers the All-to-All stores directly, and this is a plain mix.
 TEST_P(Collectives, SmallAllToAllsShareTheOneShotScratch) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    setenv("WEFT_ONESHOT_MAX_BYTES", "16K", 1);  // staged blocks of up to 8 items
     OpRank r = openRank(rank, n, id, size_t{16 << 10} * n);
     ASSERT_NE(r.comm, nullptr);
     uint64_t s = seed;
-    for (int op = 0; op < 60; ++op) {
+    // The auto bound through the proxy, per peer (runtime/config.cpp, autoProxyOneShotBytes).
+    const int64_t bound = n > 1 ? 4096 / (n - 1) / 8 * 8 : 4096;
+    for (int op = 0; op < 63; ++op) {
       const weft_dtype_t dt = kDtypes[op % 3];
-      const int64_t most = (16 << 10) / dtypeBytes(dt);
-      const int64_t counts[] = {1, 3, 4, 5, 1023, most};
-      const int64_t count = counts[op % 6] + (op % 6 == 5 ? 0 : (op * 131) % 7);
+      const int64_t most = (16 << 10) / dtypeBytes(dt), atBound = bound / dtypeBytes(dt);
+      const int64_t counts[] = {1 + (op * 131) % 7, 3, 1023, atBound, atBound + 1, atBound - 1, most};
+      const int64_t count = counts[op % 7];
       allToAllCase(r, rank, n, dt, std::min(count, most), ++s);
       allReduceCase(r, rank, n, dt, 1 + (op * 997) % most, ++s, op % 3 == 0);
     }

@@ -175,7 +175,7 @@ TEST(QueueEngine, AbortEndsAHostWaitAndRecordsIt) {
 // whatever the end.
 TEST(QueueEngine, AWaitThatSleptGivesTheCallerItsTimerSlackBack) {
   constexpr unsigned long kCallers = 123457;
-  ASSERT_EQ(prctl(PR_SET_TIMERSLACK, kCallers, 0UL, 0UL, 0UL), 0);
+  if (prctl(PR_SET_TIMERSLACK, kCallers, 0UL, 0UL, 0UL) != 0) GTEST_SKIP() << "this system refuses PR_SET_TIMERSLACK";
   WorkQueue q(2);
   const uint64_t t = publishWithoutEngine(q);
   std::thread aborter([&] {

@@ -134,7 +134,8 @@ struct AllToAllOp {
       if (st != Status::kOk) return st;
     }
     // This rank's own block last: every peer's words landed under this op's flag, which carries
-    // its signature, so every peer agrees (a rank that disagrees writes none of its output).
+    // its signature, so every peer agrees (with two ranks, a rank that disagrees writes none of
+    // its output; with more, ranks that agree store each other's blocks before the op fails).
     for (uint64_t k = r.lo + c.rank(); k < r.hi; k += static_cast<uint64_t>(c.size()))
       storePayloadWord(out + me * block, block, k, loadPayloadWord(send + me * block, block, k));
     return Status::kOk;
