@@ -106,8 +106,8 @@ struct HeapLayout {
     return inboxBase() + (static_cast<uint64_t>(peer) * inboxSlots + slot) * tileBytes;
   }
   // The flagged exchange's scratch that `peer` writes into (the one-shot AllReduce's, the staged
-  // All-to-All's and the fused GEMV's), for ops of the given parity: each holds one input in the flagged-line format
-  // (ll_device.hpp), twice its size.
+  // All-to-All's and the fused GEMV's), for ops of the given parity: each holds one input in the
+  // flagged-line format (ll_device.hpp), twice its size.
   WEFT_HOST_DEVICE uint64_t oneShotDataOffset(int peer, uint32_t parity) const {
     return oneShotBase() + (static_cast<uint64_t>(peer) * 2 + parity) * oneShotScratchBytes();
   }
