@@ -269,13 +269,21 @@ TEST(ProxyWire, ASenderFarOutOfOrderIsAFault) {
 
 }  // namespace
 // UCX_TLS read as UCX reads it: weft sets the tcp transport's segment sizes only where UCX may use
-// tcp, since UCX warns of every UCX_TCP_* variable as unused on every rank otherwise.
-TEST(ProxyWire, UcxTlsNamesTcpAsUcxReadsIt) {
+// tcp, since UCX warns of every UCX_TCP_* variable as unused on every rank otherwise, and takes
+// the proxy's lanes for copying transports unless an RDMA transport may write.
+TEST(ProxyWire, UcxTlsIsReadAsUcxReadsIt) {
   for (const char* tls :
        {static_cast<const char*>(nullptr), "", "all", "tcp", "rc,tcp", "sm,self,tcp", "^rc", "^sm,rc", "ib,all"})
     EXPECT_TRUE(ucxTlsMayUseTcp(tls)) << (tls ? tls : "(unset)");
   for (const char* tls : {"posix,self", "sm", "rc,sm,self", "^tcp", "^sm,tcp", "tcp_x", "rc_x,ud"})
     EXPECT_FALSE(ucxTlsMayUseTcp(tls)) << tls;
+  // RDMA: named (the NIC writes), left to what the host has, or not among a list's transports.
+  for (const char* tls : {"rc", "rc_x,sm", "sm,ud_v", "ib,all", "dc_mlx5", "mlx5", "gga"})
+    EXPECT_EQ(ucxTlsRdma(tls), UcxRdma::kNamed) << tls;
+  for (const char* tls : {static_cast<const char*>(nullptr), "", "all", "^tcp", "^rc,ud", "sm,all"})
+    EXPECT_EQ(ucxTlsRdma(tls), UcxRdma::kIfPresent) << (tls ? tls : "(unset)");
+  for (const char* tls : {"tcp", "posix,self", "sm,tcp", "rcx", "ibx"})
+    EXPECT_EQ(ucxTlsRdma(tls), UcxRdma::kNone) << tls;
 }
 
 }  // namespace weft::transport

@@ -348,21 +348,17 @@ void UcxBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t valu
 // tcp and shared memory copy on both hosts; a site with an RDMA device (UCX_TLS unset, "all", an
 // exclusion list, or naming one of its transports) writes by its NIC.
 bool UcxBackend::copiesWrites() const {
-  const char* tls = getenv("UCX_TLS");
-  const std::string list = tls ? tls : "";
-  if (list.empty() || list == "all" || list[0] == '^') {
-    std::error_code ec;
-    return !std::filesystem::exists("/sys/class/infiniband", ec) ||
-           std::filesystem::is_empty("/sys/class/infiniband", ec);
+  switch (ucxTlsRdma(getenv("UCX_TLS"))) {
+    case UcxRdma::kNamed:
+      return false;
+    case UcxRdma::kNone:
+      return true;
+    case UcxRdma::kIfPresent:
+      break;
   }
-  for (size_t at = 0; at <= list.size();) {
-    const size_t end = std::min(list.find(',', at), list.size());
-    const std::string name = list.substr(at, end - at);
-    for (const char* rdma : {"rc", "dc", "ud", "ib", "mlx5", "gga"})
-      if (name == rdma || name.rfind(std::string(rdma) + "_", 0) == 0) return false;
-    at = end + 1;
-  }
-  return true;
+  std::error_code ec;
+  return !std::filesystem::exists("/sys/class/infiniband", ec) ||
+         std::filesystem::is_empty("/sys/class/infiniband", ec);
 }
 
 void UcxBackend::sayGoodbye() {

@@ -9,4 +9,11 @@ namespace weft::transport {
 // "all" and "tcp" name it.
 bool ucxTlsMayUseTcp(const char* tls);
 
+// What UCX_TLS = `tls` says of UCX's RDMA transports (rc, dc, ud, ib, mlx5, gga and their variants,
+// such as rc_x): kNamed where the list names one; kIfPresent where it lets UCX use whatever the
+// host has (unset, empty, "all" among its names, or an exclusion list); kNone where a list of
+// transports names none of them.
+enum class UcxRdma { kNamed, kIfPresent, kNone };
+UcxRdma ucxTlsRdma(const char* tls);
+
 }  // namespace weft::transport
