@@ -151,12 +151,11 @@ WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
     case OpKind::kAllReduce:
       return OpSeq{k.ops, k.allReduceSeq, 0};
     case OpKind::kAllToAll:
-      if (d.args.allToAll.staged) return OpSeq{k.ops, exchangeFlag(k.oneShotEpoch + 1, d.sig), k.oneShotEpoch + 1};
-      return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1};
+      if (!d.args.allToAll.staged) return OpSeq{k.ops, k.allToAllSeq, k.allToAllEpoch + 1};
+      [[fallthrough]];  // staged: one of the flagged exchange's ops
     // The flagged exchange's ops: their lines' flag in place of a signal counter
     // (ops/flagged_exchange_device.hpp), with the op's signature folded in, but for the GEMM's
-    // route, whose rows carry the signature (gemm_route_device.hpp). The staged All-to-All above
-    // is one of them.
+    // route, whose rows carry the signature (gemm_route_device.hpp).
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
       return OpSeq{k.ops, exchangeFlag(k.oneShotEpoch + 1, d.sig), k.oneShotEpoch + 1};
@@ -178,13 +177,12 @@ WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nran
       k.allReduceSeq += AllReduceOp::seqAdvance(d.count, nranks, dtypeSize(static_cast<DType>(d.dtype)), d.grain);
       break;
     case OpKind::kAllToAll:
-      if (d.args.allToAll.staged) {
-        ++k.oneShotEpoch;
+      if (!d.args.allToAll.staged) {
+        k.allToAllSeq += AllToAllOp::seqAdvance(d.count, d.grain);
+        ++k.allToAllEpoch;
         break;
       }
-      k.allToAllSeq += AllToAllOp::seqAdvance(d.count, d.grain);
-      ++k.allToAllEpoch;
-      break;
+      [[fallthrough]];  // staged: the one-shot epoch, as opSeq
     case OpKind::kAllReduceOneShot:
     case OpKind::kGemvAllReduce:
     case OpKind::kGemmAllToAll:

@@ -276,6 +276,9 @@ WEFT_HOST_DEVICE void warpSync() {
 #endif
 }
 
+// The poll from which relax() sleeps on the CPU backend (runtime/work_queue.cpp's caller wait
+// lowers its thread's timer slack from there).
+constexpr uint32_t kRelaxSleepsFrom = 256;
 // Back-off inside a polling loop; `spins` counts the polls so far. On the CPU backend the
 // workers of several ranks share few cores, so polling escalates from a pause to a sleep.
 WEFT_HOST_DEVICE void relax(uint32_t spins) {
@@ -284,7 +287,7 @@ WEFT_HOST_DEVICE void relax(uint32_t spins) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
-  } else if (spins < 256) {
+  } else if (spins < kRelaxSleepsFrom) {
     std::this_thread::yield();
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(spins < 4096 ? 20 : 200));

@@ -198,10 +198,6 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
                "oneshot_max_bytes (through the host proxy, auto means up to 4 KB sent in all)", rank,
                [](uint64_t v) { return std::string(v ? "auto" : "a value"); });
   if (anyProxy && mine.oneShotAuto) c->oneShotMax_ = autoProxyOneShotBytes(nranks);
-  // The staged All-to-All (comm_ops.cpp) goes to the same bound, never past the measured one: a
-  // oneshot_max_bytes raised for the AllReduce's sake must not move large blocks into the
-  // exchange, which is slower than the direct op past a few KB through the proxy.
-  if (anyProxy) c->stagedMax_ = std::min(c->oneShotMax_, autoProxyOneShotBytes(nranks));
   c->gemvScratch_ = mine.gemvScratchBytes;
   c->layout_.oneShotBytes = std::max(mine.oneShotBytes, mine.gemvScratchBytes);
   transport::ProxyOptions proxy;

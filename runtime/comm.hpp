@@ -156,7 +156,6 @@ class Comm {
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
   uint64_t oneShotMax_ = 0;   // oneshot_max_bytes: the one-shot AllReduce's largest input
-  uint64_t stagedMax_ = 0;    // through the proxy: the All-to-All's largest staged block (0: none)
   uint64_t gemvScratch_ = 0;  // gemv_scratch_bytes: the fused GEMV's largest partials
   // oneshot_protocol: the one-shot AllReduce sends 128-byte lines from this many bytes sent in all
   // (input x peers); kLinesNever: never.

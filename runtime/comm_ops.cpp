@@ -179,9 +179,11 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   d.send = reinterpret_cast<uint64_t>(send);
   d.sig = signature(dev::SigOp::kAllToAll, dt, sigHash({countPerRank}), sigHash({d.recv}));
   // Through the proxy a small op's cost is its trips through the proxies: blocks within the
-  // one-shot's bound (stagedMax_) go staged, one trip, where the direct op takes two (a ready
-  // signal, then the data). Every rank decides alike: the bound and the paths are agreed at init.
-  if (proxyPeers_ && exchangeFits(countPerRank * es, stagedMax_)) {
+  // one-shot's bound go staged, one trip, where the direct op takes two (a ready signal, then the
+  // data). Never past the auto bound: a oneshot_max_bytes raised for the AllReduce's sake must not
+  // move large blocks into the exchange, slower than the direct op past a few KB through the
+  // proxy. Every rank decides alike: the bound and the paths are agreed at init.
+  if (proxyPeers_ && exchangeFits(countPerRank * es, std::min(oneShotMax_, autoProxyOneShotBytes(nranks_)))) {
     d.args.allToAll.staged = 1;
     d.nitems = dev::AllToAllOp::stagedItems(countPerRank * es);
     return submit(d, bytes, stream, capturing);

@@ -12,14 +12,13 @@ using dev::Status;
 
 namespace {
 
-// The caller's thread waits for its op by polling, and from its 256th poll prim::relax sleeps
-// 20 us at a time (the CPU backend's workers share few cores). Linux stretches a timed wait by
+// The caller's thread waits for its op by polling, and from prim::kRelaxSleepsFrom polls on
+// prim::relax sleeps 20 us at a time (the CPU backend's workers share few cores). Linux stretches a timed wait by
 // the thread's timer slack, 50 us by default: an op that completed during one was seen up to
 // 70 us late, which through the host proxy was most of a small op's time on 32 cores. While its
 // wait sleeps the thread's slack is 1 us; the thread is the caller's, so it gets its own back.
 class PreciseSleeps {
  public:
-  static constexpr uint32_t kFromPoll = 256;
   PreciseSleeps() = default;
   PreciseSleeps(const PreciseSleeps&) = delete;
   PreciseSleeps& operator=(const PreciseSleeps&) = delete;
@@ -124,7 +123,7 @@ Status WorkQueue::wait(uint64_t ticket, uint64_t stallNs, uint64_t abortGraceNs)
       prim::atomicStore<prim::Order::kRelease>(&s.free, ticket + 1);
       return st;
     }
-    if (spins == PreciseSleeps::kFromPoll) precise.engage();
+    if (spins == prim::kRelaxSleepsFrom) precise.engage();
     prim::relax(spins);
     if ((spins & 15) != 0) continue;
     const uint64_t now = prim::nowNs();
