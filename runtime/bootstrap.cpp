@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "bootstrap_wire.hpp"
+#include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
@@ -75,6 +76,7 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
   if (!listener.valid()) listener = net::Socket::listenOn(id.root);
   peers_.resize(nranks_);
   const auto deadline = net::deadlineIn(timeoutS_);
+  const std::string build = buildIdentity();
   // Every connection's hello is read at once, each against its own deadline, so that connections
   // that never speak (port scanners, a stale job's ranks) delay no real rank.
   std::vector<Joining> joining;
@@ -118,9 +120,9 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
       joining.erase(joining.begin() + i);
       std::string why;
       const HelloCheck check = checkHello(
-          h, id.secret, nranks_, [&](int r) { return peers_[r].valid(); }, &why);
+          h, id.secret, nranks_, build, [&](int r) { return peers_[r].valid(); }, &why);
       if (check == HelloCheck::kDrop) {
-        WEFT_LOG(kWarn, kBootstrap, "dropped a connection with a wrong secret or protocol");
+        WEFT_LOG(kWarn, kBootstrap, "dropped a connection with a wrong secret");
         continue;
       }
       if (check == HelloCheck::kFailJob) failJob(Code::kInvalidUsage, why, &s);
@@ -140,8 +142,9 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
 void Bootstrap::joinAsPeer(const UniqueId& id) {
   const auto deadline = net::deadlineIn(timeoutS_);
   root_ = net::Socket::connectTo(id.root, deadline);
-  Hello h{kHelloMagic, kBootstrapProtocol, {}, nranks_, rank_};
+  Hello h{kHelloMagic, kBootstrapProtocol, {}, nranks_, rank_, {}};
   memcpy(h.secret, id.secret.data(), kSecretBytes);
+  snprintf(h.build, sizeof h.build, "%s", buildIdentity().c_str());
   root_.sendAll(&h, sizeof h, deadline);
   Verdict v{};
   root_.recvAll(&v, sizeof v, deadline, "rank 0 to admit every rank");

@@ -17,8 +17,9 @@ class Bootstrap {
  public:
   // Joins the job named by `id` as `rank` of `nranks`. Rank 0 listens (adopting the listener of
   // weft_get_unique_id when this process made the id); the others connect. Every rank presents
-  // the secret; a rank whose nranks or rank disagrees fails the whole job with kInvalidUsage at
-  // every rank, rather than a timeout. Throws weft::Error.
+  // the secret; a rank whose nranks or rank disagrees, or that runs another weft build
+  // (buildIdentity), fails the whole job with kInvalidUsage at every rank, rather than a timeout.
+  // Throws weft::Error.
   static std::unique_ptr<Bootstrap> join(const UniqueId& id, int rank, int nranks, double timeoutS);
 
   // Every rank contributes `bytes`; `all` receives nranks * bytes in rank order.

@@ -13,14 +13,19 @@
 namespace weft {
 
 constexpr uint32_t kHelloMagic = 0x6f6c6568;  // "helo"
-constexpr uint32_t kBootstrapProtocol = 1;
+constexpr uint32_t kBootstrapProtocol = 2;    // 2: the build identity
+constexpr size_t kBuildBytes = 96;
 
+// From protocol 2 on, a hello's size and the place of each field stay as they are, so that rank 0
+// reads a whole one from a rank of any later weft and names that rank's build, instead of leaving
+// it to wait for its deadline. A later protocol changes what follows the join, not this.
 struct Hello {
   uint32_t magic;
   uint32_t protocol;
   uint8_t secret[kSecretBytes];
   int32_t nranks;
   int32_t rank;
+  char build[kBuildBytes];  // buildIdentity() (common/build_info.hpp), NUL-terminated
 };
 
 struct Verdict {
@@ -29,17 +34,27 @@ struct Verdict {
 };
 static_assert(sizeof(Verdict) == 256);
 
-// What rank 0 does with a hello: admit the rank; drop the connection (a stranger: wrong magic,
-// protocol or secret); or fail the whole job (a rank of this job that disagrees on nranks or
-// names a rank out of range or already joined), with *why set. `joined(r)` says whether rank r
-// has joined.
+// What rank 0 does with a hello: admit the rank; drop the connection (a stranger: wrong magic or
+// secret); or fail the whole job (a rank of this job that runs another weft build than rank 0's,
+// `build`, or disagrees on nranks, or names a rank out of range or already joined), with *why
+// set. `joined(r)` says whether rank r has joined.
+//
+// Builds must match whole: two builds may lay out the heap, agree on settings at init or run an op
+// differently, and ranks that differ so wait on each other until their timeout, or worse.
 enum class HelloCheck { kAdmit, kDrop, kFailJob };
 template <class Joined>
-HelloCheck checkHello(const Hello& h, const Secret& secret, int nranks, Joined&& joined, std::string* why) {
+HelloCheck checkHello(const Hello& h, const Secret& secret, int nranks, const std::string& build, Joined&& joined,
+                      std::string* why) {
   Secret got;
   for (size_t i = 0; i < kSecretBytes; ++i) got[i] = h.secret[i];
-  if (h.magic != kHelloMagic || h.protocol != kBootstrapProtocol || !secretsEqual(got, secret))
-    return HelloCheck::kDrop;
+  if (h.magic != kHelloMagic || !secretsEqual(got, secret)) return HelloCheck::kDrop;
+  const std::string theirs(h.build, strnlen(h.build, sizeof h.build));
+  if (h.protocol != kBootstrapProtocol || theirs != build) {
+    *why = "rank " + std::to_string(h.rank) + " runs " + (theirs.empty() ? "an unnamed build" : theirs) +
+           " (bootstrap protocol " + std::to_string(h.protocol) + "), rank 0 runs " + build + " (protocol " +
+           std::to_string(kBootstrapProtocol) + "); every rank of a job must run the same weft build";
+    return HelloCheck::kFailJob;
+  }
   if (h.nranks != nranks) {
     *why = "nranks: rank " + std::to_string(h.rank) + " passed " + std::to_string(h.nranks) + ", rank 0 passed " +
            std::to_string(nranks);

@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string why;
   const int nranks = 1 + static_cast<int>(size % 7);
   (void)weft::checkHello(
-      hello, secret, nranks, [&](int r) { return r % 2 == 0; }, &why);
+      hello, secret, nranks, "weft 0.1.0, cpu backend", [&](int r) { return r % 2 == 0; }, &why);
   weft::Verdict verdict{};
   if (size > sizeof hello) {
     const size_t rest = size - sizeof hello;

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "runtime/bootstrap.hpp"
 #include "runtime/bootstrap_wire.hpp"
@@ -178,27 +179,76 @@ TEST(Bootstrap, AVerdictIsReadWithinItsBoundsAndItsCodeChecked) {
   EXPECT_NE(std::string(verdictError(v).what()).find("unknown verdict (4242)"), std::string::npos);
 }
 
-// A hello is admitted only with the job's magic, protocol and secret, from a rank not yet joined.
+// A hello is admitted only with the job's magic and secret, rank 0's build, from a rank not yet
+// joined; a rank of the job that runs another build fails the job, naming both.
 TEST(Bootstrap, HellosAreCheckedBeforeARankIsAdmitted) {
   Secret secret{};
   secret[0] = 7;
-  Hello h{kHelloMagic, kBootstrapProtocol, {}, 4, 2};
+  const std::string build = buildIdentity();
+  Hello h{kHelloMagic, kBootstrapProtocol, {}, 4, 2, {}};
   memcpy(h.secret, secret.data(), kSecretBytes);
+  snprintf(h.build, sizeof h.build, "%s", build.c_str());
   std::string why;
   auto none = [](int) { return false; };
-  EXPECT_EQ(checkHello(h, secret, 4, none, &why), HelloCheck::kAdmit);
+  EXPECT_EQ(checkHello(h, secret, 4, build, none, &why), HelloCheck::kAdmit);
   EXPECT_EQ(checkHello(
-                h, secret, 4, [](int r) { return r == 2; }, &why),
+                h, secret, 4, build, [](int r) { return r == 2; }, &why),
             HelloCheck::kFailJob);
   EXPECT_NE(why.find("joined twice"), std::string::npos);
-  EXPECT_EQ(checkHello(h, secret, 8, none, &why), HelloCheck::kFailJob);
+  EXPECT_EQ(checkHello(h, secret, 8, build, none, &why), HelloCheck::kFailJob);
   EXPECT_NE(why.find("nranks"), std::string::npos);
   Hello stranger = h;
   stranger.secret[0] = 8;
-  EXPECT_EQ(checkHello(stranger, secret, 4, none, &why), HelloCheck::kDrop);
-  Hello old = h;
-  old.protocol = kBootstrapProtocol + 1;
-  EXPECT_EQ(checkHello(old, secret, 4, none, &why), HelloCheck::kDrop);
+  EXPECT_EQ(checkHello(stranger, secret, 4, build, none, &why), HelloCheck::kDrop);
+  Hello later = h;
+  later.protocol = kBootstrapProtocol + 1;
+  EXPECT_EQ(checkHello(later, secret, 4, build, none, &why), HelloCheck::kFailJob);
+  EXPECT_NE(why.find("rank 2 runs " + build + " (bootstrap protocol " + std::to_string(kBootstrapProtocol + 1)),
+            std::string::npos)
+      << why;
+  Hello other = h;
+  snprintf(other.build, sizeof other.build, "weft 0.0.9 (commit 0123456789ab), cpu backend");
+  EXPECT_EQ(checkHello(other, secret, 4, build, none, &why), HelloCheck::kFailJob);
+  EXPECT_NE(why.find("rank 2 runs weft 0.0.9 (commit 0123456789ab)"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 0 runs " + build), std::string::npos) << why;
+  memset(other.build, 'x', sizeof other.build);  // no terminator: read within its bounds
+  EXPECT_EQ(checkHello(other, secret, 4, build, none, &why), HelloCheck::kFailJob);
+  EXPECT_NE(why.find("runs " + std::string(kBuildBytes, 'x') + " ("), std::string::npos) << why;
+}
+
+// A rank of another weft build fails the job at join, at once: rank 0 says why, and the rank of
+// the other build reads the same verdict (an older weft dropped its hello, and it waited for its
+// deadline).
+TEST(Bootstrap, ARankOfAnotherBuildFailsTheJobAtJoin) {
+  const UniqueId id = loopbackId();
+  std::string rootError;
+  Code rootCode = Code::kSuccess;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread root([&] {
+    try {
+      Bootstrap::join(id, 0, 2, 30);
+    } catch (const Error& e) {
+      rootError = e.what();
+      rootCode = e.code();
+    }
+  });
+  const auto until = net::deadlineIn(10);
+  net::Socket other = net::Socket::connectTo(id.root, until);
+  Hello h{kHelloMagic, kBootstrapProtocol, {}, 2, 1, {}};
+  memcpy(h.secret, id.secret.data(), kSecretBytes);
+  snprintf(h.build, sizeof h.build, "weft 0.0.9 (commit 0123456789ab), cpu backend");
+  other.sendAll(&h, sizeof h, until);
+  Verdict v{};
+  other.recvAll(&v, sizeof v, until, "rank 0");
+  root.join();
+  const std::string why = "rank 1 runs weft 0.0.9 (commit 0123456789ab), cpu backend (bootstrap protocol " +
+                          std::to_string(kBootstrapProtocol) + "), rank 0 runs " + buildIdentity();
+  const Error told = verdictError(v);
+  EXPECT_EQ(told.code(), Code::kInvalidUsage);
+  EXPECT_NE(std::string(told.what()).find(why), std::string::npos) << told.what();
+  EXPECT_EQ(rootCode, Code::kInvalidUsage);
+  EXPECT_NE(rootError.find(why), std::string::npos) << rootError;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "a wait, not the verdict";
 }
 
 }  // namespace

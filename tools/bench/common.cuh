@@ -16,7 +16,7 @@
 #include "bench.hpp"
 #include "device/dtype_device.hpp"
 #include "device/testdata_device.hpp"
-#include "tools/build_commit.hpp"
+#include "common/build_info.hpp"
 
 namespace weft::bench {
 
@@ -106,7 +106,7 @@ class JsonRows {
          << ", \"dtype\": " << jsonString(o_.dtype) << ", \"gpu\": " << jsonString(gpu_)
          << ", \"baseline\": " << jsonString(o_.baseline) << ", \"nccl_env\": " << jsonString(ncclEnv_)
          << ", \"transport\": " << jsonString(transport_) << ", \"date\": " << jsonString(date_)
-         << ", \"commit\": " << jsonString(weft::tools::buildCommit());
+         << ", \"commit\": " << jsonString(weft::buildCommit());
     fields(out_);
     out_ << "}";
     first_ = false;

@@ -16,13 +16,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "inspect.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/config.hpp"
 #include "runtime/service/paths.hpp"
 #include "runtime/topology.hpp"
-#include "tools/build_commit.hpp"
 #include "transport/net/backend.hpp"
 #include "tune.hpp"
 #include "weft/version.h"
@@ -30,7 +30,7 @@
 namespace {
 
 void printInfo(bool settings) {
-  const std::string commit = weft::tools::buildCommit();
+  const std::string commit = weft::buildCommit();
   std::printf("weft %s%s\n", WEFT_VERSION_STRING, commit.empty() ? "" : (" (commit " + commit + ")").c_str());
   std::printf("build: backend=%s type=%s sanitizer=%s ucx=%s libfabric=%s\n", WEFT_BUILD_GPU, WEFT_BUILD_TYPE,
               *WEFT_BUILD_SANITIZE ? WEFT_BUILD_SANITIZE : "none", WEFTCTL_UCX, WEFTCTL_OFI);

@@ -33,7 +33,7 @@ struct TuneMeasureOptions {
   int iters = 0;                   // ops per timed sample (0: the backend's default)
   int samples = 5;                 // timed samples per path and shape; the median counts
   std::string out;                 // the table's file ("-": stdout)
-  std::string commit;              // empty: the build's (tools/build_commit.hpp)
+  std::string commit;              // empty: the build's (common/build_info.hpp)
   double timeoutS = 600;           // bounds each world size's run
 };
 int runTuneMeasure(const TuneMeasureOptions& o);

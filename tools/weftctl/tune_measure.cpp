@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 
+#include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "runtime/backend.hpp"
@@ -25,7 +26,6 @@
 #include "runtime/config.hpp"
 #include "runtime/unique_id.hpp"
 #include "sweep.hpp"
-#include "tools/build_commit.hpp"
 #include "tune.hpp"
 #include "weft/version.h"
 
@@ -277,7 +277,7 @@ int runTuneMeasure(const TuneMeasureOptions& given) {
   // Checked after the arguments above, so that a bad one is named first.
   if (o.commit.empty()) {
     // The rows say which code chose their paths: a build of a modified tree cannot say.
-    o.commit = weft::tools::buildCommit();
+    o.commit = weft::buildCommit();
     if (o.commit.empty())
       throw Error(Code::kInvalidArgument,
                   "--commit: this build does not know its commit (it was not built in a git checkout); name "
