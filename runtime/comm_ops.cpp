@@ -82,6 +82,8 @@ bool Comm::exchangeFits(uint64_t payloadBytes, uint64_t limit) const {
   return payloadBytes > 0 && payloadBytes <= limit && nranks_ > 1 && nranks_ <= dev::kMaxSumSources;
 }
 
+uint32_t Comm::exchangeItems(uint32_t items) const { return proxyPeers_ ? std::min(items, engineWorkers_) : items; }
+
 Code Comm::submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing) {
   // weftd's GPU engine follows the pointers of the ops it takes from the queue; a captured op and
   // the GEMM and GEMV (which run alone) are kernels of this process, with its own.
@@ -154,7 +156,7 @@ Code Comm::allReduce(const void* send, void* recv, uint64_t count, dev::DType dt
     d.kind = static_cast<uint32_t>(dev::OpKind::kAllReduceOneShot);
     const bool lines = bytes * static_cast<uint64_t>(nranks_ - 1) >= oneShotLinesFrom_;
     d.args.oneShot.lines = lines ? 1 : 0;
-    d.nitems = dev::AllReduceOneShotOp::numItems(bytes, lines);
+    d.nitems = exchangeItems(dev::AllReduceOneShotOp::numItems(bytes, lines));
     return submit(d, bytes, stream, capturing);
   }
   // Reduce-scatter works on one shard per rank: its tiles are what the workers share.
@@ -185,7 +187,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   // proxy. Every rank decides alike: the bound and the paths are agreed at init.
   if (proxyPeers_ && exchangeFits(countPerRank * es, std::min(oneShotMax_, autoProxyOneShotBytes(nranks_)))) {
     d.args.allToAll.staged = 1;
-    d.nitems = dev::AllToAllOp::stagedItems(countPerRank * es);
+    d.nitems = exchangeItems(dev::AllToAllOp::stagedItems(countPerRank * es));
     return submit(d, bytes, stream, capturing);
   }
   d.grain = tileElemsFor(bytes, proxyPeers_ ? kProxyTiles : kAllToAllTiles, tileBytes_, es);

@@ -48,7 +48,14 @@ struct AllToAllOp {
   template <class Coop>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
-    if (d.args.allToAll.staged) return runStaged(c, v, d, seq, item);
+    // Only a communicator with proxy peers stages (runtime/comm_ops.cpp), and it launches the
+    // proxied kernels: the direct ones carry none of the staged code, and refuse such an op.
+    if (d.args.allToAll.staged) {
+      if constexpr (kProxyInDevice)
+        return runStaged(c, v, d, seq, item);
+      else
+        return Status::kBadInput;
+    }
     const HeapLayout& L = v.layout;
     const int me = v.rank;
     const uint64_t tpb = tilesPerBlock(d.count, d.grain);
@@ -112,7 +119,7 @@ struct AllToAllOp {
     const auto me = static_cast<uint64_t>(v.rank);
     for (int p = 1; p < v.nranks; ++p) {
       const uint8_t* from = send + static_cast<uint64_t>((v.rank + p) % v.nranks) * block;
-      const Status st = pushFlaggedTo(
+      const Status st = pushFlaggedTo<true>(
           c, v, seq, r, p, 1, [&](uint64_t k) { return loadPayloadWord(from, block, k); }, item);
       if (st != Status::kOk) return st;
     }
@@ -125,7 +132,7 @@ struct AllToAllOp {
     for (int p = 1; p < v.nranks; ++p) {
       const int src = (v.rank + p) % v.nranks;
       uint8_t* into = out + static_cast<uint64_t>(src) * block;
-      const Status st = reduceFlagged<Word, 1, true>(
+      const Status st = reduceFlagged<Word, 1, true, true>(
           c, v, seq, item, r, false, [](uint64_t) { return uint64_t{0}; }, [](Word& w, uint64_t x) { w.x = x; },
           [&](uint64_t k, const Word& w) { storePayloadWord(into, block, k, w.x); },
           [&](uint64_t) {
