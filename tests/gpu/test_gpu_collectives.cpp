@@ -45,14 +45,18 @@ TEST_P(GpuCollectives, StreamOrderWithTheCallersKernels) {
 
 // A CUDA graph of weft ops and the caller's kernel replays correctly again and again, with fresh
 // inputs each time and eager ops of the same communicator in between (the protocol counters are
-// read on the device at each replay).
+// read on the device at each replay). Its ops take every form: a one-shot and a multi-tile
+// AllReduce, a direct All-to-All, and, small enough for one trip through the host proxy, a tiny
+// AllReduce and All-to-All (there one-shot and staged, both on the one-shot epoch).
 TEST_P(GpuCollectives, GraphCaptureAndReplay) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    constexpr int64_t kSmall = 1237, kLarge = 1000003, kBlock = 4099;
-    // Element offsets of the three ops' buffers: one-shot AllReduce, multi-tile AllReduce, All-to-All.
-    const int64_t at[] = {0, 2048, 2048 + 1000448};
-    OpRank r = openRank(rank, n, id, (at[2] + kBlock * n) * 4);
+    constexpr int64_t kSmall = 1237, kLarge = 1000003, kBlock = 4099, kTiny = 100, kTinyBlock = 50;
+    // Element offsets of the ops' buffers: one-shot AllReduce, multi-tile AllReduce, All-to-All,
+    // tiny AllReduce, tiny All-to-All.
+    const int64_t at[] = {0, 2048, 2048 + 1000448, 2048 + 1000448 + kBlock * n, 2048 + 1000448 + kBlock * n + 128};
+    const int64_t elems = at[4] + kTinyBlock * n;
+    OpRank r = openRank(rank, n, id, elems * 4);
     ASSERT_NE(r.comm, nullptr);
     auto* in = static_cast<float*>(r.input);
     auto* out = static_cast<float*>(r.heap);
@@ -65,6 +69,8 @@ TEST_P(GpuCollectives, GraphCaptureAndReplay) {
       launchScale(scaled, out + at[0], 0.5f, kSmall, streamOf(r));
       WEFT_ASSERT_OK(weft_allreduce(r.comm, in + at[1], out + at[1], kLarge, WEFT_FLOAT32, r.stream));
       WEFT_ASSERT_OK(weft_alltoall(r.comm, in + at[2], out + at[2], kBlock, WEFT_FLOAT32, r.stream));
+      WEFT_ASSERT_OK(weft_allreduce(r.comm, in + at[3], out + at[3], kTiny, WEFT_FLOAT32, r.stream));
+      WEFT_ASSERT_OK(weft_alltoall(r.comm, in + at[4], out + at[4], kTinyBlock, WEFT_FLOAT32, r.stream));
     });
     ASSERT_NE(exec, nullptr);
     for (int replay = 0; replay < 3; ++replay) {
@@ -73,13 +79,18 @@ TEST_P(GpuCollectives, GraphCaptureAndReplay) {
       upload(in + at[0], hostInput(WEFT_FLOAT32, s, rank, kSmall));
       upload(in + at[1], hostInput(WEFT_FLOAT32, s + 1, rank, kLarge));
       upload(in + at[2], hostInput(WEFT_FLOAT32, s + 2, rank, kBlock * n));
-      poisonBytes(out, (at[2] + kBlock * n) * 4);
+      upload(in + at[3], hostInput(WEFT_FLOAT32, s + 5, rank, kTiny));
+      upload(in + at[4], hostInput(WEFT_FLOAT32, s + 6, rank, kTinyBlock * n));
+      poisonBytes(out, elems * 4);
       WEFT_CUDA_OK(cudaGraphLaunch(exec, streamOf(r)));
       WEFT_CUDA_OK(cudaStreamSynchronize(streamOf(r)));
       const std::vector<uint8_t> small = download(out + at[0], kSmall * 4);
       EXPECT_TRUE(checkAllReduce(small.data(), WEFT_FLOAT32, s, n, kSmall));
       EXPECT_TRUE(checkAllReduce(download(out + at[1], kLarge * 4).data(), WEFT_FLOAT32, s + 1, n, kLarge));
       EXPECT_TRUE(checkAllToAll(download(out + at[2], kBlock * n * 4).data(), WEFT_FLOAT32, s + 2, rank, n, kBlock));
+      EXPECT_TRUE(checkAllReduce(download(out + at[3], kTiny * 4).data(), WEFT_FLOAT32, s + 5, n, kTiny));
+      EXPECT_TRUE(
+          checkAllToAll(download(out + at[4], kTinyBlock * n * 4).data(), WEFT_FLOAT32, s + 6, rank, n, kTinyBlock));
       const std::vector<uint8_t> half = download(scaled, kSmall * 4);
       const auto* y = reinterpret_cast<const float*>(small.data());
       const auto* h = reinterpret_cast<const float*>(half.data());
