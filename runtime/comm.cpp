@@ -287,14 +287,6 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   int workers = static_cast<int>(s.getInt("persistent_ctas"));
   if (engineWorkers > 0) workers = std::min(workers, static_cast<int>(engineWorkers));
   c->engineWorkers_ = static_cast<uint32_t>(workers);
-  // Through the proxy the exchange's items meet the peers' items of the same number (the item
-  // flags, device/ops/flagged_exchange_device.hpp), so every rank cuts an op alike: into at most
-  // the fewest workers any rank has (exchangeItems). Every rank has proxy peers or none.
-  if (anyProxy) {
-    std::vector<uint32_t> each(nranks);
-    c->boot_->allGather(&c->engineWorkers_, sizeof(uint32_t), each.data());
-    c->engineWorkers_ = *std::min_element(each.begin(), each.end());
-  }
   int sharers = 0;
   for (auto& r : all) {
     r.device[sizeof r.device - 1] = '\0';

@@ -125,10 +125,10 @@ class Comm {
   // the scratch).
   bool exchangeFits(uint64_t payloadBytes, uint64_t limit) const;
   // The items of an op over the flagged exchange that would take `items`. Each item waits for its
-  // peers' words, which through the proxy is a network trip: items past the engine's workers wait
+  // peers' pairs, which through the proxy is a network trip: items past the engine's workers wait
   // in turn, a trip each (a 32 KB one-shot AllReduce on the CPU backend's two workers took eight).
-  // Through the proxy, no more items than the fewest workers of any rank (the same on every rank:
-  // an item waits for its peers' items of the same number); directly, as many as asked.
+  // Through the proxy, no more items than workers; directly, as many as asked. Ranks need not
+  // agree: a pair's flag, not its item, tells its reader it landed.
   uint32_t exchangeItems(uint32_t items) const;
   // Whether the host sees an op end: the CPU engine's ops end before submit returns; a GPU's end on
   // the caller's stream, unseen here.
@@ -161,8 +161,7 @@ class Comm {
   std::unique_ptr<Engine> engine_;           // declared last: stops before the queue and heap go
   uint64_t timeoutNs_ = 0;
   uint64_t tileBytes_ = 0;
-  // The engine's workers (CPU threads, GPU thread blocks); with proxy peers, the fewest of any
-  // rank's, which caps an exchange op's items alike everywhere (exchangeItems).
+  // The engine's workers asked for (CPU threads, GPU thread blocks): exchangeItems.
   uint32_t engineWorkers_ = 1;
   uint64_t oneShotMax_ = 0;   // oneshot_max_bytes: the one-shot AllReduce's largest input
   uint64_t gemvScratch_ = 0;  // gemv_scratch_bytes: the fused GEMV's largest partials

@@ -19,15 +19,6 @@
 // (OpCounters::oneShotEpoch), and must send at least one pair to every peer: an empty exchange
 // tells no sender anything, so a rank could run two epochs ahead.
 //
-// Through the host proxy, ops whose items push and reduce the same run of pairs (the one-shot
-// AllReduce, the staged All-to-All: kItemFlags) send a proxy peer plain payload words, then one
-// flag word per item (itemFlag), which the proxy stores only once the words are visible there:
-// half the bytes of the flagged pairs, copied whole at the peer, and one word for the receiving
-// item to poll. The pairs, stored there a word at a time, took a 32 KB one-shot AllReduce to
-// 1.5-4x its two-trip form. The reuse argument is the same: a sender's words and flags for an
-// area are written only after the op two before, which every receiver finished. Every rank must
-// cut the op into the same items (runtime/comm_ops.cpp, exchangeItems).
-//
 // Signatures ride the flag (signature_device.hpp): a line's flag is the epoch with the op's
 // signature folded in (exchangeFlag), so a line from a peer that runs the op with other arguments
 // never carries the flag its consumer waits for, and nothing of it is used. One item of the op
@@ -87,20 +78,6 @@ WEFT_HOST_DEVICE uint64_t* flaggedPair(const CommView& v, const OpSeq& seq, int 
   return reinterpret_cast<uint64_t*>(v.at(owner, v.layout.oneShotDataOffset(sender, parity)) + k * kLlPairBytes);
 }
 
-// With kItemFlags, through the proxy: where rank `sender`'s payload word k lies in its area of the
-// op's parity (the area's first half), and its flag word for item `item` (the second half, which
-// holds up to oneShotBytes / 8 items' flags: more than an op within the area has). The flag word
-// carries the op's flag in both halves, so that a stale pair there (an earlier epoch's flag, in
-// its upper half) is never taken for it.
-WEFT_HOST_DEVICE uint64_t plainWordOffset(const CommView& v, const OpSeq& seq, int sender, uint64_t k) {
-  return v.layout.oneShotDataOffset(sender, static_cast<uint32_t>(seq.epoch & 1)) + k * kLlPayloadBytes;
-}
-WEFT_HOST_DEVICE uint64_t itemFlagOffset(const CommView& v, const OpSeq& seq, int sender, uint32_t item) {
-  return v.layout.oneShotDataOffset(sender, static_cast<uint32_t>(seq.epoch & 1)) + v.layout.oneShotBytes +
-         uint64_t{item} * sizeof(uint64_t);
-}
-WEFT_HOST_DEVICE uint64_t itemFlag(const OpSeq& seq) { return uint64_t{flagOf(seq)} << 32 | flagOf(seq); }
-
 // Step 1: pairs [r.lo, r.hi) of this rank's payload (own(k) -> uint64_t), under the op's flag
 // (flagOf), to ranks
 // [first, first + count) counted from this one (modulo the ranks): first 1 and count nranks - 1 for
@@ -108,9 +85,8 @@ WEFT_HOST_DEVICE uint64_t itemFlag(const OpSeq& seq) { return uint64_t{flagOf(se
 //
 // A peer reached through the host proxy gets the pairs in this rank's mirror of it, then as one
 // message that the proxy stores at the peer a word at a time (TriggerKind::kDeliver): a network
-// write may land a word's halves apart, which a flag in the word cannot tell. With kItemFlags it
-// gets plain words and item `item`'s flag instead (see the top of this file).
-template <bool kItemFlags = false, class Coop, class Own>
+// write may land a word's halves apart, which a flag in the word cannot tell.
+template <class Coop, class Own>
 WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const OpSeq& seq, Range r, int first, int count,
                                       Own&& own, uint32_t item = 0) {
   const uint32_t flag = flagOf(seq);
@@ -118,10 +94,7 @@ WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const Op
     const uint64_t x = own(k);
     for (int p = first; p < first + count; ++p) {
       const int j = (v.rank + p) % v.nranks;
-      if (kItemFlags && viaProxy(v, j))
-        store8(v.at(j, plainWordOffset(v, seq, v.rank, k)), x);
-      else
-        llStore(flaggedPair(v, seq, j, v.rank, k), x, flag);
+      llStore(flaggedPair(v, seq, j, v.rank, k), x, flag);
     }
   }
   if constexpr (!kProxyInDevice) return Status::kOk;
@@ -132,24 +105,17 @@ WEFT_HOST_DEVICE Status pushFlaggedTo(const Coop& c, const CommView& v, const Op
     for (int p = first; p < first + count && st == Status::kOk; ++p) {
       const int j = (v.rank + p) % v.nranks;
       if (!viaProxy(v, j)) continue;
-      const WaitSite site{seq.op, item, j, WaitWhat::kProxyRoom};
-      if constexpr (kItemFlags) {
-        st = postTrigger(v, site, triggerWord0(TriggerKind::kPut, j, plainWordOffset(v, seq, v.rank, r.lo)),
-                         (r.hi - r.lo) * kLlPayloadBytes);
-        if (st == Status::kOk)
-          st = signalLeaderTo(v, j, itemFlagOffset(v, seq, v.rank, item), itemFlag(seq), false, site);
-      } else {
-        const uint64_t at =
-            v.layout.oneShotDataOffset(v.rank, static_cast<uint32_t>(seq.epoch & 1)) + r.lo * kLlPairBytes;
-        st = postTrigger(v, site, triggerWord0(TriggerKind::kDeliver, j, at), (r.hi - r.lo) * kLlPairBytes);
-      }
+      const uint64_t at =
+          v.layout.oneShotDataOffset(v.rank, static_cast<uint32_t>(seq.epoch & 1)) + r.lo * kLlPairBytes;
+      st = postTrigger(v, WaitSite{seq.op, item, j, WaitWhat::kProxyRoom}, triggerWord0(TriggerKind::kDeliver, j, at),
+                       (r.hi - r.lo) * kLlPairBytes);
     }
   return c.broadcast(st);
 }
-template <bool kItemFlags = false, class Coop, class Own>
+template <class Coop, class Own>
 WEFT_HOST_DEVICE Status pushFlagged(const Coop& c, const CommView& v, const OpSeq& seq, Range r, bool toSelf, Own&& own,
                                     uint32_t item = 0) {
-  return pushFlaggedTo<kItemFlags>(c, v, seq, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own, item);
+  return pushFlaggedTo(c, v, seq, r, toSelf ? 0 : 1, toSelf ? v.nranks : v.nranks - 1, own, item);
 }
 
 // Step 2: for each pair, the payloads of the ranks in from(k) (a Range, clamped to the ranks;
@@ -173,44 +139,17 @@ struct EveryRank {
 // (pollUntil): the one-shot AllReduce's do, so that its check costs no wait on the fast path; the
 // fused GEMV's reduction, at its register limit, checks the op once instead (its first reduce
 // item) and its waits see a difference in their stop reason.
-//
-// kItemFlags: as pushFlaggedTo's, with `item` and `r` those of the item that pushed (from(k) must
-// then name the same ranks for every k of r): the leader waits for each proxy peer's item flag,
-// and the group reads that peer's plain words.
-template <class Acc, int kPeek, bool kPeerCheck, bool kItemFlags = false, class Coop, class Own, class Add,
-          class Finish, class From = EveryRank>
+template <class Acc, int kPeek, bool kPeerCheck, class Coop, class Own, class Add, class Finish, class From = EveryRank>
 WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const OpSeq& seq, uint32_t item, Range r,
                                       bool selfInScratch, Own&& own, Add&& add, Finish&& finish,
                                       From&& from = EveryRank{}) {
-  static_assert(!kItemFlags || kPeek == 1, "the item flags' readers wait one rank at a time");
   const uint32_t flag = flagOf(seq);
   auto fromScratch = [&](int src) { return src != v.rank || selfInScratch; };
-  auto plain = [&](int src) { return kItemFlags && viaProxy(v, src); };
   auto waitFor = [&](int src, uint64_t k, uint64_t* x) {
     return llWait<kPeerCheck>(v, flaggedPair(v, seq, v.rank, src, k), flag, x,
                               WaitSite{seq.op, item, src, WaitWhat::kInboxData});
   };
   Status st = Status::kOk;
-  if constexpr (kItemFlags) {
-    if (proxyOf(v) != nullptr && r.hi > r.lo) {
-      if (c.leader()) {
-        const Range f = from(r.lo);
-        const auto last = static_cast<int>(minU64(f.hi, static_cast<uint64_t>(v.nranks)));
-        const uint64_t want = itemFlag(seq);
-        for (auto src = static_cast<int>(f.lo); src < last && st == Status::kOk; ++src) {
-          if (!fromScratch(src) || !plain(src)) continue;
-          const uint64_t* word = v.signal(v.rank, itemFlagOffset(v, seq, src, item));
-          st = pollUntil<kPeerCheck>(v, WaitSite{seq.op, item, src, WaitWhat::kInboxData}, want, [&](uint64_t* seen) {
-            *seen = prim::atomicLoad<prim::Order::kAcquire>(word);
-            if (*seen != want) return false;
-            prim::crossProcessAcquire();
-            return true;
-          });
-        }
-      }
-      if (c.broadcast(st) != Status::kOk) return Status::kPeerFailed;
-    }
-  }
   for (uint64_t k = r.lo + c.rank(); k < r.hi && st == Status::kOk; k += static_cast<uint64_t>(c.size())) {
     Acc acc{};
     const Range f = from(k);
@@ -218,12 +157,10 @@ WEFT_HOST_DEVICE Status reduceFlagged(const Coop& c, const CommView& v, const Op
     for (auto s0 = static_cast<int>(f.lo); s0 < last && st == Status::kOk; s0 += kPeek) {
       if constexpr (kPeek == 1) {
         uint64_t x = 0;
-        if (!fromScratch(s0))
-          x = own(k);
-        else if (plain(s0))
-          x = load8(v.at(v.rank, plainWordOffset(v, seq, s0, k)));
-        else
+        if (fromScratch(s0))
           st = waitFor(s0, k, &x);
+        else
+          x = own(k);
         add(acc, x);
       } else {
         // Line halves, or this rank's own payload in a[i] where it is not in the scratch.

@@ -82,9 +82,9 @@ struct AllReduceOneShotOp {
     uint8_t* out = v.at(v.rank, d.recv);
     const Range r = itemUnits(bytes, false, d.nitems, item);
     auto own = [&](uint64_t k) { return loadPayloadWord(send, bytes, k); };
-    if (const Status st = pushFlagged<true>(c, v, seq, r, false, own, item); st != Status::kOk) return st;
+    if (const Status st = pushFlagged(c, v, seq, r, false, own, item); st != Status::kOk) return st;
     if (const Status st = publishWord(c, v, d, seq, item); st != Status::kOk) return st;
-    return reduceFlagged<Acc, 1, true, true>(
+    return reduceFlagged<Acc, 1, true>(
         c, v, seq, item, r, false, own, [](Acc& acc, uint64_t x) { accumulate<T>(acc.lanes, wordsVec(x, 0)); },
         [&](uint64_t k, const Acc& acc) { storePayloadWord(out, bytes, k, vecWord(pack<T>(acc.lanes), 0)); });
   }

@@ -119,7 +119,7 @@ struct AllToAllOp {
     const auto me = static_cast<uint64_t>(v.rank);
     for (int p = 1; p < v.nranks; ++p) {
       const uint8_t* from = send + static_cast<uint64_t>((v.rank + p) % v.nranks) * block;
-      const Status st = pushFlaggedTo<true>(
+      const Status st = pushFlaggedTo(
           c, v, seq, r, p, 1, [&](uint64_t k) { return loadPayloadWord(from, block, k); }, item);
       if (st != Status::kOk) return st;
     }
@@ -132,7 +132,7 @@ struct AllToAllOp {
     for (int p = 1; p < v.nranks; ++p) {
       const int src = (v.rank + p) % v.nranks;
       uint8_t* into = out + static_cast<uint64_t>(src) * block;
-      const Status st = reduceFlagged<Word, 1, true, true>(
+      const Status st = reduceFlagged<Word, 1, true>(
           c, v, seq, item, r, false, [](uint64_t) { return uint64_t{0}; }, [](Word& w, uint64_t x) { w.x = x; },
           [&](uint64_t k, const Word& w) { storePayloadWord(into, block, k, w.x); },
           [&](uint64_t) {
