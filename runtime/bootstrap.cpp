@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "bootstrap_wire.hpp"
-#include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
@@ -76,7 +75,7 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
   if (!listener.valid()) listener = net::Socket::listenOn(id.root);
   peers_.resize(nranks_);
   const auto deadline = net::deadlineIn(timeoutS_);
-  const std::string build = buildIdentity();
+  const std::string build = helloBuild();
   // Every connection's hello is read at once, each against its own deadline, so that connections
   // that never speak (port scanners, a stale job's ranks) delay no real rank.
   std::vector<Joining> joining;
@@ -108,13 +107,14 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
       if (!fds[i + 1].revents) continue;
       Joining& j = joining[i];
       try {
-        j.got += j.s.recvNow(reinterpret_cast<uint8_t*>(&j.hello) + j.got, sizeof j.hello - j.got, "a joining rank");
+        j.got += j.s.recvNow(reinterpret_cast<uint8_t*>(&j.hello) + j.got, helloBytes(j.hello, j.got) - j.got,
+                             "a joining rank");
       } catch (const Error& e) {
         WEFT_LOG(kWarn, kBootstrap, "dropped a connection that sent no hello: {}", e.what());
         joining.erase(joining.begin() + i);
         continue;
       }
-      if (j.got < sizeof j.hello) continue;
+      if (j.got < helloBytes(j.hello, j.got)) continue;
       net::Socket s = std::move(j.s);
       const Hello h = j.hello;
       joining.erase(joining.begin() + i);
@@ -122,7 +122,7 @@ void Bootstrap::joinAsRoot(const UniqueId& id) {
       const HelloCheck check = checkHello(
           h, id.secret, nranks_, build, [&](int r) { return peers_[r].valid(); }, &why);
       if (check == HelloCheck::kDrop) {
-        WEFT_LOG(kWarn, kBootstrap, "dropped a connection with a wrong secret");
+        WEFT_LOG(kWarn, kBootstrap, "dropped a connection with a wrong magic or secret");
         continue;
       }
       if (check == HelloCheck::kFailJob) failJob(Code::kInvalidUsage, why, &s);
@@ -144,7 +144,7 @@ void Bootstrap::joinAsPeer(const UniqueId& id) {
   root_ = net::Socket::connectTo(id.root, deadline);
   Hello h{kHelloMagic, kBootstrapProtocol, {}, nranks_, rank_, {}};
   memcpy(h.secret, id.secret.data(), kSecretBytes);
-  snprintf(h.build, sizeof h.build, "%s", buildIdentity().c_str());
+  snprintf(h.build, sizeof h.build, "%s", helloBuild().c_str());
   root_.sendAll(&h, sizeof h, deadline);
   Verdict v{};
   root_.recvAll(&v, sizeof v, deadline, "rank 0 to admit every rank");

@@ -3,10 +3,12 @@
 // the fuzzers (tests/fuzz) reach, before anything in it is used.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "unique_id.hpp"
 
@@ -25,8 +27,22 @@ struct Hello {
   uint8_t secret[kSecretBytes];
   int32_t nranks;
   int32_t rank;
-  char build[kBuildBytes];  // buildIdentity() (common/build_info.hpp), NUL-terminated
+  char build[kBuildBytes];  // helloBuild(), NUL-terminated
 };
+static_assert(sizeof(Hello) == 144 && offsetof(Hello, secret) == 8 && offsetof(Hello, rank) == 44 &&
+                  offsetof(Hello, build) == 48,
+              "a hello's size and layout stay as protocol 2 made them");
+// Protocol 1's hello: the fields before `build`, no more. Such a rank waits for a verdict, which has
+// not changed since, so it is told, not left to its deadline.
+constexpr size_t kHelloV1Bytes = offsetof(Hello, build);
+
+// The bytes a hello of which `got` have arrived needs in all: protocol 1's are fewer.
+inline size_t helloBytes(const Hello& h, size_t got) {
+  return got >= offsetof(Hello, secret) && h.protocol == 1 ? kHelloV1Bytes : sizeof(Hello);
+}
+
+// This build's identity as a hello carries it (cut to fit), which is what rank 0 compares.
+inline std::string helloBuild() { return buildIdentity().substr(0, kBuildBytes - 1); }
 
 struct Verdict {
   int32_t code;  // Code
@@ -48,11 +64,12 @@ HelloCheck checkHello(const Hello& h, const Secret& secret, int nranks, const st
   Secret got;
   for (size_t i = 0; i < kSecretBytes; ++i) got[i] = h.secret[i];
   if (h.magic != kHelloMagic || !secretsEqual(got, secret)) return HelloCheck::kDrop;
-  const std::string theirs(h.build, strnlen(h.build, sizeof h.build));
+  const std::string theirs = h.protocol < 2 ? std::string("an older weft, which names no build")
+                                            : std::string(h.build, strnlen(h.build, sizeof h.build));
   if (h.protocol != kBootstrapProtocol || theirs != build) {
-    *why = "rank " + std::to_string(h.rank) + " runs " + (theirs.empty() ? "an unnamed build" : theirs) +
-           " (bootstrap protocol " + std::to_string(h.protocol) + "), rank 0 runs " + build + " (protocol " +
-           std::to_string(kBootstrapProtocol) + "); every rank of a job must run the same weft build";
+    *why = "every rank of a job must run the same weft build: rank " + std::to_string(h.rank) + " runs " +
+           (theirs.empty() ? "an unnamed build" : theirs) + " (bootstrap protocol " + std::to_string(h.protocol) +
+           "), rank 0 runs " + build + " (protocol " + std::to_string(kBootstrapProtocol) + ")";
     return HelloCheck::kFailJob;
   }
   if (h.nranks != nranks) {

@@ -14,6 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   weft::Secret secret{};
   std::string why;
   const int nranks = 1 + static_cast<int>(size % 7);
+  (void)weft::helloBytes(hello, size);
   (void)weft::checkHello(
       hello, secret, nranks, "weft 0.1.0, cpu backend", [&](int r) { return r % 2 == 0; }, &why);
   weft::Verdict verdict{};

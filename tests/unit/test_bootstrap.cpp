@@ -6,7 +6,6 @@
 #include <thread>
 #include <vector>
 
-#include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "runtime/bootstrap.hpp"
 #include "runtime/bootstrap_wire.hpp"
@@ -184,7 +183,7 @@ TEST(Bootstrap, AVerdictIsReadWithinItsBoundsAndItsCodeChecked) {
 TEST(Bootstrap, HellosAreCheckedBeforeARankIsAdmitted) {
   Secret secret{};
   secret[0] = 7;
-  const std::string build = buildIdentity();
+  const std::string build = helloBuild();
   Hello h{kHelloMagic, kBootstrapProtocol, {}, 4, 2, {}};
   memcpy(h.secret, secret.data(), kSecretBytes);
   snprintf(h.build, sizeof h.build, "%s", build.c_str());
@@ -242,13 +241,43 @@ TEST(Bootstrap, ARankOfAnotherBuildFailsTheJobAtJoin) {
   other.recvAll(&v, sizeof v, until, "rank 0");
   root.join();
   const std::string why = "rank 1 runs weft 0.0.9 (commit 0123456789ab), cpu backend (bootstrap protocol " +
-                          std::to_string(kBootstrapProtocol) + "), rank 0 runs " + buildIdentity();
+                          std::to_string(kBootstrapProtocol) + "), rank 0 runs " + helloBuild();
   const Error told = verdictError(v);
   EXPECT_EQ(told.code(), Code::kInvalidUsage);
   EXPECT_NE(std::string(told.what()).find(why), std::string::npos) << told.what();
   EXPECT_EQ(rootCode, Code::kInvalidUsage);
   EXPECT_NE(rootError.find(why), std::string::npos) << rootError;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "a wait, not the verdict";
+}
+
+// A rank of the protocol before builds were compared sends a shorter hello and waits for a
+// verdict: rank 0 reads the hello it sent, and tells it at once.
+TEST(Bootstrap, ARankOfTheFirstProtocolIsToldAtOnce) {
+  const UniqueId id = loopbackId();
+  Code rootCode = Code::kSuccess;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread root([&] {
+    try {
+      Bootstrap::join(id, 0, 2, 30);
+    } catch (const Error& e) {
+      rootCode = e.code();
+    }
+  });
+  const auto until = net::deadlineIn(10);
+  net::Socket old = net::Socket::connectTo(id.root, until);
+  Hello h{kHelloMagic, 1, {}, 2, 1, {}};
+  memcpy(h.secret, id.secret.data(), kSecretBytes);
+  old.sendAll(&h, kHelloV1Bytes, until);
+  Verdict v{};
+  old.recvAll(&v, sizeof v, until, "rank 0");
+  root.join();
+  const Error told = verdictError(v);
+  EXPECT_EQ(told.code(), Code::kInvalidUsage);
+  EXPECT_NE(std::string(told.what()).find("rank 1 runs an older weft, which names no build (bootstrap protocol 1)"),
+            std::string::npos)
+      << told.what();
+  EXPECT_EQ(rootCode, Code::kInvalidUsage);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "the hello's 10 s, not the verdict";
 }
 
 }  // namespace
