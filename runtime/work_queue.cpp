@@ -1,9 +1,8 @@
 #include "work_queue.hpp"
 
-#include <sys/prctl.h>
-
 #include "common/error.hpp"
 #include "device/comm_device.hpp"
+#include "device/sleep_slack.hpp"
 #include "runtime/signature.hpp"
 
 namespace weft {
@@ -22,13 +21,9 @@ class PreciseSleeps {
   PreciseSleeps() = default;
   PreciseSleeps(const PreciseSleeps&) = delete;
   PreciseSleeps& operator=(const PreciseSleeps&) = delete;
-  ~PreciseSleeps() {
-    if (saved_ > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_), 0UL, 0UL, 0UL);
-  }
+  ~PreciseSleeps() { dev::restoreSleepSlack(saved_); }
   void engage() {
-    if (saved_ != 0) return;
-    saved_ = prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
-    if (saved_ > 0) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    if (saved_ == 0) saved_ = dev::usePreciseSleeps();
   }
 
  private:

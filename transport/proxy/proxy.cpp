@@ -3,7 +3,6 @@
 #include <hwloc.h>
 #include <sched.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "device/primitives_device.hpp"
+#include "device/sleep_slack.hpp"
 
 namespace weft::transport {
 
@@ -43,11 +43,6 @@ std::string openOne(const std::string& name, const std::vector<uint8_t>& viaProx
     return name + ": " + e.what();
   }
 }
-
-// An idle proxy thread backs off into sleeps of 5-50 us, and Linux stretches a thread's timed waits
-// by its timer slack, 50 us by default: a message that arrived during one waited that much longer
-// for this thread. A slack of 1 us keeps them what they ask for (the thread is weft's own).
-void preciseSleeps() { prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL); }
 
 void bindTo(int cpu) {
   hwloc_topology_t topo;
@@ -231,7 +226,7 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   auto ready = started.get_future();
   thread_ = std::thread([this, &started] {
     try {
-      preciseSleeps();
+      dev::usePreciseSleeps();  // an idle proxy thread sleeps 5-50 us at a time
       if (cpu_ >= 0) bindTo(cpu_);
       runningOn_ = sched_getcpu();
       started.set_value("");
@@ -250,7 +245,7 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   for (size_t i = 1; i < lanes_.size(); ++i) {
     Lane& lane = *lanes_[i];
     lane.thread = std::thread([this, &lane] {
-      preciseSleeps();
+      dev::usePreciseSleeps();  // an idle proxy thread sleeps 5-50 us at a time
       runLane(lane);
       lane.ended.store(true, std::memory_order_release);
     });
