@@ -190,13 +190,15 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->oneShotMax_ = mine.oneShotBytes;
   // Through the proxy the one-shot's flagged words travel as messages stored a word at a time, and
   // each rank sends all of its input to every peer, so it pays only where latency is the cost:
-  // `auto` there means 4 KB sent in all (autoProxyOneShotBytes). `auto` itself must be every
+  // `auto` there means a few KB sent in all (autoProxyOneShotBytes). `auto` itself must be every
   // rank's choice, not only the bytes it stands for: a rank that set a value would run the
   // one-shot where the others do not, and both would wait.
-  if (anyProxy)
-    checkAgree(all, &RankInfo::oneShotAuto,
-               "oneshot_max_bytes (through the host proxy, auto means up to 4 KB sent in all)", rank,
+  if (anyProxy) {
+    const std::string what = "oneshot_max_bytes (through the host proxy, auto means up to " +
+                             std::to_string(autoProxyOneShotBytes(2) >> 10) + " KB sent in all)";
+    checkAgree(all, &RankInfo::oneShotAuto, what.c_str(), rank,
                [](uint64_t v) { return std::string(v ? "auto" : "a value"); });
+  }
   if (anyProxy && mine.oneShotAuto) c->oneShotMax_ = autoProxyOneShotBytes(nranks);
   c->gemvScratch_ = mine.gemvScratchBytes;
   c->layout_.oneShotBytes = std::max(mine.oneShotBytes, mine.gemvScratchBytes);

@@ -185,7 +185,7 @@ Code Comm::allToAll(const void* send, void* recv, uint64_t countPerRank, dev::DT
   // data). Never past the auto bound: a oneshot_max_bytes raised for the AllReduce's sake must not
   // move large blocks into the exchange, slower than the direct op past a few KB through the
   // proxy. Every rank decides alike: the bound and the paths are agreed at init.
-  if (proxyPeers_ && exchangeFits(countPerRank * es, std::min(oneShotMax_, autoProxyOneShotBytes(nranks_)))) {
+  if (proxyPeers_ && exchangeFits(countPerRank * es, std::min(oneShotMax_, autoProxyStagedBytes(nranks_)))) {
     d.args.allToAll.staged = 1;
     d.nitems = exchangeItems(dev::AllToAllOp::stagedItems(countPerRank * es));
     return submit(d, bytes, stream, capturing);

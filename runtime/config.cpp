@@ -470,17 +470,26 @@ uint64_t autoOneShotBytes(int nranks, bool lines) {
   return 256 << 10;
 }
 
-// Through the host proxy the one-shot sends a message of flagged words per peer, each word stored
-// alone at the peer, and the reduce-scatter + all-gather at least two messages in turn, each a
-// trip through both proxies. Measured on 2 H200 and on the CPU backend (32 cores), 2 ranks over
-// UCX tcp (docs/perf.md, "Small ops"): up to 4 KB the one-shot took under half the time; from 8 KB
-// on the 2-core VM and at 32 KB on both it was several times slower. The bound is on what an op
-// sends in all (input x peers), as the one-shot's messages grow with the peers.
-uint64_t autoProxyOneShotBytes(int nranks) {
-  constexpr uint64_t kProxyOneShotBytesSent = 4 << 10;
-  const uint64_t perPeer = kProxyOneShotBytesSent / static_cast<uint64_t>(nranks > 1 ? nranks - 1 : 1);
+namespace {
+// `sent` bytes in all (input x peers) as an input per peer, in whole 8-byte words.
+uint64_t perPeerOf(uint64_t sent, int nranks) {
+  const uint64_t perPeer = sent / static_cast<uint64_t>(nranks > 1 ? nranks - 1 : 1);
   return std::max<uint64_t>(perPeer / 8 * 8, 8);
 }
+}  // namespace
+
+// Through the host proxy the one-shot sends a message of flagged words per peer, each word stored
+// alone at the peer, and the reduce-scatter + all-gather at least two messages in turn, each a
+// trip through both proxies. Measured with 2 ranks over UCX tcp (docs/perf.md, "Small ops"): up to
+// 4 KB the one-shot took under half the time on 2 H200 and on the CPU backend (32 cores); at 8 KB
+// it still won on the GPUs (52-53 us against 65-75) but lost on the CPU backend (42 against 34-35);
+// at 16 KB it lost on the GPUs (79-80 against 74-78), and at 32 KB it was several times slower on
+// both. The bound is on what an op sends in all, as the one-shot's messages grow with the peers.
+uint64_t autoProxyOneShotBytes(int nranks) { return perPeerOf(kCpuBackend ? 4 << 10 : 8 << 10, nranks); }
+
+// The staged All-to-All was measured faster than its two trips up to 4 KB sent in all (2 H200 and
+// the CPU backend's 32 cores, 2 ranks over UCX tcp); past that it is not measured.
+uint64_t autoProxyStagedBytes(int nranks) { return perPeerOf(4 << 10, nranks); }
 
 double Settings::getDouble(const char* name) const { return parseDouble(name, value(name).text); }
 

@@ -62,8 +62,11 @@ class Settings {
 // oneshot_max_bytes = auto: the one-shot AllReduce's largest input on `nranks` ranks (`lines`: in
 // 128-byte lines).
 uint64_t autoOneShotBytes(int nranks, bool lines);
-// oneshot_max_bytes's `auto` in a job with host-proxy peers.
+// oneshot_max_bytes's `auto` in a job with host-proxy peers: 8 KB sent in all (input x peers) on
+// GPUs, 4 KB on the CPU backend.
 uint64_t autoProxyOneShotBytes(int nranks);
+// The largest All-to-All block (per peer) that goes staged through the proxy: 4 KB sent in all.
+uint64_t autoProxyStagedBytes(int nranks);
 
 // The whole of a small text file that a setting names: a regular file of at most kMaxTextFileBytes.
 // Throws weft::Error (invalid argument) naming `what` and the path otherwise (a directory, a device

@@ -66,7 +66,7 @@ TEST_P(Collectives, OneShotInEitherWireFormatReusesItsScratch) {
     SCOPED_TRACE(protocol);
     const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
       setenv("WEFT_ONESHOT_PROTOCOL", protocol, 1);
-      // Set, not auto: through the host proxy auto stops at 4 KB sent in all.
+      // Set, not auto: through the host proxy auto stops at a few KB sent in all.
       setenv("WEFT_ONESHOT_MAX_BYTES", "1M", 1);
       OpRank r = openRank(rank, n, id, 1 << 20);
       ASSERT_NE(r.comm, nullptr);
@@ -86,7 +86,7 @@ TEST_P(Collectives, OneShotInEitherWireFormatReusesItsScratch) {
 }
 
 // Small All-to-Alls among one-shot AllReduces, back to back: through the host proxy blocks up to
-// the auto bound (4 KB sent in all) go staged in the one-shot exchange's scratch (one trip), which
+// the staged bound (4 KB sent in all) go staged in the one-shot exchange's scratch (one trip), which
 // the AllReduces use too, so ops of either kind reuse every area by epoch parity; blocks that end
 // mid-word, one word, two items' worth, and past the bound (the direct op) between them. Without
 // proxy peers the All-to-All stores directly, and this is a plain mix.
@@ -96,7 +96,7 @@ TEST_P(Collectives, SmallAllToAllsShareTheOneShotScratch) {
     OpRank r = openRank(rank, n, id, size_t{16 << 10} * n);
     ASSERT_NE(r.comm, nullptr);
     uint64_t s = seed;
-    // The auto bound through the proxy, per peer (runtime/config.cpp, autoProxyOneShotBytes).
+    // The staged bound through the proxy, per peer (runtime/config.cpp, autoProxyStagedBytes).
     const int64_t bound = n > 1 ? 4096 / (n - 1) / 8 * 8 : 4096;
     for (int op = 0; op < 63; ++op) {
       const weft_dtype_t dt = kDtypes[op % 3];

@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/path_table.hpp"
+#include "weft/version.h"
 
 namespace weft {
 namespace {
@@ -83,16 +84,23 @@ TEST(Config, AutoOnlyWhereTheSettingTakesIt) {
     EXPECT_GE(autoOneShotBytes(4, lines), autoOneShotBytes(8, lines));
   }
   EXPECT_GE(autoOneShotBytes(4, true), autoOneShotBytes(4, false)) << "128-byte lines carry twice the payload";
-  // Through the proxy: what an op sends in all stays within 4 KB, in whole 8-byte words.
+  // Through the proxy: what an op sends in all stays within 8 KB on GPUs and 4 KB on the CPU
+  // backend (the staged All-to-All's blocks: 4 KB everywhere), in whole 8-byte words.
+  const bool cpu = std::string(WEFT_BUILD_GPU) == "cpu";
+  const uint64_t oneShotSent = cpu ? 4096 : 8192;
   for (int n : {2, 3, 4, 8, 1000}) {
-    const uint64_t bound = autoProxyOneShotBytes(n);
-    EXPECT_GE(bound, 8u) << n << " ranks";
-    EXPECT_EQ(bound % 8, 0u) << n << " ranks";
-    if (n <= 513) {
-      EXPECT_LE(bound * static_cast<uint64_t>(n - 1), 4096u) << n << " ranks";
+    for (const uint64_t bound : {autoProxyOneShotBytes(n), autoProxyStagedBytes(n)}) {
+      EXPECT_GE(bound, 8u) << n << " ranks";
+      EXPECT_EQ(bound % 8, 0u) << n << " ranks";
     }
+    // At least a word per peer, where the bound spread over the peers would leave less.
+    const auto peers = static_cast<uint64_t>(n - 1);
+    EXPECT_LE(autoProxyOneShotBytes(n) * peers, std::max<uint64_t>(oneShotSent, 8 * peers)) << n << " ranks";
+    EXPECT_LE(autoProxyStagedBytes(n) * peers, std::max<uint64_t>(4096, 8 * peers)) << n << " ranks";
   }
-  EXPECT_EQ(autoProxyOneShotBytes(2), 4096u);
+  EXPECT_EQ(autoProxyOneShotBytes(2), oneShotSent);
+  EXPECT_EQ(autoProxyStagedBytes(2), 4096u);
+  EXPECT_EQ(autoProxyOneShotBytes(3), cpu ? 2048u : 4096u);
   EXPECT_LT(autoProxyOneShotBytes(2), autoOneShotBytes(2, false)) << "the proxy's bound is the smaller";
 }
 
