@@ -7,10 +7,11 @@ namespace weft {
 
 const char* buildCommit() { return WEFT_BUILD_COMMIT; }
 
-std::string buildIdentity() {
+std::string buildName() {
   const std::string commit = WEFT_BUILD_COMMIT;
-  return std::string("weft ") + WEFT_VERSION_STRING + (commit.empty() ? "" : " (commit " + commit + ")") + ", " +
-         WEFT_BUILD_GPU + " backend";
+  return std::string("weft ") + WEFT_VERSION_STRING + (commit.empty() ? "" : " (commit " + commit + ")");
 }
+
+std::string buildIdentity() { return buildName() + ", " + WEFT_BUILD_GPU + " backend"; }
 
 }  // namespace weft

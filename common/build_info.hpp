@@ -11,8 +11,12 @@ namespace weft {
 // record (weft-bench's JSON rows, `weftctl tune measure`'s table rows).
 const char* buildCommit();
 
-// The version, the commit (where known) and the GPU backend: ranks whose builds differ in any of
-// them may lay out memory or run an op differently, so they refuse to run together.
+// "weft <version>", then " (commit <buildCommit()>)" where it is known: what `weftctl info` prints
+// first.
+std::string buildName();
+
+// buildName() and the GPU backend: ranks whose builds differ in any of them may lay out memory or
+// run an op differently, so they refuse to run together.
 std::string buildIdentity();
 
 }  // namespace weft

@@ -30,8 +30,7 @@
 namespace {
 
 void printInfo(bool settings) {
-  const std::string commit = weft::buildCommit();
-  std::printf("weft %s%s\n", WEFT_VERSION_STRING, commit.empty() ? "" : (" (commit " + commit + ")").c_str());
+  std::printf("%s\n", weft::buildName().c_str());
   std::printf("build: backend=%s type=%s sanitizer=%s ucx=%s libfabric=%s\n", WEFT_BUILD_GPU, WEFT_BUILD_TYPE,
               *WEFT_BUILD_SANITIZE ? WEFT_BUILD_SANITIZE : "none", WEFTCTL_UCX, WEFTCTL_OFI);
   const weft::HostIdentity host = weft::localHost();
