@@ -61,5 +61,20 @@ __global__ void __launch_bounds__(tile::kThreads, 1)
 #endif
 }
 
+// The op given the vendor BLAS's product (the blas path): the same items with the multiply
+// compiled out, in a kernel of its own. Run by gemmKernel, the copy paid for the multiply: one
+// block per SM under the tile's 230 KB of shared memory, 255 registers with spills, and the
+// multiply's code in the instruction cache's way; here 120 registers, no spills, two blocks per
+// SM, and the op's part of the blas path's time fell by a quarter (docs/perf.md, "GEMM +
+// All-to-All").
+__global__ void WEFT_BLOCK_BOUNDS gemmRouteKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
+  __shared__ float4 scratch[kCoopFloats / 4];  // int64 route words: 16-byte aligned
+  float* group = reinterpret_cast<float*>(scratch);
+  if (threadIdx.x == 0) GemmAllToAllOp::startGroup(RouteView{reinterpret_cast<int64_t*>(group), view.nranks});
+  runLaunched(view, desc, group, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    return GemmAllToAllOp::run<BlockCoop, false>(c, view, desc, seq, item);
+  });
+}
+
 }  // namespace WEFT_KERNEL_VARIANT
 }  // namespace weft::dev

@@ -37,7 +37,9 @@
   /* the GEMM + All-to-All (one block per SM); `maps`: a's and w's tensor maps (the sm_90a tile */ \
   /* loads through them; unused elsewhere). */                                                     \
   __global__ void gemmKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc,                  \
-                             const WEFT_GRID_CONSTANT tile::GemmMaps maps);
+                             const WEFT_GRID_CONSTANT tile::GemmMaps maps);                        \
+  /* and the same op given the vendor BLAS's product, which only routes its rows. */               \
+  __global__ void gemmRouteKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc);
 
 namespace weft::dev {
 

@@ -135,13 +135,14 @@ struct GemmAllToAllOp {
   }
 
   // `maps`: the tensor maps of a and w, where the tile loads through them (sm_90a; the kernel's
-  // parameter), else null.
-  template <class Coop>
+  // parameter), else null. kMultiply false: the op as it runs when given the product (`w` null),
+  // compiled without the multiply, for a kernel of its own (gpu/gemm_kernel.cu: gemmRouteKernel).
+  template <class Coop, bool kMultiply = true>
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq, uint32_t item,
                                      const tile::GemmMaps* maps = nullptr) {
     if (item == 0) return publish(c, v, d, seq);
     if (item + 1 == d.nitems) return finish(c, v, d, seq, item);
-    return dataTile(c, v, d, seq, item, maps);
+    return dataTile<Coop, kMultiply>(c, v, d, seq, item, maps);
   }
 
   // The group's memory keeps the route between the items a group runs: the word after the row
@@ -233,13 +234,13 @@ struct GemmAllToAllOp {
     return c.broadcast(e);
   }
 
-  template <class Coop>
+  template <class Coop, bool kMultiply>
   WEFT_HOST_DEVICE static Status dataTile(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                           uint32_t item, const tile::GemmMaps* maps) {
     const GemmArgs g = args(d);
     const TilePart part = partOf(g, item);
     if (part.valid) {
-      const Status st = multiplyPart(c, v, d, seq, item, maps, g, part);
+      const Status st = multiplyPart<Coop, kMultiply>(c, v, d, seq, item, maps, g, part);
       if (st != Status::kOk) return st;
     }
 #if defined(WEFT_DEVICE_PASS)
@@ -254,7 +255,9 @@ struct GemmAllToAllOp {
   }
 
   // The tile part's multiply; then, for a tile's owner, its rows into the ranks that own them.
-  template <class Coop>
+  // !kMultiply: only the copy of a given product's rows (no split either: splitLastWave leaves
+  // such an op whole).
+  template <class Coop, bool kMultiply>
   WEFT_HOST_DEVICE static Status multiplyPart(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                               uint32_t item, const tile::GemmMaps* maps, const GemmArgs& g,
                                               const TilePart& part) {
@@ -273,11 +276,12 @@ struct GemmAllToAllOp {
       if (eLo < eHi) {
         const uint8_t* w = g.w + e * g.k * g.h * es;
         tile::Accum acc;
-        if (!g.productGiven()) computeTile(c, v, d, dt, g, maps, item, e, w, row0, col0, part, acc);
+        if constexpr (kMultiply)
+          if (!g.productGiven()) computeTile(c, v, d, dt, g, maps, item, e, w, row0, col0, part, acc);
 #if defined(WEFT_DEVICE_PASS)
         if (c.leader()) countUncounted(v, seq, r, cols);  // the last part's stores drained meanwhile
 #endif
-        if (part.split) {
+        if (kMultiply && part.split) {
           if (!part.owner) return leavePartial(c, g, seq, part, acc);
           // After the multiply: the ranges before this one computed their partials alongside this
           // block's own, and waiting first would hold this multiply back by up to a whole range.
@@ -298,10 +302,14 @@ struct GemmAllToAllOp {
           rowPtr[i] = v.at(dest, d.recv) + static_cast<uint64_t>(r.base()[dest] + row - r.start()[dest]) * g.h * es;
         }
         c.sync();
-        if (!g.productGiven())
-          storeTile(c, dt, g, w, acc, rowPtr, row0, eLo, eHi, col0, col1);
-        else
-          copyRows(c, es, g, rowPtr, row0, eLo, eHi, col0, col1);
+        bool copy = true;
+        if constexpr (kMultiply) {
+          if (!g.productGiven()) {
+            storeTile(c, dt, g, w, acc, rowPtr, row0, eLo, eHi, col0, col1);
+            copy = false;
+          }
+        }
+        if (copy) copyRows(c, es, g, rowPtr, row0, eLo, eHi, col0, col1);
         if (proxyOf(v) != nullptr) {
           c.sync();
           const Status st = c.leader() ? postTileRows(v, WaitSite{seq.op, item, -1, WaitWhat::kProxyRoom}, r, rowPtr,
