@@ -112,12 +112,13 @@ Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks);
 // The current device's streaming multiprocessors (compute units on AMD).
 Outcome smCount(int* sms);
 // What the compiler gave the launched kernel of `kind` on the current device: registers per
-// thread, and local memory per thread (its stack frame, where spills go).
+// thread, and local memory per thread (its stack frame, where spills go). productGiven: the GEMM
+// op's kernel for the blas path (its route without the multiply).
 struct KernelResources {
   int registers = 0;
   size_t localBytes = 0;
 };
-Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out);
+Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out, bool productGiven = false);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);

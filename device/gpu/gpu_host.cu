@@ -276,9 +276,10 @@ OpKernel kernelOf(dev::OpKind kind, bool lines, bool proxied) {
       return k.op;
   }
 }
-const void* kernelAddress(dev::OpKind kind, bool proxied) {
-  return kind == dev::OpKind::kGemmAllToAll ? reinterpret_cast<const void*>(kernels(proxied).gemm)
-                                            : reinterpret_cast<const void*>(kernelOf(kind, true, proxied));
+const void* kernelAddress(dev::OpKind kind, bool proxied, bool productGiven = false) {
+  if (kind != dev::OpKind::kGemmAllToAll) return reinterpret_cast<const void*>(kernelOf(kind, true, proxied));
+  return productGiven ? reinterpret_cast<const void*>(kernels(proxied).gemmRoute)
+                      : reinterpret_cast<const void*>(kernels(proxied).gemm);
 }
 }  // namespace
 
@@ -389,9 +390,9 @@ Outcome residentOpBlocks(dev::OpKind kind, int threads, bool proxied, int* block
   return o;
 }
 
-Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out) {
+Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out, bool productGiven) {
   gpuFuncAttributes a{};
-  Outcome o = check(GPU(FuncGetAttributes)(&a, kernelAddress(kind, proxied)), "FuncGetAttributes");
+  Outcome o = check(GPU(FuncGetAttributes)(&a, kernelAddress(kind, proxied, productGiven)), "FuncGetAttributes");
   if (o) *out = KernelResources{a.numRegs, a.localSizeBytes};
   return o;
 }
