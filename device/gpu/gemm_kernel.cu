@@ -64,9 +64,9 @@ __global__ void __launch_bounds__(tile::kThreads, 1)
 // The op given the vendor BLAS's product (the blas path): the same items with the multiply
 // compiled out, in a kernel of its own. Run by gemmKernel, the copy paid for the multiply: one
 // block per SM under the tile's 230 KB of shared memory, 255 registers with spills, and the
-// multiply's code in the instruction cache's way; here 120 registers, no spills, two blocks per
-// SM, and the op's part of the blas path's time fell by a quarter (docs/perf.md, "GEMM +
-// All-to-All").
+// multiply's code in the instruction cache's way; here 120 registers (130 proxied), no spills,
+// 16 KB of shared memory, and the op's part of the blas path's time fell by a quarter
+// (docs/perf.md, "GEMM + All-to-All").
 __global__ void WEFT_BLOCK_BOUNDS gemmRouteKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
   __shared__ float4 scratch[kCoopFloats / 4];  // int64 route words: 16-byte aligned
   float* group = reinterpret_cast<float*>(scratch);
