@@ -10,6 +10,9 @@
 #include "ops/collectives/alltoall_device.hpp"
 #include "ops/embedding/embedding_alltoall_device.hpp"
 #include "ops/gemm/gemm_alltoall_device.hpp"
+#if defined(WEFT_BACKEND_CPU)
+#include "ops/gemm/gemm_solo_device.hpp"
+#endif
 #include "ops/gemv/gemv_allreduce_device.hpp"
 
 namespace weft::dev {
@@ -280,7 +283,9 @@ WEFT_HOST_DEVICE Status runItem(const Coop& c, const CommView& v, const OpDesc& 
 #if defined(WEFT_BACKEND_CPU)
     // A GPU runs it only as its own kernel (gpu/gemm_kernel.cu): its tiles need more shared memory
     // than a persistent worker has.
+    // Given the product on one rank: a checked copy to itself, as the GPU's route kernel runs it.
     case OpKind::kGemmAllToAll:
+      if (v.nranks == 1 && GemmAllToAllOp::args(d).productGiven()) return GemmSoloRoute::run(c, v, d, seq, item);
       return GemmAllToAllOp::run(c, v, d, seq, item);
 #endif
     default:

@@ -1,4 +1,5 @@
 // The launched kernel of the GEMM + All-to-All, in a translation unit of its own (see op_kernel.cu).
+#include "../ops/gemm/gemm_solo_device.hpp"
 #include "kernels.hpp"
 #include "launched_device.hpp"
 
@@ -73,6 +74,15 @@ __global__ void WEFT_BLOCK_BOUNDS gemmRouteKernel(const WEFT_GRID_CONSTANT CommV
   if (threadIdx.x == 0) GemmAllToAllOp::startGroup(RouteView{reinterpret_cast<int64_t*>(group), view.nranks});
   runLaunched(view, desc, group, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return GemmAllToAllOp::run<BlockCoop, false>(c, view, desc, seq, item);
+  });
+}
+
+// The same op on one rank (gemm_solo_device.hpp): a kernel of its own, so that its copy's
+// registers are not the route's.
+__global__ void WEFT_BLOCK_BOUNDS gemmSoloKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
+  __shared__ float4 scratch[1];  // the coop's group memory: unused
+  runLaunched(view, desc, reinterpret_cast<float*>(scratch), [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    return GemmSoloRoute::run(c, view, desc, seq, item);
   });
 }
 

@@ -247,16 +247,17 @@ struct Kernels {
   void (*persistent)(dev::CommView, uint64_t);
   OpKernel op, oneShotLines, gemv, embedding;
   GemmKernel gemm;
-  OpKernel gemmRoute;
+  OpKernel gemmRoute, gemmSolo;
 };
 const Kernels& kernels(bool proxied) {
-  static const Kernels direct{
-      dev::direct::persistentKernel, dev::direct::opKernel,   dev::direct::oneShotLinesKernel, dev::direct::gemvKernel,
-      dev::direct::embeddingKernel,  dev::direct::gemmKernel, dev::direct::gemmRouteKernel};
+  static const Kernels direct{dev::direct::persistentKernel,   dev::direct::opKernel,
+                              dev::direct::oneShotLinesKernel, dev::direct::gemvKernel,
+                              dev::direct::embeddingKernel,    dev::direct::gemmKernel,
+                              dev::direct::gemmRouteKernel,    dev::direct::gemmSoloKernel};
   static const Kernels viaProxy{dev::proxied::persistentKernel,   dev::proxied::opKernel,
                                 dev::proxied::oneShotLinesKernel, dev::proxied::gemvKernel,
                                 dev::proxied::embeddingKernel,    dev::proxied::gemmKernel,
-                                dev::proxied::gemmRouteKernel};
+                                dev::proxied::gemmRouteKernel,    dev::proxied::gemmSoloKernel};
   return proxied ? viaProxy : direct;
 }
 // The kernel of every kind but the GEMM's, whose kernel takes the tensor maps too. `lines`: the
@@ -355,9 +356,11 @@ Outcome launchOp(const dev::CommView& view, const dev::OpDesc& desc, int blocks,
                  bool proxied) {
   const auto kind = static_cast<dev::OpKind>(desc.kind);
   if (kind == dev::OpKind::kGemmAllToAll && dev::GemmAllToAllOp::args(desc).productGiven()) {
-    // The blas path: the product's rows routed by a kernel without the multiply (gemm_kernel.cu).
-    // Its grid is the GEMM's, which it always holds at once (a lighter kernel, same block size).
-    kernels(proxied).gemmRoute<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, desc);
+    // The blas path: the product's rows routed by a kernel without the multiply (gemm_kernel.cu),
+    // on one rank copied. Its grid is the GEMM's, which it always holds at once (a lighter kernel,
+    // same block size).
+    const Kernels& k = kernels(proxied);
+    (view.nranks == 1 ? k.gemmSolo : k.gemmRoute)<<<blocks, threads, 0, static_cast<gpuStream_t>(stream)>>>(view, desc);
     return check(GPU(GetLastError)(), "launch of the GEMM's route kernel");
   }
   int shared = 0;

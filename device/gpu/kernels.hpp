@@ -38,8 +38,10 @@
   /* loads through them; unused elsewhere). */                                                     \
   __global__ void gemmKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc,                  \
                              const WEFT_GRID_CONSTANT tile::GemmMaps maps);                        \
-  /* and the same op given the vendor BLAS's product, which only routes its rows. */               \
-  __global__ void gemmRouteKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc);
+  /* the same op given the vendor BLAS's product, which only routes its rows, */                   \
+  __global__ void gemmRouteKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc);            \
+  /* and that op on a communicator of one rank: a checked copy to itself. */                       \
+  __global__ void gemmSoloKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc);
 
 namespace weft::dev {
 

@@ -1,8 +1,8 @@
 // GEMM + All-to-All on the CPU backend (its cases on every backend are tests/ops/test_gemm.cpp):
 // the blas path (the vendor BLAS's GEMM, then the op routes its rows) gives the same results, also
 // where ranks take different paths, and weftctl shows it was taken; a capacity too small and
-// unsound send counts fail the op on every rank, naming the rank, with nothing stored; every bad
-// argument is named.
+// unsound send counts fail the op on every rank, naming the rank, with nothing stored (also one
+// rank's checked copy on the blas path); every bad argument is named.
 #include <unistd.h>
 
 #include <cstdio>
@@ -111,6 +111,44 @@ TEST(GemmFaults, SendCountsThatDoNotSumToTokensFailEveryRank) {
     closeFailedRank(r);
   };
   EXPECT_TRUE(runRanks(3, body));
+}
+
+// One rank on the blas path: the op is a checked copy to itself (gemm_solo_device.hpp). A capacity
+// one row short, or send_counts that do not sum to its tokens, fail the op as on more ranks, with
+// nothing stored, and the queue says the blas path ran.
+TEST(GemmFaults, OneRankOnTheBlasPathChecksItsInput) {
+  const uint64_t seed = freshSeed();
+  for (const bool capacityFault : {true, false}) {
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      setenv("WEFT_GEMM_PATH", "blas", 1);
+      OpRank r = openRank(rank, n, id, 1 << 20);
+      unsetenv("WEFT_GEMM_PATH");
+      ASSERT_NE(r.comm, nullptr);
+      GemmCase c{seed, n, 64, 16, 24, WEFT_BFLOAT16, 1};
+      while (c.received(0) == 0) ++c.seed;
+      GemmInputs host = gemmInputs(c, rank);
+      if (!capacityFault) host.sendCounts[0] += 1;
+      const GemmOnBackend in(host, n);
+      const int64_t rows = c.received(0), capacity = capacityFault ? rows - 1 : rows;
+      poisonBytes(r.heap, 1 << 20);
+      const std::string why = capacityFault
+                                  ? "rank 0 would receive " + std::to_string(rows) +
+                                        " rows, more than its recv_capacity (" + std::to_string(capacity) + ")"
+                                  : "rank 0's send_counts are negative or do not sum to its tokens";
+      EXPECT_TRUE(failsWith(runGemm(r, c, rank, in, capacity), WEFT_ERR_INVALID_ARGUMENT, why));
+      EXPECT_EQ(in.recvCounts[0], -7);
+      const std::vector<uint8_t> recv = download(r.heap, 1 << 20);
+      for (size_t i = 0; i < recv.size(); ++i)
+        if (recv[i] != 0xff) {
+          ADD_FAILURE() << "byte " << i << " of recv was written";
+          break;
+        }
+      const std::string json = queueJson();
+      EXPECT_EQ(occurrences(json, "\"path\":\"blas\""), 1u) << json;
+      closeFailedRank(r);
+    };
+    EXPECT_TRUE(runRanks(1, body)) << (capacityFault ? "capacity" : "send_counts");
+  }
 }
 
 // Rank 1 passes a recv at another heap offset than rank 0's: its peers would store into the

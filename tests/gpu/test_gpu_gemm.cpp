@@ -1,7 +1,8 @@
 // GEMM + All-to-All on GPUs only (its cases on every backend are tests/ops/test_gemm.cpp): the op
-// captured into a CUDA graph and replayed; a last wave split along k; a capacity too small fails
-// the op on every rank with nothing stored; the blas path (cuBLAS's GEMM, the op routing its rows)
-// beside the fused one, and its kernel's weight. Skipped (and reported so) without GPUs.
+// captured into a CUDA graph and replayed; a last wave split along k; bad input (a capacity too
+// small, send_counts that do not add up) fails the op on every rank with nothing stored, on both
+// paths; the blas path (cuBLAS's GEMM, the op routing its rows) beside the fused one, and its
+// kernel's weight. Skipped (and reported so) without GPUs.
 #include <unistd.h>
 
 #include <cstdio>
@@ -88,37 +89,57 @@ TEST_P(GpuGemm, TheLastWaveSplitAlongKAddsUp) {
 // The second shape gives some blocks two data items (144 tiles on 132 SMs) and most tiles an
 // expert's end (16 experts): a block that gives up after a tile's first part leaves the slices
 // loaded ahead for the second unused (the sm_90a ring drops them before its next item).
-TEST_P(GpuGemm, ACapacityTooSmallFailsEveryRankAndStoresNothing) {
+// The last rank's input is wrong (a capacity one row short, or send_counts that do not sum to its
+// tokens): the op fails on every rank, and no recv and no recv_counts is written, on the fused path
+// and on the blas path (on one rank, a checked copy of its own: gemm_solo_device.hpp; grouped
+// experts run fused whatever the path).
+enum class GemmFault { kCapacity, kSendCounts };
+TEST_P(GpuGemm, BadInputFailsEveryRankAndStoresNothing) {
   const uint64_t seed = freshSeed();
   constexpr GemmShape kFailing[] = {{300, 32, 128, 1}, {2200, 32, 2048, 16}};
   constexpr size_t kHeap = size_t{4} * 2200 * 2048 * 2;  // every rank's rows, at most
-  for (const GemmShape& sh : kFailing) {                 // a communicator each: a failed op fails its communicator
-    SCOPED_TRACE(::testing::Message() << "tokens " << sh.tokens << " h " << sh.h << " experts " << sh.experts);
-    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-      OpRank r = openRank(rank, n, id, kHeap);
-      ASSERT_NE(r.comm, nullptr);
-      GemmCase c{seed, n, sh.tokens, sh.k, sh.h, WEFT_BFLOAT16, sh.experts};
-      while (c.received(n - 1) == 0) ++c.seed;
-      const GemmOnBackend in(gemmInputs(c, rank), n);
-      poisonBytes(r.heap, kHeap);
-      const int64_t capacity = rank == n - 1 ? c.received(rank) - 1 : c.received(rank);
-      WEFT_ASSERT_OK(runGemm(r, c, rank, in, capacity));
-      EXPECT_EQ(cudaStreamSynchronize(streamOf(r)), cudaSuccess) << "the stream drains";
-      weft_result_t async = WEFT_SUCCESS;
-      WEFT_ASSERT_OK(weft_comm_get_async_error(r.comm, &async));
-      EXPECT_EQ(async, WEFT_ERR_INVALID_ARGUMENT);
-      EXPECT_NE(std::string(weft_get_last_error(nullptr)).find("more than its recv_capacity"), std::string::npos)
-          << weft_get_last_error(nullptr);
-      const std::vector<uint8_t> out = download(r.heap, kHeap);
-      for (size_t i = 0; i < out.size(); ++i)
-        if (out[i] != 0xff) {
-          ADD_FAILURE() << "byte " << i << " of recv was written (seed " << c.seed << ")";
-          break;
-        }
-      closeFailedRank(r);
-    };
-    EXPECT_TRUE(runRanks(ranks(), body));
-  }
+  for (const char* path : {"fused", "blas"})
+    for (const GemmFault fault : {GemmFault::kCapacity, GemmFault::kSendCounts})
+      for (const GemmShape& sh : kFailing) {  // a communicator each: a failed op fails its communicator
+        const bool capacityFault = fault == GemmFault::kCapacity;
+        SCOPED_TRACE(::testing::Message() << "gemm_path " << path << (capacityFault ? ", capacity" : ", send_counts")
+                                          << ", tokens " << sh.tokens << " h " << sh.h << " experts " << sh.experts);
+        const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+          setenv("WEFT_GEMM_PATH", path, 1);
+          OpRank r = openRank(rank, n, id, kHeap);
+          unsetenv("WEFT_GEMM_PATH");
+          ASSERT_NE(r.comm, nullptr);
+          GemmCase c{seed, n, sh.tokens, sh.k, sh.h, WEFT_BFLOAT16, sh.experts};
+          while (c.received(n - 1) == 0) ++c.seed;
+          GemmInputs host = gemmInputs(c, rank);
+          const bool culprit = rank == n - 1;
+          if (culprit && !capacityFault) host.sendCounts[0] += 1;
+          const GemmOnBackend in(host, n);
+          poisonBytes(r.heap, kHeap);
+          const int64_t capacity = culprit && capacityFault ? c.received(rank) - 1 : c.received(rank);
+          WEFT_ASSERT_OK(runGemm(r, c, rank, in, capacity));
+          EXPECT_EQ(cudaStreamSynchronize(streamOf(r)), cudaSuccess) << "the stream drains";
+          weft_result_t async = WEFT_SUCCESS;
+          WEFT_ASSERT_OK(weft_comm_get_async_error(r.comm, &async));
+          EXPECT_EQ(async, WEFT_ERR_INVALID_ARGUMENT);
+          const std::string why = weft_get_last_error(nullptr);
+          EXPECT_NE(why.find(capacityFault ? "more than its recv_capacity" : "send_counts are negative or do not sum"),
+                    std::string::npos)
+              << why;
+          EXPECT_NE(why.find("rank " + std::to_string(n - 1)), std::string::npos) << why;
+          const std::vector<uint8_t> out = download(r.heap, kHeap);
+          for (size_t i = 0; i < out.size(); ++i)
+            if (out[i] != 0xff) {
+              ADD_FAILURE() << "byte " << i << " of recv was written (seed " << c.seed << ")";
+              break;
+            }
+          const std::vector<uint8_t> counts = download(in.recvCounts, n * sizeof(int64_t));
+          for (int j = 0; j < n; ++j)
+            EXPECT_EQ(reinterpret_cast<const int64_t*>(counts.data())[j], -7) << "recv_counts[" << j << "] written";
+          closeFailedRank(r);
+        };
+        EXPECT_TRUE(runRanks(ranks(), body));
+      }
 }
 
 // gemm_path blas on the even ranks, fused on the odd ones (one op, two paths): every shape of the
