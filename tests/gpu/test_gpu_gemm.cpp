@@ -116,7 +116,11 @@ TEST_P(GpuGemm, BadInputFailsEveryRankAndStoresNothing) {
           if (culprit && !capacityFault) host.sendCounts[0] += 1;
           const GemmOnBackend in(host, n);
           poisonBytes(r.heap, kHeap);
-          const int64_t capacity = culprit && capacityFault ? c.received(rank) - 1 : c.received(rank);
+          // The extra row goes to rank 0: room for it, so that the verdict is the counts' (a
+          // capacity fault of a lower rank would come first).
+          const int64_t capacity = !capacityFault ? c.received(rank) + 1
+                                   : culprit      ? c.received(rank) - 1
+                                                  : c.received(rank);
           WEFT_ASSERT_OK(runGemm(r, c, rank, in, capacity));
           EXPECT_EQ(cudaStreamSynchronize(streamOf(r)), cudaSuccess) << "the stream drains";
           weft_result_t async = WEFT_SUCCESS;
