@@ -157,14 +157,14 @@ TEST(PathTable, FingerprintsTellDecidingRowsApartAndIgnoreTheRest) {
 
 // The built-in table keeps the GEMV choices measured before GPU models were in the table, for
 // every GPU: fused to batch 8, the vendor BLAS's GEMV from batch 9 (the API's batch is 1..64);
-// one rank of an H200 has rows of its own (below).
+// one rank of an H200 or an H100 has rows of its own (below).
 TEST(PathTable, TheBuiltInTableParsesAndKeepsTheMeasuredGemvChoices) {
   const PathTable builtIn = PathTable::load("");
   EXPECT_NE(builtIn.origin().find("conf/path_table.tsv"), std::string::npos);
   for (const char* gpu : {"NVIDIA_H200", "NVIDIA_H100_80GB_HBM3", "cpu"})
     for (int ranks : {1, 2, 3, 4, 8})
       for (uint64_t k : {uint64_t{2048}, uint64_t{14336}, uint64_t{28672}}) {
-        if (std::string(gpu) == "NVIDIA_H200" && ranks == 1) continue;
+        if (std::string(gpu) != "cpu" && ranks == 1) continue;
         SCOPED_TRACE(std::string(gpu) + " ranks " + std::to_string(ranks) + " k " + std::to_string(k));
         EXPECT_EQ(gemv(builtIn, gpu, ranks, 1, 8192, k), OpPath::kFused);
         EXPECT_EQ(gemv(builtIn, gpu, ranks, 8, 8192, k), OpPath::kFused);
@@ -230,6 +230,23 @@ TEST(PathTable, OneRankOfAnH200RunsTheFasterGemv) {
   EXPECT_EQ(gemv(t, "NVIDIA_H200", 2, 1, 8192, 4096), OpPath::kFused);
 }
 
+// One rank of an H100 (n 8192 measured): weft's GEMV at batch 1-8 from k 4096 (and at batch 1-2
+// and 16 at k 1024), cuBLAS's at k 2048, from batch 16, and wherever no row measured.
+TEST(PathTable, OneRankOfAnH100RunsTheFasterGemv) {
+  const PathTable t = PathTable::load("");
+  struct Cell {
+    uint64_t batch, k;
+    OpPath path;
+  };
+  const OpPath blas = OpPath::kBlas, fused = OpPath::kFused;
+  const Cell cells[] = {{1, 1024, fused}, {2, 1024, fused},  {4, 1024, blas},  {16, 1024, fused}, {32, 1024, blas},
+                        {1, 2048, blas},  {8, 2048, blas},   {1, 4096, fused}, {8, 8192, fused},  {8, 14336, fused},
+                        {16, 4096, blas}, {64, 14336, blas}, {1, 28672, blas}, {9, 7168, blas}};
+  for (const Cell& c : cells)
+    EXPECT_EQ(gemv(t, "NVIDIA_H100_80GB_HBM3", 1, c.batch, 8192, c.k), c.path) << "batch " << c.batch << " k " << c.k;
+  EXPECT_EQ(gemv(t, "NVIDIA_H100_80GB_HBM3", 1, 1, 16384, 4096), blas) << "wider w than measured";
+}
+
 // The built-in GEMM rows: cuBLAS's GEMM, then weft routing its rows, for a few hundred tokens; the
 // fused op for more, on H200 (measured) and elsewhere (the '*' rows); the 2- and 4-rank H200
 // exception at 8192 x 14336 x 4096, where cuBLAS's GEMM was measured faster.
@@ -246,7 +263,9 @@ TEST(PathTable, TheBuiltInTableRunsFewTokensThroughTheVendorGemm) {
       if (std::string(gpu) != "NVIDIA_H200" || ranks != 4) {
         EXPECT_EQ(gemm(gpu, ranks, 256, 2048, 7168), OpPath::kBlas);
       }
-      EXPECT_EQ(gemm(gpu, ranks, 1024, 2048, 7168), OpPath::kFused);
+      // One H100 rank's blas path (cuBLAS's GEMM, then a copy) measured faster to 1024 tokens.
+      const bool h100 = std::string(gpu) == "NVIDIA_H100_80GB_HBM3" && ranks == 1;
+      EXPECT_EQ(gemm(gpu, ranks, 1024, 2048, 7168), h100 ? OpPath::kBlas : OpPath::kFused);
       EXPECT_EQ(gemm(gpu, ranks, 4096, 2048, 7168), OpPath::kFused);
       EXPECT_EQ(gemm(gpu, ranks, 16384, 2048, 7168), OpPath::kFused);
     }
@@ -259,6 +278,10 @@ TEST(PathTable, TheBuiltInTableRunsFewTokensThroughTheVendorGemm) {
   EXPECT_EQ(gemm("NVIDIA_H200", 4, 512, 2048, 4096), OpPath::kBlas);
   EXPECT_EQ(gemm("NVIDIA_H200", 4, 1024, 14336, 4096), OpPath::kFused);
   EXPECT_EQ(gemm("NVIDIA_H200", 8, 8192, 14336, 4096), OpPath::kFused);
+  EXPECT_EQ(gemm("NVIDIA_H100_80GB_HBM3", 1, 512, 14336, 4096), OpPath::kBlas);
+  EXPECT_EQ(gemm("NVIDIA_H100_80GB_HBM3", 1, 1024, 14336, 4096), OpPath::kFused);
+  EXPECT_EQ(gemm("NVIDIA_H100_80GB_HBM3", 1, 2048, 2048, 4096), OpPath::kBlas);
+  EXPECT_EQ(gemm("NVIDIA_H100_80GB_HBM3", 2, 2048, 2048, 4096), OpPath::kFused);  // the '*' rows
 }
 
 }  // namespace
