@@ -45,8 +45,8 @@ struct GemmSoloRoute {
   }
 
  private:
-  // Vectors in flight per thread, as the routed copy keeps them (GemmAllToAllOp::kCopyUnroll).
-  static constexpr int kUnroll = GemmAllToAllOp::kCopyUnroll;
+  // Vectors in flight per thread: a block's 256 threads move a full tile's 64 KB in one round.
+  static constexpr int kUnroll = 16;
 
   template <class Coop>
   WEFT_HOST_DEVICE static void copyShare(const Coop& c, const uint8_t* from, uint8_t* to, uint64_t bytes, uint32_t item,
