@@ -80,7 +80,8 @@ __global__ void WEFT_BLOCK_BOUNDS gemmRouteKernel(const WEFT_GRID_CONSTANT CommV
 // The same op on one rank (gemm_solo_device.hpp): a kernel of its own, so that its copy's
 // registers are not the route's.
 __global__ void WEFT_BLOCK_BOUNDS gemmSoloKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
-  __shared__ float4 scratch[1];  // the coop's group memory: unused
+  // The group's memory, as runLaunched requires it (the op's start and the verdict pass through it).
+  __shared__ float4 scratch[kCoopFloats / 4];
   runLaunched(view, desc, reinterpret_cast<float*>(scratch), [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
     return GemmSoloRoute::run(c, view, desc, seq, item);
   });

@@ -30,7 +30,8 @@ struct GemmSoloRoute {
   WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
                                      uint32_t item) {
     const GemmArgs g = GemmAllToAllOp::args(d);
-    const RouteVerdict verdict = verdictOf(g);
+    // Read by the leader: every thread of every block loading the same word queues on one line.
+    const RouteVerdict verdict = c.template fromLeader<RouteVerdict>([&] { return verdictOf(g); });
     if (verdict.ok())
       copyShare(c, g.a, v.at(v.rank, d.recv), g.tokens * g.h * dtypeSize(static_cast<DType>(d.dtype)), item, d.nitems);
     if (item + 1 != d.nitems) return Status::kOk;
