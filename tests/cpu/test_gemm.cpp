@@ -34,6 +34,16 @@ size_t occurrences(const std::string& text, const std::string& what) {
   return n;
 }
 
+// No byte of the poisoned `bytes` at `heap` was written.
+void expectUntouched(const void* heap, size_t bytes) {
+  const std::vector<uint8_t> recv = download(heap, bytes);
+  for (size_t i = 0; i < recv.size(); ++i)
+    if (recv[i] != 0xff) {
+      ADD_FAILURE() << "byte " << i << " of recv was written";
+      return;
+    }
+}
+
 // gemm_path blas: the vendor BLAS's GEMM (on the CPU backend the engine's stand-in, on the calling
 // thread), then the op routes the product's rows. Every shape of the suite against the same
 // reference, first with the odd ranks fused (the paths meet in one op), then every rank blas.
@@ -87,12 +97,7 @@ TEST(GemmFaults, ACapacityTooSmallFailsEveryRankAndStoresNothing) {
         failsWith(runGemm(r, c, rank, in, capacity), WEFT_ERR_INVALID_ARGUMENT,
                   "rank 1 would receive " + std::to_string(c.received(1)) + " rows, more than its recv_capacity"));
     for (int i = 0; i < n; ++i) EXPECT_EQ(in.recvCounts[i], -7);
-    const std::vector<uint8_t> recv = download(r.heap, 1 << 20);
-    for (size_t i = 0; i < recv.size(); ++i)
-      if (recv[i] != 0xff) {
-        ADD_FAILURE() << "byte " << i << " of recv was written";
-        break;
-      }
+    expectUntouched(r.heap, 1 << 20);
     closeFailedRank(r);
   };
   EXPECT_TRUE(runRanks(3, body));
@@ -137,12 +142,7 @@ TEST(GemmFaults, OneRankOnTheBlasPathChecksItsInput) {
                                   : "rank 0's send_counts are negative or do not sum to its tokens";
       EXPECT_TRUE(failsWith(runGemm(r, c, rank, in, capacity), WEFT_ERR_INVALID_ARGUMENT, why));
       EXPECT_EQ(in.recvCounts[0], -7);
-      const std::vector<uint8_t> recv = download(r.heap, 1 << 20);
-      for (size_t i = 0; i < recv.size(); ++i)
-        if (recv[i] != 0xff) {
-          ADD_FAILURE() << "byte " << i << " of recv was written";
-          break;
-        }
+      expectUntouched(r.heap, 1 << 20);
       const std::string json = queueJson();
       EXPECT_EQ(occurrences(json, "\"path\":\"blas\""), 1u) << json;
       closeFailedRank(r);
