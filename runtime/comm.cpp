@@ -206,6 +206,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   proxy.backend = s.getString("proxy_backend");
   proxy.cpu = static_cast<int>(s.getInt("proxy_cpu"));
   proxy.eagerBytes = static_cast<uint64_t>(s.getInt("proxy_eager_bytes"));
+  proxy.batchBytes = static_cast<uint64_t>(s.getInt("proxy_batch_bytes"));
   proxy.lanes = static_cast<int>(s.getInt("proxy_lanes"));
   proxy.timeoutS = s.getDouble("timeout_s");
   std::vector<service::RankFinding> found;

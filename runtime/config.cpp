@@ -106,6 +106,11 @@ const std::vector<SettingSpec>& settingSpecs() {
        "peer's proxy copies into place, so that the signal after it needs no round trip; larger ones are RMA "
        "writes; 0: always writes",
        0, 65536},
+      {"proxy_batch_bytes", SettingType::kSize, "16K",
+       "The host proxy sends the small messages to one peer it finds in its ring together (a tile's data and the "
+       "signals after it, the next tile's) as one message; parts up to this many bytes of data join a batch, "
+       "larger ones go alone; 0: every message alone (ranks need not agree)",
+       0, 65536},
       {"proxy_lanes", SettingType::kInt, "0",
        "Lanes of the host proxy, each a thread with connections of its own (the same on every rank: the fewest "
        "any rank asks for); with more than one, every byte goes in messages spread over them; 0: auto (where "

@@ -257,6 +257,119 @@ TEST(ProxyWire, MalformedMessagesAreRefusedAndTouchNothing) {
   EXPECT_NE(order.arrive(r, WireMessage{kMsgSignalStore, 0, 1, 0, 0, 1}, nullptr, 0), "");
 }
 
+// A batch as a back-end sends it: the parts' headers and payloads packed from `mirror`.
+Sent batchOf(const uint8_t* mirror, uint32_t from, uint32_t seq, const std::vector<MessagePart>& parts) {
+  const uint64_t bytes = batchBytes(parts);
+  Sent s{WireMessage{kMsgBatch, static_cast<uint32_t>(bytes), from, seq, 0, parts.size()}, std::vector<uint8_t>(bytes)};
+  packBatch(mirror, parts, s.payload.data());
+  return s;
+}
+
+uint64_t wordAt(const std::vector<uint8_t>& heap, uint64_t offset) {
+  uint64_t v = 0;
+  memcpy(&v, heap.data() + offset, 8);
+  return v;
+}
+
+TEST(ProxyWire, ABatchLandsEachPartInItsPlace) {
+  std::vector<uint8_t> mirror(16384), heap(mirror.size(), 0xee);
+  std::iota(mirror.begin(), mirror.end(), uint8_t{3});
+  // A tile's strided rows, the next tile's flagged words, a signature store, a flag add.
+  const std::vector<MessagePart> parts{{kMsgRows, 0, rowsValue(Rows{3, 500, 1000})},
+                                       {kMsgDeliver, 4096, 512},
+                                       {kMsgSignalStore, 8192, 41},
+                                       {kMsgSignalAdd, 8200, 2}};
+  const Sent b = batchOf(mirror.data(), 1, 0, parts);
+  EXPECT_EQ(b.m.bytes, 4 * sizeof(WirePart) + 3 * 500 + 512);
+  ArrivalOrder order(2);
+  const Region r{heap.data(), heap.size()};
+  EXPECT_EQ(order.arrive(r, b.m, b.payload.data(), b.payload.size()), "");
+  for (uint64_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(std::equal(heap.begin() + i * 1000, heap.begin() + i * 1000 + 500, mirror.begin() + i * 1000));
+  EXPECT_EQ(heap[500], 0xee);
+  EXPECT_TRUE(std::equal(heap.begin() + 4096, heap.begin() + 4608, mirror.begin() + 4096));
+  EXPECT_EQ(wordAt(heap, 8192), 41u);
+  EXPECT_EQ(wordAt(heap, 8200), 0xeeeeeeeeeeeeeeeeull + 2);
+  EXPECT_EQ(order.early(), 0u);
+}
+
+TEST(ProxyWire, ABatchsDataLandsAtOnceAndItsSignalsWaitForEveryEarlierMessage) {
+  std::vector<uint8_t> mirror(8192), heap(mirror.size(), 0);
+  std::iota(mirror.begin(), mirror.end(), uint8_t{1});
+  const Region r{heap.data(), heap.size()};
+  Wire w(mirror.data(), 1);
+  w.message(kMsgRows, 0, rowsValue(Rows{1, 1024, 1024}));  // seq 0, held back below
+  const Sent b = batchOf(mirror.data(), 1, 1,
+                         {{kMsgSignalStore, 4096, 5},
+                          {kMsgRows, 1024, rowsValue(Rows{1, 1024, 1024})},
+                          {kMsgSignalAdd, 4096, 3},
+                          {kMsgSignalStore, 4104, 8}});
+  ArrivalOrder order(2);
+  EXPECT_EQ(order.arrive(r, b.m, b.payload.data(), b.payload.size()), "");
+  EXPECT_TRUE(std::equal(heap.begin() + 1024, heap.begin() + 2048, mirror.begin() + 1024));
+  EXPECT_EQ(wordAt(heap, 4096), 0u);
+  EXPECT_EQ(wordAt(heap, 4104), 0u);
+  EXPECT_EQ(order.early(), 1u);
+  EXPECT_EQ(order.arrive(r, w.sent[0].m, w.sent[0].payload.data(), w.sent[0].payload.size()), "");
+  EXPECT_EQ(wordAt(heap, 4096), 8u);  // stored 5, then 3 added: the batch's own order
+  EXPECT_EQ(wordAt(heap, 4104), 8u);
+  EXPECT_EQ(order.early(), 0u);
+  // A batch of signals alone that comes early is held whole, then applied in its turn.
+  const Sent signals = batchOf(mirror.data(), 1, 3, {{kMsgSignalAdd, 4096, 1}, {kMsgSignalAdd, 4104, 1}});
+  const Sent data = batchOf(mirror.data(), 1, 2,
+                            {{kMsgRows, 2048, rowsValue(Rows{1, 8, 8})}, {kMsgRows, 3072, rowsValue(Rows{1, 8, 8})}});
+  EXPECT_EQ(order.arrive(r, signals.m, signals.payload.data(), signals.payload.size()), "");
+  EXPECT_EQ(wordAt(heap, 4096), 8u);
+  EXPECT_EQ(order.arrive(r, data.m, data.payload.data(), data.payload.size()), "");
+  EXPECT_EQ(wordAt(heap, 4096), 9u);
+  EXPECT_EQ(wordAt(heap, 4104), 9u);
+  EXPECT_EQ(heap[3072], mirror[3072]);
+}
+
+TEST(ProxyWire, AMalformedBatchIsRefusedAndTouchesNothing) {
+  std::vector<uint8_t> mirror(4096, 5), heap(4096, 0);
+  const Region r{heap.data(), heap.size()};
+  const std::vector<MessagePart> good{{kMsgRows, 0, rowsValue(Rows{1, 256, 256})}, {kMsgSignalStore, 1024, 1}};
+  uint32_t seq = 0;
+  ArrivalOrder order(2);
+  auto arrive = [&](Sent b) {
+    b.m.seq = seq++;
+    return order.arrive(r, b.m, b.payload.data(), b.payload.size());
+  };
+  // Cut short, a part longer than what is left, more parts said than sent, bytes said and sent
+  // differing, a batch inside a batch, a part that writes past the heap after a good one.
+  Sent cut = batchOf(mirror.data(), 1, 0, good);
+  cut.payload.resize(cut.payload.size() - 1);
+  cut.m.bytes = static_cast<uint32_t>(cut.payload.size());
+  EXPECT_NE(arrive(cut), "");
+  Sent longer = batchOf(mirror.data(), 1, 0, good);
+  WirePart first{};
+  memcpy(&first, longer.payload.data(), sizeof first);
+  first.bytes = 4000;
+  memcpy(longer.payload.data(), &first, sizeof first);
+  EXPECT_NE(arrive(longer), "");
+  Sent more = batchOf(mirror.data(), 1, 0, good);
+  more.m.value = 3;
+  EXPECT_NE(arrive(more), "");
+  Sent differing = batchOf(mirror.data(), 1, 0, good);
+  differing.m.bytes += 8;
+  EXPECT_NE(arrive(differing), "");
+  Sent nested = batchOf(mirror.data(), 1, 0, good);
+  WirePart second{};
+  memcpy(&second, nested.payload.data() + sizeof(WirePart) + 256, sizeof second);
+  second.kind = kMsgBatch;
+  memcpy(nested.payload.data() + sizeof(WirePart) + 256, &second, sizeof second);
+  EXPECT_NE(arrive(nested), "");
+  EXPECT_EQ(std::count(heap.begin(), heap.end(), 0), static_cast<long>(heap.size()));
+  // Each part is checked as a lone message is: the bad one is refused, and the message's place
+  // is taken, so that later ones still go.
+  EXPECT_NE(arrive(batchOf(mirror.data(), 1, 0, {{kMsgRows, 0, rowsValue(Rows{1, 8, 8})}, {kMsgSignalStore, 4092, 1}})),
+            "");
+  EXPECT_EQ(arrive(batchOf(mirror.data(), 1, 0, good)), "");
+  EXPECT_EQ(wordAt(heap, 1024), 1u);
+  EXPECT_EQ(order.early(), 0u);
+}
+
 TEST(ProxyWire, ASenderFarOutOfOrderIsAFault) {
   std::vector<uint8_t> heap(64, 0);
   const Region r{heap.data(), heap.size()};

@@ -39,6 +39,34 @@ void packPayload(const uint8_t* mirror, uint32_t kind, uint64_t offset, uint64_t
   }
 }
 
+uint64_t batchBytes(const std::vector<MessagePart>& parts) {
+  uint64_t bytes = 0;
+  for (const MessagePart& p : parts) bytes += sizeof(WirePart) + payloadBytes(p.kind, p.value);
+  return bytes;
+}
+
+void packBatch(const uint8_t* mirror, const std::vector<MessagePart>& parts, uint8_t* out) {
+  for (const MessagePart& p : parts) {
+    const uint64_t bytes = payloadBytes(p.kind, p.value);
+    const WirePart w{p.kind, static_cast<uint32_t>(bytes), p.offset, p.kind == kMsgDeliver ? 0 : p.value};
+    memcpy(out, &w, sizeof w);
+    packPayload(mirror, p.kind, p.offset, p.value, out + sizeof w);
+    out += sizeof w + bytes;
+  }
+}
+
+void OrderedMessages::Held::pack(const uint8_t* mirror, uint8_t* out) const {
+  if (kind == kMsgBatch)
+    packBatch(mirror, parts, out);
+  else
+    packPayload(mirror, kind, offset, value, out);
+}
+
+WireMessage OrderedMessages::Held::wire(uint32_t from) const {
+  // Flagged data says its length in `bytes` alone; a goodbye's value is the sender's rank.
+  return WireMessage{kind, static_cast<uint32_t>(payload()), from, seq, offset, kind == kMsgDeliver ? 0 : value};
+}
+
 std::string applyMessage(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes) {
   const bool rowsKind = m.kind == kMsgRows || m.kind == kMsgPacked;
   const Rows rows = rowsKind ? rowsOf(m.value) : Rows{};
@@ -87,10 +115,55 @@ std::string applyMessage(Region heap, const WireMessage& m, const void* payload,
 
 namespace {
 bool isSignal(uint32_t kind) { return kind == kMsgSignalStore || kind == kMsgSignalAdd; }
+
+// A part of a batch as it arrived.
+struct ArrivedPart {
+  WireMessage m;
+  const uint8_t* payload;
+};
+
+// Splits a batch's payload into its parts. Returns an error text for a malformed one.
+std::string splitBatch(const WireMessage& m, const void* payload, uint64_t bytes, std::vector<ArrivedPart>& parts) {
+  const auto* p = static_cast<const uint8_t*>(payload);
+  uint64_t at = 0;
+  for (uint64_t i = 0; i < m.value; ++i) {
+    WirePart w{};
+    if (bytes - at < sizeof w) break;
+    memcpy(&w, p + at, sizeof w);
+    at += sizeof w;
+    if (w.kind == kMsgBatch || !writesHeap(w.kind) || w.bytes > bytes - at) break;
+    parts.push_back(ArrivedPart{WireMessage{w.kind, w.bytes, m.from, m.seq, w.offset, w.value}, p + at});
+    at += w.bytes;
+  }
+  if (m.value == 0 || parts.size() != m.value || at != bytes || bytes != m.bytes)
+    return "a malformed batch message from rank " + std::to_string(m.from) + " (" + std::to_string(m.value) +
+           " parts said, " + std::to_string(parts.size()) + " read from " + std::to_string(bytes) + " bytes)";
+  return "";
+}
 }  // namespace
 
 std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes) {
   if (m.from >= senders_.size()) return "a message from rank " + std::to_string(m.from) + ", which is not in the job";
+  // A batch's signals wait for their turn; its data, like a lone message's, goes at once. A
+  // malformed batch counts as data that failed: its place is taken, and the fault reported.
+  std::vector<ArrivedPart> parts;
+  std::vector<WireMessage> signals;
+  std::string bad;
+  if (m.kind == kMsgBatch) {
+    bad = splitBatch(m, payload, payloadBytes, parts);
+    if (bad.empty())
+      for (const ArrivedPart& p : parts)
+        if (isSignal(p.m.kind)) signals.push_back(p.m);
+    if (!bad.empty()) parts.clear();
+  } else if (isSignal(m.kind)) {
+    signals.push_back(m);
+  }
+  const bool data = m.kind == kMsgBatch ? parts.size() > signals.size() || !bad.empty() : !isSignal(m.kind);
+  auto applySignals = [&](std::string b) {
+    for (const WireMessage& sig : signals)
+      if (std::string e = applyMessage(heap, sig, nullptr, 0); b.empty()) b = std::move(e);
+    return b;
+  };
   Sender& s = senders_[m.from];
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -102,22 +175,33 @@ std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* 
              " out of order";
     if (ahead < 0 || (ahead > 0 && !s.ahead.empty() && s.ahead[m.seq % kEarlyMax] != kMissing))
       return "message " + std::to_string(m.seq) + " from rank " + std::to_string(m.from) + " arrived twice";
-    if (isSignal(m.kind)) {
-      if (ahead == 0) return advance(heap, s, applyMessage(heap, m, payload, payloadBytes));
+    if (!data) {
+      if (ahead == 0) return advance(heap, s, applySignals(""));
       if (s.ahead.empty()) s.ahead.assign(kEarlyMax, kMissing);
       s.ahead[m.seq % kEarlyMax] = kHeldSignal;
-      s.signals.emplace(m.seq, m);
+      s.signals.emplace(m.seq, std::move(signals));
       return "";
     }
   }
   // Data: copied without the lock, so that lanes apply theirs side by side.
-  const std::string bad = applyMessage(heap, m, payload, payloadBytes);
+  if (m.kind != kMsgBatch) {
+    bad = applyMessage(heap, m, payload, payloadBytes);
+  } else {
+    for (const ArrivedPart& p : parts)
+      if (!isSignal(p.m.kind))
+        if (std::string e = applyMessage(heap, p.m, p.payload, p.m.bytes); bad.empty()) bad = std::move(e);
+  }
   // The copy is done before the mark that lets a later signal go (the signal's store releases it).
   std::lock_guard<std::mutex> lock(mutex_);
-  if (m.seq == s.next) return advance(heap, s, bad);
+  if (m.seq == s.next) return advance(heap, s, applySignals(std::move(bad)));
   if (s.ahead.empty()) s.ahead.assign(kEarlyMax, kMissing);
-  s.ahead[m.seq % kEarlyMax] = kApplied;
-  ++s.appliedAhead;
+  if (!signals.empty()) {
+    s.ahead[m.seq % kEarlyMax] = kHeldSignal;
+    s.signals.emplace(m.seq, std::move(signals));
+  } else {
+    s.ahead[m.seq % kEarlyMax] = kApplied;
+    ++s.appliedAhead;
+  }
   return bad;
 }
 
@@ -129,8 +213,8 @@ std::string ArrivalOrder::advance(Region heap, Sender& s, std::string bad) {
       --s.appliedAhead;
     } else if (state == kHeldSignal) {
       const auto it = s.signals.find(s.next);
-      const std::string b = applyMessage(heap, it->second, nullptr, 0);
-      if (bad.empty()) bad = b;
+      for (const WireMessage& sig : it->second)
+        if (std::string b = applyMessage(heap, sig, nullptr, 0); bad.empty()) bad = std::move(b);
       s.signals.erase(it);
     } else {
       break;

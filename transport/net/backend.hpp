@@ -51,9 +51,22 @@ constexpr uint32_t kMsgRows = 8;
 // the payload is that one run, sent from the mirror in place, and the receiving proxy puts row i
 // at offset + i * stride. `value` as kMsgRows'. Never cut: the device packs at most a message.
 constexpr uint32_t kMsgPacked = 9;
+// Several heap messages to one peer as one wire message: `value` is the number of parts, the
+// payload each part's WirePart and then that part's payload, in the order the device posted them.
+// Over sockets a message's fixed cost in both proxies' threads, not its bytes, sets the time of
+// the ops of a few KB to ~128 KB (a tile's put, the signature word and the flag after it are three
+// messages), so the proxy batches the small messages it finds in the ring together for one peer
+// (Proxy::stage). The receiver applies each part as if it had come alone, in the batch's place.
+constexpr uint32_t kMsgBatch = 10;
 // A message carries at most this many payload bytes (a multiple of 16): flagged data and rows
 // are cut into messages of their own at that size.
 constexpr uint64_t kMsgPayloadMax = 65536;
+
+// One heap message as the proxy cut it (a signal, flagged data, rows): a part of a batch.
+struct MessagePart {
+  uint32_t kind;
+  uint64_t offset, value;
+};
 
 class ArrivalOrder;
 
@@ -80,6 +93,9 @@ class NetBackend {
   // messageBytes() (cutMessage). `seq`: its number among the heap messages to `peer` (the proxy
   // numbers them in the order the device posted them, whichever lane carries each).
   virtual void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) = 0;
+  // As message(), for two or more parts as one wire message (kMsgBatch): batchBytes(parts) at most
+  // messageBytes().
+  virtual void batch(int peer, std::vector<MessagePart> parts, uint32_t seq) = 0;
   // Completes what it can and applies the messages that arrived. Returns whether anything moved.
   virtual bool progress() = 0;
   // `peer`'s process has ended (the proxy watches the peers of its host): a fault, unless the peer
@@ -122,6 +138,15 @@ static_assert(sizeof(WireMessage) == 32, "a wire struct");
 // Whether a message kind writes the heap (and so is numbered and applied in the sender's order).
 inline bool writesHeap(uint32_t kind) { return kind != kMsgGoodbye && kind != kMsgHello; }
 
+// A part's header in a kMsgBatch payload; its payload follows it.
+struct WirePart {
+  uint32_t kind;
+  uint32_t bytes;  // the part's payload bytes
+  uint64_t offset;
+  uint64_t value;  // as a lone message's
+};
+static_assert(sizeof(WirePart) == 24, "a wire struct");
+
 // The rows of a kMsgRows or kMsgPacked `value`.
 struct Rows {
   uint64_t rows, rowBytes, stride;
@@ -134,6 +159,9 @@ uint64_t rowsValue(const Rows& r);
 // (kMsgPacked's are already).
 uint64_t payloadBytes(uint32_t kind, uint64_t value);
 void packPayload(const uint8_t* mirror, uint32_t kind, uint64_t offset, uint64_t value, uint8_t* out);
+// A batch's payload: every part's header and payload.
+uint64_t batchBytes(const std::vector<MessagePart>& parts);
+void packBatch(const uint8_t* mirror, const std::vector<MessagePart>& parts, uint8_t* out);
 
 // Cuts a message (flagged data or rows) into wire messages of at most payloadMax bytes, whole rows
 // each, and hands each to piece(kind, offset, value); a signal is one piece.
@@ -159,9 +187,11 @@ std::string applyMessage(Region heap, const WireMessage& m, const void* payload,
 // The receiving end of every peer's messages, shared by the proxy's lanes (thread-safe). Data
 // (rows, flagged words) is applied the moment it arrives, whatever its place; a signal is applied
 // only once every earlier message of its sender (`seq`) has been, so that its reader never sees
-// stale bytes. Neither UCX's active messages nor libfabric's sends promise order on every
-// transport, and a sender's lanes overtake each other. Data needs no order of its own: a sender
-// rewrites heap bytes only after a signal from their reader, which follows their earlier copy.
+// stale bytes. A batch's data is applied as it comes, then its signals in their order, once their
+// turn has come: a signal may so go after data posted behind it, never before data posted ahead. Neither UCX's active
+// messages nor libfabric's sends promise order on every transport, and a sender's lanes overtake each other. Data needs
+// no order of its own: a sender rewrites heap bytes only after a signal from their reader, which follows their earlier
+// copy.
 class ArrivalOrder {
  public:
   explicit ArrivalOrder(int nranks) : senders_(nranks) {}
@@ -179,7 +209,8 @@ class ArrivalOrder {
     uint32_t next = 0;           // every message before this one is applied
     std::vector<uint8_t> ahead;  // State by seq % kEarlyMax; allocated when one first comes early
     size_t appliedAhead = 0;     // kApplied entries in `ahead`
-    std::unordered_map<uint32_t, WireMessage> signals;  // held, by seq
+    // Held, by seq: a signal, or a batch's signals in order (its data is applied).
+    std::unordered_map<uint32_t, std::vector<WireMessage>> signals;
   };
   // Under mutex_: s.next is applied (`bad`: what applying it said); then every message of `s`
   // whose turn has come. Returns the first error text.
@@ -197,13 +228,23 @@ class OrderedMessages {
     uint32_t kind;
     uint64_t offset, value;
     uint32_t seq;
-    uint64_t putsBefore;  // the peer's puts issued before this message
+    uint64_t putsBefore;             // the peer's puts issued before this message
+    std::vector<MessagePart> parts;  // kMsgBatch's
+    // Its payload's bytes, packed from the mirror of its peer by pack().
+    uint64_t payload() const { return kind == kMsgBatch ? batchBytes(parts) : payloadBytes(kind, value); }
+    void pack(const uint8_t* mirror, uint8_t* out) const;
+    // Its header, from rank `from`.
+    WireMessage wire(uint32_t from) const;
   };
   void notePut(int peer) { ++peers_[peer].putsIssued; }
   uint64_t putsIssued(int peer) const { return peers_[peer].putsIssued; }
-  // One wire message of a back-end's message() (already cut to its size).
+  // One wire message of a back-end's message() (already cut to its size), or its batch().
   void hold(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) {
-    peers_[peer].held.push_back(Held{kind, offset, value, seq, peers_[peer].putsIssued});
+    peers_[peer].held.push_back(Held{kind, offset, value, seq, peers_[peer].putsIssued, {}});
+  }
+  void hold(int peer, std::vector<MessagePart> parts, uint32_t seq) {
+    const auto n = static_cast<uint64_t>(parts.size());
+    peers_[peer].held.push_back(Held{kMsgBatch, 0, n, seq, peers_[peer].putsIssued, std::move(parts)});
   }
   bool holding(int peer) const { return !peers_[peer].held.empty(); }
   // A failed peer's: nothing of it will be sent.

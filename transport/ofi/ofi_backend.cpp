@@ -82,6 +82,7 @@ class OfiBackend final : public NetBackend {
   void connect(Exchange& ex) override;
   void put(int peer, uint64_t offset, uint64_t bytes) override;
   void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) override;
+  void batch(int peer, std::vector<MessagePart> parts, uint32_t seq) override;
   bool progress() override;
   void peerGone(int peer, const std::string& why) override;
   // The providers that move bytes with the CPUs: tcp (ofi_rxm over it), shm, sockets, udp.
@@ -408,6 +409,10 @@ void OfiBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t valu
   held_->hold(peer, kind, offset, value, seq);
 }
 
+void OfiBackend::batch(int peer, std::vector<MessagePart> parts, uint32_t seq) {
+  held_->hold(peer, std::move(parts), seq);
+}
+
 void OfiBackend::sayGoodbye() {
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
     if (viaProxy_[r] && !peers_[r].failed) held_->hold(r, kMsgGoodbye, 0, static_cast<uint64_t>(me_), 0);
@@ -418,15 +423,10 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
   if (p.failed) return true;  // dropped: the fault is recorded, the op will fail
   Op* op = freeSends_.empty() ? nullptr : freeSends_.back();
   if (!op) return false;
-  WireMessage m{h.kind,
-                static_cast<uint32_t>(payloadBytes(h.kind, h.value)),
-                static_cast<uint32_t>(me_),
-                h.seq,
-                h.offset,
-                h.kind == kMsgDeliver ? 0 : h.value};  // goodbye: value = rank
+  const WireMessage m = h.wire(static_cast<uint32_t>(me_));
   memcpy(op->buffer, &m, sizeof m);
   if (m.bytes) {
-    packPayload(mirrors_[peer].base, h.kind, h.offset, h.value, op->buffer + sizeof m);
+    h.pack(mirrors_[peer].base, op->buffer + sizeof m);
     // The workers rewrite these bytes only after the peer has them (the ops' epochs): a
     // causality through the peer that ThreadSanitizer cannot see, so it is told (primitives_device.hpp).
     prim::crossProcessRelease();

@@ -205,6 +205,10 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   messageBytes_ = backend_->messageBytes();
   eagerBytes_ = lanes > 1 ? messageBytes_ : std::min(options.eagerBytes, messageBytes_);
   sent_.assign(nranks_, 0);
+  open_.assign(nranks_, OpenBatch{});
+  // A part that cannot share a message with at least a signal goes alone.
+  batchPartMax_ = std::min(options.batchBytes, messageBytes_ - 2 * sizeof(WirePart));
+  batching_ = options.batchBytes > 0;
   for (auto& lane : lanes_) {
     lane->backend->setPatience(options.timeoutS);
     lane->backend->connect(ex);
@@ -273,6 +277,9 @@ bool Proxy::stop(bool drain) {
   for (size_t i = 1; i < lanes_.size(); ++i)
     if (lanes_[i]->thread.joinable()) joined &= joinUnlessStuck(lanes_[i]->thread, *lanes_[i]);
   watch_.reset();
+  const Traffic t = traffic();
+  WEFT_LOG(kDebug, kProxy, "host proxy: sent {} heap messages in {} wire messages ({} batches) and {} RMA writes",
+           t.parts, t.messages, t.batches, t.writes);
   if (!joined)
     WEFT_LOG(kError, kProxy,
              "host proxy: a thread took no step for {} ms inside {} (a peer that died holding a lock in the "
@@ -422,7 +429,7 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
       if (r.rows == 0 || r.payload() > messageBytes_ || (r.rows > 1 && r.stride < r.rowBytes) ||
           !inMirror(offset, r.span()))
         break;
-      dispatch(peer, kMsgPacked, offset, w1);
+      stage(peer, kMsgPacked, offset, w1);
       return;
     }
     case dev::TriggerKind::kSignalStore:
@@ -440,23 +447,73 @@ void Proxy::take(uint64_t w0, uint64_t w1) {
 }
 
 void Proxy::send(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
-  cutMessage(kind, offset, value, messageBytes_,
-             [&](uint32_t k, uint64_t at, uint64_t v) { dispatch(peer, k, at, v); });
+  cutMessage(kind, offset, value, messageBytes_, [&](uint32_t k, uint64_t at, uint64_t v) { stage(peer, k, at, v); });
 }
 
 void Proxy::carry(int peer, uint64_t offset, uint64_t bytes) {
   if (bytes > eagerBytes_ && lanes_.size() == 1) {
+    flush(peer);  // what came before goes first, so that its signals need not wait for this write
     backend_->put(peer, offset, bytes);
+    writesSent_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   for (uint64_t at = 0; at < bytes; at += messageBytes_) {
     const uint64_t n = std::min(messageBytes_, bytes - at);
-    dispatch(peer, kMsgRows, offset + at, rowsValue(Rows{1, n, n}));
+    stage(peer, kMsgRows, offset + at, rowsValue(Rows{1, n, n}));
   }
 }
 
-void Proxy::dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
+// Order holds across batches and lone messages alike: a message is numbered when it is sent, and a
+// signal is only ever sent in a batch or after the data taken before it, so the receiver, which
+// applies a signal once every message numbered before it is applied, never applies it early.
+void Proxy::stage(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
+  const uint64_t bytes = payloadBytes(kind, value);
+  if (!batching_ || bytes > batchPartMax_) {
+    flush(peer);
+    dispatch(peer, kind, offset, value);
+    return;
+  }
+  OpenBatch& b = open_[peer];
+  const uint64_t need = sizeof(WirePart) + bytes;
+  if (!b.parts.empty() && b.bytes + need > messageBytes_) flush(peer);
+  b.parts.push_back(MessagePart{kind, offset, value});
+  b.bytes += need;
+  if (!b.listed) {
+    b.listed = true;
+    openPeers_.push_back(peer);
+  }
+}
+
+void Proxy::flush(int peer) {
+  OpenBatch& b = open_[peer];
+  if (b.parts.size() == 1) {
+    const MessagePart p = b.parts.front();
+    dispatch(peer, p.kind, p.offset, p.value);
+  } else if (b.parts.size() > 1) {
+    dispatch(peer, kMsgBatch, 0, b.parts.size(), std::move(b.parts));
+  }
+  b.parts.clear();
+  b.bytes = 0;
+}
+
+void Proxy::flushAll() {
+  for (const int peer : openPeers_) {
+    flush(peer);
+    open_[peer].listed = false;
+  }
+  openPeers_.clear();
+}
+
+Proxy::Traffic Proxy::traffic() const {
+  return Traffic{partsSent_.load(std::memory_order_relaxed), messagesSent_.load(std::memory_order_relaxed),
+                 batchesSent_.load(std::memory_order_relaxed), writesSent_.load(std::memory_order_relaxed)};
+}
+
+void Proxy::dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value, std::vector<MessagePart> parts) {
   const uint32_t seq = sent_[peer]++;
+  partsSent_.fetch_add(kind == kMsgBatch ? parts.size() : 1, std::memory_order_relaxed);
+  messagesSent_.fetch_add(1, std::memory_order_relaxed);
+  if (kind == kMsgBatch) batchesSent_.fetch_add(1, std::memory_order_relaxed);
   if (lanes_.size() > 1) waitForRoom();
   size_t best = 0;
   uint64_t least = backend_->outstanding();
@@ -466,13 +523,16 @@ void Proxy::dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
       best = i;
     }
   if (best == 0) {
-    backend_->message(peer, kind, offset, value, seq);
+    if (kind == kMsgBatch)
+      backend_->batch(peer, std::move(parts), seq);
+    else
+      backend_->message(peer, kind, offset, value, seq);
     return;
   }
   Lane& lane = *lanes_[best];
   lane.queued.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(lane.mutex);
-  lane.incoming.push_back(Command{peer, kind, offset, value, seq});
+  lane.incoming.push_back(Command{peer, kind, offset, value, seq, std::move(parts)});
 }
 
 uint64_t Proxy::lanesLoad(bool most) const {
@@ -508,7 +568,8 @@ bool Proxy::committed() const {
   return (w0 & dev::kTriggerCommit) == dev::commitFor(taken_, depth_);
 }
 
-// Takes up to a ring's worth of committed triggers. Returns how many.
+// Takes up to a ring's worth of committed triggers, then sends the batches they left open. Returns
+// how many.
 uint32_t Proxy::drainRing() {
   const uint32_t depth = depth_;
   uint32_t n = 0;
@@ -526,6 +587,7 @@ uint32_t Proxy::drainRing() {
     prim::atomicStore<prim::Order::kRelease>(tail_, taken_);
     take(w0 & ~dev::kTriggerCommit, w1);
   }
+  flushAll();
   return n;
 }
 
@@ -586,21 +648,26 @@ void Proxy::run() {
 // what the peers' same lane sends), until the proxy thread has carried every trigger.
 void Proxy::runLane(Lane& lane) {
   NetBackend& b = *lane.backend;
-  std::vector<Command> batch;
+  std::vector<Command> commands;
   uint32_t idle = 0;
   auto step = [&] {
     lane.steps.fetch_add(1, std::memory_order_relaxed);
     applyGone(lane);
     {
       std::lock_guard<std::mutex> lock(lane.mutex);
-      batch.swap(lane.incoming);
+      commands.swap(lane.incoming);
     }
-    for (const Command& c : batch) b.message(c.peer, c.kind, c.offset, c.value, c.seq);
-    const bool took = !batch.empty();
+    for (Command& c : commands) {
+      if (c.kind == kMsgBatch)
+        b.batch(c.peer, std::move(c.parts), c.seq);
+      else
+        b.message(c.peer, c.kind, c.offset, c.value, c.seq);
+    }
+    const bool took = !commands.empty();
     // In flight first, then no longer queued: load() never reads low while a command moves.
     lane.inFlight.store(b.outstanding(), std::memory_order_relaxed);
-    lane.queued.fetch_sub(batch.size(), std::memory_order_relaxed);
-    batch.clear();
+    lane.queued.fetch_sub(commands.size(), std::memory_order_relaxed);
+    commands.clear();
     const bool moved = b.progress() || took;
     lane.inFlight.store(b.outstanding(), std::memory_order_relaxed);
     if (const auto f = b.fault(); f) noteFault(*f);

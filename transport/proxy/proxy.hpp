@@ -27,6 +27,7 @@ struct ProxyOptions {
   int cpu = -1;                  // proxy_cpu: the PU the thread is bound to; -1: not bound
   uint32_t depth = 4096;         // trigger slots (a power of two)
   uint64_t eagerBytes = 16384;   // proxy_eager_bytes: puts (rows) up to this size go as messages
+  uint64_t batchBytes = 16384;   // proxy_batch_bytes: messages with up to this much data share one
   double timeoutS = 30;          // timeout_s: how long a peer may refuse data before it counts as failed
   int lanes = 0;                 // proxy_lanes: 0 = auto (lanesWanted)
 };
@@ -66,6 +67,12 @@ class Proxy {
   int lanes() const { return static_cast<int>(lanes_.size()); }
   // The payload of one message: a run of rows or a piece of a tile (the back-end's eager size).
   uint64_t messageBytes() const { return messageBytes_; }
+  // What the proxy has sent so far: heap messages (one per wire message, or per part of a batch),
+  // the wire messages that carried them, how many of those were batches, and RMA writes.
+  struct Traffic {
+    uint64_t parts = 0, messages = 0, batches = 0, writes = 0;
+  };
+  Traffic traffic() const;
   // Every rank has finished every op (finalize's barrier): peers may now close their connections,
   // which is no fault.
   void closing() { closing_ = true; }
@@ -85,6 +92,13 @@ class Proxy {
     uint32_t kind;
     uint64_t offset, value;
     uint32_t seq;
+    std::vector<MessagePart> parts;  // a batch's (kind kMsgBatch)
+  };
+  // The messages to one peer taken from the ring in this drain and not yet sent, as one batch.
+  struct OpenBatch {
+    std::vector<MessagePart> parts;
+    uint64_t bytes = 0;   // batchBytes(parts)
+    bool listed = false;  // in openPeers_
   };
   struct Lane {
     std::unique_ptr<NetBackend> backend;
@@ -109,13 +123,20 @@ class Proxy {
   void waitForRoom();
   uint32_t drainRing();
   void take(uint64_t w0, uint64_t w1);
-  // A heap message to `peer`, cut to the lanes' message size, each piece numbered and given to the
-  // least loaded lane.
+  // A heap message to `peer`, cut to the lanes' message size, each piece staged.
   void send(int peer, uint32_t kind, uint64_t offset, uint64_t value);
   // A contiguous run of the mirror: in messages of a run each where it is at most
   // proxy_eager_bytes or there are several lanes, else one RMA write.
   void carry(int peer, uint64_t offset, uint64_t bytes);
-  void dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value);
+  // One wire message's worth to `peer`: joins the peer's open batch where it carries at most
+  // proxy_batch_bytes of data and the batch has room, else goes alone (after the batch).
+  void stage(int peer, uint32_t kind, uint64_t offset, uint64_t value);
+  // Sends `peer`'s open batch (one part: as a message of its own); every peer's, at the end of a
+  // drain, so that nothing waits for a later trigger.
+  void flush(int peer);
+  void flushAll();
+  // Numbers a wire message to `peer` and gives it to the least loaded lane.
+  void dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value, std::vector<MessagePart> parts = {});
   void noteFault(const PeerFault& f);
   // The watch's look: where the proxy thread has not taken the marks for three looks it is stuck
   // (in a send to the dead peer, as like as not), and the ops hear of the end from here.
@@ -135,6 +156,11 @@ class Proxy {
   std::vector<std::unique_ptr<Lane>> lanes_;
   NetBackend* backend_ = nullptr;  // the first lane's, driven by the proxy thread
   std::vector<uint32_t> sent_;     // heap messages numbered per peer
+  std::atomic<uint64_t> partsSent_{0}, messagesSent_{0}, batchesSent_{0}, writesSent_{0};  // traffic()
+  std::vector<OpenBatch> open_;  // [nranks], the proxy thread's
+  std::vector<int> openPeers_;   // peers whose batch has parts
+  uint64_t batchPartMax_ = 0;    // proxy_batch_bytes, within messageBytes_
+  bool batching_ = false;        // proxy_batch_bytes is not 0 (signals, of no data, batch then)
   uint64_t messageBytes_ = kMsgPayloadMax;
   uint64_t laneLoadMax_ = 1024;  // messages a lane may hold queued and in flight
   int lanesAsked_ = 1;           // what this rank's proxy_lanes (or auto) asked for

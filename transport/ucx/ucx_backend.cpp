@@ -60,6 +60,7 @@ class UcxBackend final : public NetBackend {
   void connect(Exchange& ex) override;
   void put(int peer, uint64_t offset, uint64_t bytes) override;
   void message(int peer, uint32_t kind, uint64_t offset, uint64_t value, uint32_t seq) override;
+  void batch(int peer, std::vector<MessagePart> parts, uint32_t seq) override;
   bool progress() override;
   void peerGone(int peer, const std::string& why) override;
   bool copiesWrites() const override;
@@ -88,7 +89,7 @@ class UcxBackend final : public NetBackend {
   static ucs_status_t onMessage(void* arg, const void* header, size_t headerBytes, void* data, size_t bytes,
                                 const ucp_am_recv_param_t* param);
   // Sends a message; a heap message's payload comes from the mirror.
-  bool send(int peer, WireMessage m);
+  bool send(int peer, const OrderedMessages::Held& h);
   // Files a request UCX returned (or the error it returned) for `pending`, the last of pending_.
   void track(ucs_status_ptr_t s, const std::string& what);
   bool advanceFlushes();
@@ -274,7 +275,7 @@ void UcxBackend::connect(Exchange& ex) {
 // each has sent its own and every request is done (bounded: a peer that never answers fails init).
 void UcxBackend::wireUp(int nranks) {
   for (int r = 0; r < nranks; ++r)
-    if (viaProxy_[r]) send(r, WireMessage{kMsgHello, 0, 0, 0, 0, static_cast<uint64_t>(me_)});
+    if (viaProxy_[r]) send(r, OrderedMessages::Held{kMsgHello, 0, static_cast<uint64_t>(me_), 0, 0, {}});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(patienceNs_);
   auto ready = [&] {
     if (!pending_.empty()) return false;
@@ -345,6 +346,10 @@ void UcxBackend::message(int peer, uint32_t kind, uint64_t offset, uint64_t valu
   held_->hold(peer, kind, offset, value, seq);
 }
 
+void UcxBackend::batch(int peer, std::vector<MessagePart> parts, uint32_t seq) {
+  held_->hold(peer, std::move(parts), seq);
+}
+
 // tcp and shared memory copy on both hosts; a site with an RDMA device (UCX_TLS unset, "all", an
 // exclusion list, or naming one of its transports) writes by its NIC.
 bool UcxBackend::copiesWrites() const {
@@ -363,17 +368,17 @@ bool UcxBackend::copiesWrites() const {
 
 void UcxBackend::sayGoodbye() {
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
-    if (peers_[r].ep && !peers_[r].failed) send(r, WireMessage{kMsgGoodbye, 0, 0, 0, 0, static_cast<uint64_t>(me_)});
+    if (peers_[r].ep && !peers_[r].failed)
+      send(r, OrderedMessages::Held{kMsgGoodbye, 0, static_cast<uint64_t>(me_), 0, 0, {}});
 }
 
-bool UcxBackend::send(int peer, WireMessage m) {
+bool UcxBackend::send(int peer, const OrderedMessages::Held& h) {
   Peer& p = peers_[peer];
   if (p.failed) return true;  // dropped: the fault is recorded, the op will fail
-  m.from = static_cast<uint32_t>(me_);
+  const WireMessage m = h.wire(static_cast<uint32_t>(me_));
   // A payload that is one run of the mirror goes from there (UCX copies it or sends it in place):
-  // flagged data, one row, and the rows the device packed; rows at a stride are packed behind the
-  // header.
-  const uint64_t value = m.kind == kMsgDeliver ? m.bytes : m.value;
+  // flagged data, one row, and the rows the device packed; rows at a stride and batches are packed
+  // behind the header.
   const Rows rows = m.kind == kMsgRows ? rowsOf(m.value) : Rows{};
   const bool inPlace = m.kind == kMsgDeliver || m.kind == kMsgPacked ||
                        (m.kind == kMsgRows && (rows.rows == 1 || rows.stride == rows.rowBytes));
@@ -381,7 +386,7 @@ bool UcxBackend::send(int peer, WireMessage m) {
   memcpy(buffer.get(), &m, sizeof m);
   const uint8_t* payload = buffer.get() + sizeof m;
   if (m.bytes && inPlace) payload = mirrors_[peer].base + m.offset;
-  if (m.bytes && !inPlace) packPayload(mirrors_[peer].base, m.kind, m.offset, value, buffer.get() + sizeof m);
+  if (m.bytes && !inPlace) h.pack(mirrors_[peer].base, buffer.get() + sizeof m);
   // The workers rewrite these bytes only after the peer has them (the ops' epochs): a causality
   // through the peer that ThreadSanitizer cannot see, so it is told (primitives_device.hpp).
   if (m.bytes) prim::crossProcessRelease();
@@ -419,10 +424,7 @@ bool UcxBackend::advanceFlushes() {
       moved = true;
       continue;
     }
-    moved |= held_->release(r, p.visible, [&](const OrderedMessages::Held& h) {
-      const auto bytes = static_cast<uint32_t>(payloadBytes(h.kind, h.value));
-      return send(r, WireMessage{h.kind, bytes, 0, h.seq, h.offset, h.kind == kMsgDeliver ? 0 : h.value});
-    });
+    moved |= held_->release(r, p.visible, [&](const OrderedMessages::Held& h) { return send(r, h); });
     if (held_->holding(r) && !p.flush && !p.failed) {
       const uint64_t covers = held_->putsIssued(r);
       ucp_request_param_t rp{};
