@@ -389,6 +389,34 @@ WEFT_HOST_DEVICE Status postTrigger(const CommView& v, const WaitSite& site, uin
   return Status::kOk;
 }
 
+// Leader-only: posts n triggers (at most kBurstMax) as one claim of n slots, committed last to
+// first. The proxy takes slots in order and stops at the first it finds uncommitted, so it finds
+// the n together and sends those to one peer as one message (transport/proxy: batches): a tile's
+// put and the signals after it cost one network message instead of two or three.
+constexpr uint32_t kBurstMax = 4;
+WEFT_HOST_DEVICE Status postTriggers(const CommView& v, const WaitSite& site, const uint64_t* w0, const uint64_t* w1,
+                                     uint32_t n) {
+  const ProxyView* p = proxyOf(v);
+  const uint64_t first = prim::atomicFetchAdd<prim::Order::kRelaxed, prim::Scope::kDevice>(p->head, uint64_t{n});
+  const uint64_t last = first + n - 1;
+  if (last >= prim::atomicLoad<prim::Order::kRelaxed, prim::Scope::kDevice>(p->tailSeen) + p->depth) {
+    uint64_t tail = 0;
+    const Status st = pollUntil(v, site, last - p->depth + 1, [&](uint64_t* seen) {
+      *seen = tail = prim::atomicLoad<prim::Order::kAcquire>(p->tail);
+      return last < tail + p->depth;
+    });
+    if (st != Status::kOk) return st;
+    prim::atomicStore<prim::Order::kRelaxed, prim::Scope::kDevice>(p->tailSeen, tail);
+  }
+  prim::crossProcessRelease();
+  for (uint32_t i = n; i-- > 0;) {
+    Trigger* t = p->ring + ((first + i) & (p->depth - 1));
+    prim::atomicStore<prim::Order::kRelaxed>(&t->w1, w1[i]);
+    prim::atomicStore<prim::Order::kRelease>(&t->w0, w0[i] | commitFor(first + i, p->depth));
+  }
+  return Status::kOk;
+}
+
 // Leader-only, after the group's stores of `rows` runs of `rowBytes` at `stride` from `offset` in
 // peer's heap (one run: stride unused): has the proxy carry them, where the peer is reached so.
 WEFT_HOST_DEVICE Status postRows(const CommView& v, const WaitSite& site, int peer, uint64_t offset, uint64_t rows,

@@ -143,16 +143,52 @@ WEFT_HOST_DEVICE Status exchangeSigs(const Coop& c, const CommView& v, uint64_t 
   return checkEveryPeerSig(c, v, mine, op, item);
 }
 
+// Leader-only, after the group's stores of `bytes` at `offset` in peer's heap (0: none): the
+// signal (store or add of `value` at `flagOffset`) with this rank's signature word just before it
+// (mine != 0). Through the proxy the put and the signals go as one burst (postTriggers).
+WEFT_HOST_DEVICE Status putSignalLeader(const CommView& v, int peer, uint64_t offset, uint64_t bytes,
+                                        uint64_t flagOffset, uint64_t value, bool add, uint64_t mine,
+                                        const WaitSite& site) {
+  if (!viaProxy(v, peer)) {
+    if (mine != 0) (void)publishSig(v, peer, mine, site);  // a store: nothing to wait for
+    return signalLeaderTo(v, peer, flagOffset, value, add, site);
+  }
+  uint64_t w0[3], w1[3];
+  uint32_t n = 0;
+  if (bytes != 0) {
+    w0[n] = triggerWord0(TriggerKind::kPut, peer, offset);
+    w1[n++] = bytes;
+  }
+  if (mine != 0) {
+    w0[n] = triggerWord0(TriggerKind::kSignalStore, peer, v.layout.sigOffset(v.rank, sigMeet(mine)));
+    w1[n++] = mine;
+  }
+  w0[n] = triggerWord0(add ? TriggerKind::kSignalAdd : TriggerKind::kSignalStore, peer, flagOffset);
+  w1[n++] = value;
+  return postTriggers(v, site, w0, w1, n);
+}
+
 // signalTo (a store) of a peer's word, with this rank's signature word just before it (mine != 0).
 template <class Coop>
 WEFT_HOST_DEVICE Status signalWithSig(const Coop& c, const CommView& v, int peer, uint64_t offset, uint64_t value,
                                       uint64_t mine, const WaitSite& site) {
   c.sync();
-  Status st = Status::kOk;
-  if (c.leader()) {
-    if (mine != 0) st = publishSig(v, peer, mine, site);
-    if (st == Status::kOk) st = signalLeaderTo(v, peer, offset, value, /*add=*/false, site);
-  }
+  const Status st = c.leader() ? putSignalLeader(v, peer, 0, 0, offset, value, /*add=*/false, mine, site) : Status::kOk;
+  return viaProxy(v, peer) ? c.broadcast(st) : st;
+}
+
+// put() of `bytes` from `src` to `offset` in peer's heap, then a signal of it (store or add of
+// `value` at `flagOffset`, with this rank's signature word before it where mine != 0): putTo and
+// signalTo in one, so that through the proxy the data and its signals are one message. Every
+// thread gets the outcome through the proxy; on a mapped peer the leader's.
+template <class Coop>
+WEFT_HOST_DEVICE Status putAndSignal(const Coop& c, const CommView& v, int peer, uint64_t offset, const void* src,
+                                     uint64_t bytes, uint64_t flagOffset, uint64_t value, bool add, uint64_t mine,
+                                     const WaitSite& site) {
+  put(c, v.at(peer, offset), src, bytes);
+  c.sync();
+  const Status st =
+      c.leader() ? putSignalLeader(v, peer, offset, bytes, flagOffset, value, add, mine, site) : Status::kOk;
   return viaProxy(v, peer) ? c.broadcast(st) : st;
 }
 

@@ -65,8 +65,8 @@ struct AllReduceOp {
         if (st != Status::kOk) return st;
       }
       const WaitSite room{seq.op, item, j, WaitWhat::kProxyRoom};
-      Status st = putTo(c, v, j, L.inboxDataOffset(me, slot), send + r.lo * es, r.size() * es, room);
-      if (st == Status::kOk) st = signalWithSig(c, v, j, L.inboxFlagOffset(me, slot), q, sig, room);
+      const Status st = putAndSignal(c, v, j, L.inboxDataOffset(me, slot), send + r.lo * es, r.size() * es,
+                                     L.inboxFlagOffset(me, slot), q, /*add=*/false, sig, room);
       if (st != Status::kOk) return st;
     }
     if (c.leader()) noteOwnSig(v, sig);  // every peer has the word (signature_device.hpp)
@@ -103,8 +103,9 @@ struct AllReduceOp {
       Status st =
           c.leader() ? signalLeaderTo(v, j, L.inboxCreditOffset(me, slot), q, /*add=*/false, room) : Status::kOk;
       st = uniform(c, v, st);
-      if (st == Status::kOk) st = putTo(c, v, j, d.recv + mine.lo * es, out + mine.lo * es, mine.size() * es, room);
-      if (st == Status::kOk) st = signalTo(c, v, j, L.gatheredOffset(me), uint64_t{1}, /*add=*/true, room);
+      if (st == Status::kOk)
+        st = putAndSignal(c, v, j, d.recv + mine.lo * es, out + mine.lo * es, mine.size() * es, L.gatheredOffset(me),
+                          uint64_t{1}, /*add=*/true, 0, room);
       if (st != Status::kOk) return st;
     }
     return Status::kOk;

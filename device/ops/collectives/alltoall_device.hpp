@@ -68,8 +68,7 @@ struct AllToAllOp {
         for (int j = 0; j < v.nranks && st == Status::kOk; ++j) {
           if (j == me) continue;
           const WaitSite site{seq.op, item, j, WaitWhat::kProxyRoom};
-          if (mine != 0) st = publishSig(v, j, mine, site);
-          if (st == Status::kOk) st = signalLeaderTo(v, j, L.readyFromOffset(me), seq.epoch, false, site);
+          st = putSignalLeader(v, j, 0, 0, L.readyFromOffset(me), seq.epoch, /*add=*/false, mine, site);
         }
         if (st == Status::kOk) noteOwnSig(v, mine);
       }
@@ -99,9 +98,7 @@ struct AllToAllOp {
     Status st = waitChecked(c, v, v.signal(me, L.readyFromOffset(j)), seq.epoch, site, mine);
     if (st != Status::kOk) return st;
     site.what = WaitWhat::kProxyRoom;
-    st = putTo(c, v, j, dst, src, r.size() * es, site);
-    if (st != Status::kOk) return st;
-    return signalTo(c, v, j, L.arrivedOffset(me), uint64_t{1}, /*add=*/true, site);
+    return putAndSignal(c, v, j, dst, src, r.size() * es, L.arrivedOffset(me), uint64_t{1}, /*add=*/true, 0, site);
   }
 
  private:
