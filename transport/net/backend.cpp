@@ -144,26 +144,30 @@ std::string splitBatch(const WireMessage& m, const void* payload, uint64_t bytes
 
 std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* payload, uint64_t payloadBytes) {
   if (m.from >= senders_.size()) return "a message from rank " + std::to_string(m.from) + ", which is not in the job";
-  // A batch's signals wait for their turn; its data, like a lone message's, goes at once. A
-  // malformed batch counts as data that failed: its place is taken, and the fault reported.
+  // A batch's signals wait for their turn; its data, like a lone message's, goes at once. A batch
+  // whose framing is malformed is applied not at all and counts as data that failed: its place is
+  // taken, and the fault reported. A part refused on its own (outside the heap) is reported, and
+  // the others go, as lone messages would. A lone message allocates nothing here.
   std::vector<ArrivedPart> parts;
-  std::vector<WireMessage> signals;
+  std::vector<WireMessage> batchSignals;
   std::string bad;
   if (m.kind == kMsgBatch) {
     bad = splitBatch(m, payload, payloadBytes, parts);
     if (bad.empty())
       for (const ArrivedPart& p : parts)
-        if (isSignal(p.m.kind)) signals.push_back(p.m);
+        if (isSignal(p.m.kind)) batchSignals.push_back(p.m);
     if (!bad.empty()) parts.clear();
-  } else if (isSignal(m.kind)) {
-    signals.push_back(m);
   }
-  const bool data = m.kind == kMsgBatch ? parts.size() > signals.size() || !bad.empty() : !isSignal(m.kind);
+  const bool batch = m.kind == kMsgBatch;
+  const bool data = batch ? parts.size() > batchSignals.size() || !bad.empty() : !isSignal(m.kind);
+  const bool signals = batch ? !batchSignals.empty() : isSignal(m.kind);
   auto applySignals = [&](std::string b) {
-    for (const WireMessage& sig : signals)
+    if (!batch) return isSignal(m.kind) ? applyMessage(heap, m, nullptr, 0) : b;
+    for (const WireMessage& sig : batchSignals)
       if (std::string e = applyMessage(heap, sig, nullptr, 0); b.empty()) b = std::move(e);
     return b;
   };
+  auto held = [&] { return batch ? std::move(batchSignals) : std::vector<WireMessage>{m}; };
   Sender& s = senders_[m.from];
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -179,7 +183,7 @@ std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* 
       if (ahead == 0) return advance(heap, s, applySignals(""));
       if (s.ahead.empty()) s.ahead.assign(kEarlyMax, kMissing);
       s.ahead[m.seq % kEarlyMax] = kHeldSignal;
-      s.signals.emplace(m.seq, std::move(signals));
+      s.signals.emplace(m.seq, held());
       return "";
     }
   }
@@ -195,9 +199,9 @@ std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* 
   std::lock_guard<std::mutex> lock(mutex_);
   if (m.seq == s.next) return advance(heap, s, applySignals(std::move(bad)));
   if (s.ahead.empty()) s.ahead.assign(kEarlyMax, kMissing);
-  if (!signals.empty()) {
+  if (signals) {
     s.ahead[m.seq % kEarlyMax] = kHeldSignal;
-    s.signals.emplace(m.seq, std::move(signals));
+    s.signals.emplace(m.seq, held());
   } else {
     s.ahead[m.seq % kEarlyMax] = kApplied;
     ++s.appliedAhead;

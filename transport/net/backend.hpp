@@ -56,7 +56,8 @@ constexpr uint32_t kMsgPacked = 9;
 // Over sockets a message's fixed cost in both proxies' threads, not its bytes, sets the time of
 // the ops of a few KB to ~128 KB (a tile's put, the signature word and the flag after it are three
 // messages), so the proxy batches the small messages it finds in the ring together for one peer
-// (Proxy::stage). The receiver applies each part as if it had come alone, in the batch's place.
+// (Proxy::stage). The receiver checks the whole batch's framing before it applies anything; then
+// its data parts land at once, and its signals in their order once their turn has come.
 constexpr uint32_t kMsgBatch = 10;
 // A message carries at most this many payload bytes (a multiple of 16): flagged data and rows
 // are cut into messages of their own at that size.
@@ -187,11 +188,11 @@ std::string applyMessage(Region heap, const WireMessage& m, const void* payload,
 // The receiving end of every peer's messages, shared by the proxy's lanes (thread-safe). Data
 // (rows, flagged words) is applied the moment it arrives, whatever its place; a signal is applied
 // only once every earlier message of its sender (`seq`) has been, so that its reader never sees
-// stale bytes. A batch's data is applied as it comes, then its signals in their order, once their
-// turn has come: a signal may so go after data posted behind it, never before data posted ahead. Neither UCX's active
-// messages nor libfabric's sends promise order on every transport, and a sender's lanes overtake each other. Data needs
-// no order of its own: a sender rewrites heap bytes only after a signal from their reader, which follows their earlier
-// copy.
+// stale bytes. Neither UCX's active messages nor libfabric's sends promise order on every
+// transport, and a sender's lanes overtake each other. Data needs no order of its own: a sender
+// rewrites heap bytes only after a signal from their reader, which follows their earlier copy.
+// A batch's data is applied as it comes, then its signals in their order once their turn has
+// come: a signal may so go after data posted behind it, never before data posted ahead of it.
 class ArrivalOrder {
  public:
   explicit ArrivalOrder(int nranks) : senders_(nranks) {}

@@ -84,8 +84,9 @@ Proxy::Proxy(Exchange& ex, const std::vector<uint8_t>& viaProxy, Region heap, co
       mirrors_(ex.nranks()),
       cpu_(options.cpu),
       eagerBytes_(std::min(options.eagerBytes, kMsgPayloadMax)) {
-  if (options.depth == 0 || (options.depth & (options.depth - 1)) != 0)
-    throw Error(Code::kInvalidArgument, "proxy ring depth must be a power of two");
+  // Device code claims up to a burst of slots at once (comm_device.hpp, postTriggers).
+  if (options.depth < 16 || (options.depth & (options.depth - 1)) != 0)
+    throw Error(Code::kInvalidArgument, "proxy ring depth must be a power of two of at least 16");
   try {
     start(ex, heap, options);
   } catch (...) {
@@ -207,7 +208,7 @@ void Proxy::start(Exchange& ex, Region heap, const ProxyOptions& options) {
   sent_.assign(nranks_, 0);
   open_.assign(nranks_, OpenBatch{});
   // A part that cannot share a message with at least a signal goes alone.
-  batchPartMax_ = std::min(options.batchBytes, messageBytes_ - 2 * sizeof(WirePart));
+  batchPartMax_ = std::min(options.batchBytes, std::max(messageBytes_, 2 * sizeof(WirePart)) - 2 * sizeof(WirePart));
   batching_ = options.batchBytes > 0;
   for (auto& lane : lanes_) {
     lane->backend->setPatience(options.timeoutS);
@@ -490,7 +491,8 @@ void Proxy::flush(int peer) {
     const MessagePart p = b.parts.front();
     dispatch(peer, p.kind, p.offset, p.value);
   } else if (b.parts.size() > 1) {
-    dispatch(peer, kMsgBatch, 0, b.parts.size(), std::move(b.parts));
+    const uint64_t n = b.parts.size();  // before the move: arguments are set up in no fixed order
+    dispatch(peer, kMsgBatch, 0, n, std::move(b.parts));
   }
   b.parts.clear();
   b.bytes = 0;

@@ -382,7 +382,7 @@ bool UcxBackend::send(int peer, const OrderedMessages::Held& h) {
   const Rows rows = m.kind == kMsgRows ? rowsOf(m.value) : Rows{};
   const bool inPlace = m.kind == kMsgDeliver || m.kind == kMsgPacked ||
                        (m.kind == kMsgRows && (rows.rows == 1 || rows.stride == rows.rowBytes));
-  auto buffer = std::make_unique<uint8_t[]>(sizeof m + (inPlace ? 0 : m.bytes));
+  std::unique_ptr<uint8_t[]> buffer(new uint8_t[sizeof m + (inPlace ? 0 : m.bytes)]);  // every byte is written
   memcpy(buffer.get(), &m, sizeof m);
   const uint8_t* payload = buffer.get() + sizeof m;
   if (m.bytes && inPlace) payload = mirrors_[peer].base + m.offset;
