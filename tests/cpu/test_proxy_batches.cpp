@@ -82,7 +82,7 @@ const std::vector<Backend> kBackends = {
 };
 
 constexpr uint64_t kHeapBytes = 1 << 20;
-constexpr uint64_t kDataAt = 4096, kFlagAt = 0, kAckAt = 64;
+constexpr uint64_t kDataAt = 4096, kFlagAt = 0, kAckAt = 64, kWordAt = 128;
 
 // A rank's heap (what the peer's proxy writes into) and the view device code would post through.
 struct RankSide {
@@ -106,6 +106,72 @@ bool waitFor(const RankSide& r, uint64_t at, uint64_t value) {
   while (r.word(at) < value)
     if (std::chrono::steady_clock::now() > until) return false;
   return true;
+}
+
+// postTriggers on a bare ring of 16 slots, with a reader that takes slots as the proxy does
+// (in order, up to the first not committed): bursts of 1 to 3 slots, which wrap the ring and
+// straddle its end, are found whole or not at all, each slot with its lap's commit bit.
+TEST(ProxyRing, ABurstIsFoundWholeOrNotAtAll) {
+  constexpr uint32_t kDepth = 16;
+  constexpr uint64_t kBursts = 20000;
+  std::vector<dev::Trigger> ring(kDepth, dev::Trigger{0, 0});
+  alignas(64) uint64_t head = 0, tail = 0, tailSeen = 0;
+  const uint8_t via[2] = {0, 1};
+  dev::ProxyView p{ring.data(), &head, &tail, &tailSeen, kDepth, 4096, via};
+  uint8_t* table[3] = {nullptr, nullptr, reinterpret_cast<uint8_t*>(&p)};
+  dev::EngineControl control{};  // what a wait for room checks for abort
+  dev::CommView v;
+  v.nranks = 2;
+  v.heap = table;
+  v.control = &control;
+  v.timeoutNs = 20'000'000'000ull;
+  const dev::WaitSite site{0, 0, 1, dev::WaitWhat::kProxyRoom};
+  std::atomic<bool> posted{false}, failed{false};
+  std::string bad;  // the reader's, read once it has ended
+  std::thread reader([&] {
+    uint64_t taken = 0, value = 0;
+    for (;;) {  // to the end, so that the poster never waits on a ring nobody takes
+      const uint64_t w0 = prim::atomicLoad<prim::Order::kAcquire>(&ring[taken % kDepth].w0);
+      if ((w0 & dev::kTriggerCommit) != dev::commitFor(taken, kDepth)) {
+        if (posted.load() && taken == prim::atomicLoad<prim::Order::kRelaxed>(&head)) break;
+        continue;
+      }
+      // The burst's first slot: its count is in the offset, and every one of its slots is there.
+      const uint64_t n = dev::triggerOffset(w0);
+      for (uint64_t i = 0; i < n; ++i) {
+        const dev::Trigger& t = ring[(taken + i) % kDepth];
+        const uint64_t w = prim::atomicLoad<prim::Order::kAcquire>(&t.w0);
+        if ((w & dev::kTriggerCommit) != dev::commitFor(taken + i, kDepth) ||
+            prim::atomicLoad<prim::Order::kRelaxed>(&t.w1) != value + i) {
+          if (bad.empty())
+            bad = "burst at slot " + std::to_string(taken) + ": slot " + std::to_string(i) + " of " +
+                  std::to_string(n) + " not there with it";
+          failed = true;
+          break;
+        }
+      }
+      value += n;
+      taken += n;
+      prim::atomicStore<prim::Order::kRelease>(&tail, taken);
+    }
+  });
+  uint64_t value = 0;
+  for (uint64_t b = 0; b < kBursts && !failed.load(); ++b) {
+    const uint32_t n = 1 + b % 3;
+    uint64_t w0[3], w1[3];
+    for (uint32_t i = 0; i < n; ++i) {
+      w0[i] = dev::triggerWord0(dev::TriggerKind::kSignalStore, 1, i == 0 ? n : 0);
+      w1[i] = value + i;
+    }
+    const dev::Status st = dev::postTriggers(v, site, w0, w1, n);
+    EXPECT_EQ(st, dev::Status::kOk);
+    if (st != dev::Status::kOk) break;
+    value += n;
+  }
+  posted = true;
+  reader.join();
+  EXPECT_EQ(bad, "");
+  EXPECT_EQ(tail, value);
 }
 
 class ProxyBatches : public ::testing::TestWithParam<Backend> {};
@@ -133,7 +199,8 @@ TEST_P(ProxyBatches, ABurstGoesAsOneMessageAndItsSignalNeverPassesItsData) {
         static_cast<uint8_t*>(mmap(nullptr, kHeapBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     transport::ProxyOptions o;
     o.backend = b.backend;
-    o.lanes = 1;  // large runs as RMA writes, small ones in messages
+    o.lanes = 1;   // large runs as RMA writes, small ones in messages
+    o.depth = 16;  // bursts of 2 and 3 slots wrap around the ring and straddle its end
     try {
       s.proxy = std::make_unique<transport::Proxy>(me, std::vector<uint8_t>{r == 1, r == 0},
                                                    transport::Region{s.heap, kHeapBytes}, o);
@@ -160,12 +227,22 @@ TEST_P(ProxyBatches, ABurstGoesAsOneMessageAndItsSignalNeverPassesItsData) {
         }
         uint8_t* run = s.table[peer] + kDataAt;
         for (uint64_t i = 0; i < bytes; ++i) run[i] = pattern(round, i);
-        s.post({dev::triggerWord0(dev::TriggerKind::kPut, peer, kDataAt),
-                dev::triggerWord0(dev::TriggerKind::kSignalStore, peer, kFlagAt)},
-               {bytes, round + 1});
+        // Odd rounds also store a word between the data and the flag (as the signature word goes).
+        std::vector<uint64_t> w0{dev::triggerWord0(dev::TriggerKind::kPut, peer, kDataAt)}, w1{bytes};
+        if (round % 2) {
+          w0.push_back(dev::triggerWord0(dev::TriggerKind::kSignalStore, peer, kWordAt));
+          w1.push_back(round + 1);
+        }
+        w0.push_back(dev::triggerWord0(dev::TriggerKind::kSignalStore, peer, kFlagAt));
+        w1.push_back(round + 1);
+        s.post(w0, w1);
       } else {
         if (!waitFor(s, kFlagAt, round + 1)) {
           errors[r] = "no flag of round " + std::to_string(round);
+          return;
+        }
+        if (round % 2 && s.word(kWordAt) != round + 1) {
+          errors[r] = "round " + std::to_string(round) + ": the word posted before the flag was not there";
           return;
         }
         for (uint64_t i = 0; i < bytes; ++i)
