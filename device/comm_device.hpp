@@ -454,18 +454,6 @@ WEFT_HOST_DEVICE uint64_t packRunBytes(const CommView& v) {
   return p != nullptr ? p->packBytes : 0;
 }
 
-// put() of `bytes` to `offset` in peer's heap, then, where the peer is reached through the proxy,
-// a trigger that carries them. Every thread gets the outcome.
-template <class Coop>
-WEFT_HOST_DEVICE Status putTo(const Coop& c, const CommView& v, int peer, uint64_t offset, const void* src,
-                              uint64_t bytes, const WaitSite& site) {
-  put(c, v.at(peer, offset), src, bytes);
-  if (!viaProxy(v, peer)) return Status::kOk;
-  c.sync();
-  const Status st = c.leader() ? postRows(v, site, peer, offset, 1, bytes, bytes) : Status::kOk;
-  return c.broadcast(st);
-}
-
 // Leader-only: releaseStore (add: atomic add) of `value` into peer's word at `offset`; through the
 // proxy, a signal trigger, which the proxy delivers only once every byte posted to that peer
 // before it is visible there.
@@ -481,15 +469,6 @@ WEFT_HOST_DEVICE Status signalLeaderTo(const CommView& v, int peer, uint64_t off
   else
     prim::atomicStore<prim::Order::kRelease>(flag, value);
   return Status::kOk;
-}
-
-// signalStore / signalAdd to a peer's word, by offset: the group syncs, its leader signals.
-template <class Coop>
-WEFT_HOST_DEVICE Status signalTo(const Coop& c, const CommView& v, int peer, uint64_t offset, uint64_t value, bool add,
-                                 const WaitSite& site) {
-  c.sync();
-  const Status st = c.leader() ? signalLeaderTo(v, peer, offset, value, add, site) : Status::kOk;
-  return viaProxy(v, peer) ? c.broadcast(st) : st;
 }
 
 }  // namespace weft::dev

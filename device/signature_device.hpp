@@ -153,7 +153,7 @@ WEFT_HOST_DEVICE Status putSignalLeader(const CommView& v, int peer, uint64_t of
     if (mine != 0) (void)publishSig(v, peer, mine, site);  // a store: nothing to wait for
     return signalLeaderTo(v, peer, flagOffset, value, add, site);
   }
-  uint64_t w0[3], w1[3];
+  uint64_t w0[kBurstMax], w1[kBurstMax];  // the put, the signature word, the signal
   uint32_t n = 0;
   if (bytes != 0) {
     w0[n] = triggerWord0(TriggerKind::kPut, peer, offset);
@@ -168,18 +168,9 @@ WEFT_HOST_DEVICE Status putSignalLeader(const CommView& v, int peer, uint64_t of
   return postTriggers(v, site, w0, w1, n);
 }
 
-// signalTo (a store) of a peer's word, with this rank's signature word just before it (mine != 0).
-template <class Coop>
-WEFT_HOST_DEVICE Status signalWithSig(const Coop& c, const CommView& v, int peer, uint64_t offset, uint64_t value,
-                                      uint64_t mine, const WaitSite& site) {
-  c.sync();
-  const Status st = c.leader() ? putSignalLeader(v, peer, 0, 0, offset, value, /*add=*/false, mine, site) : Status::kOk;
-  return viaProxy(v, peer) ? c.broadcast(st) : st;
-}
-
 // put() of `bytes` from `src` to `offset` in peer's heap, then a signal of it (store or add of
-// `value` at `flagOffset`, with this rank's signature word before it where mine != 0): putTo and
-// signalTo in one, so that through the proxy the data and its signals are one message. Every
+// `value` at `flagOffset`, with this rank's signature word before it where mine != 0), so that
+// through the proxy the data and its signals are one message. Every
 // thread gets the outcome through the proxy; on a mapped peer the leader's.
 template <class Coop>
 WEFT_HOST_DEVICE Status putAndSignal(const Coop& c, const CommView& v, int peer, uint64_t offset, const void* src,

@@ -468,8 +468,10 @@ void Proxy::carry(int peer, uint64_t offset, uint64_t bytes) {
 // signal is only ever sent in a batch or after the data taken before it, so the receiver, which
 // applies a signal once every message numbered before it is applied, never applies it early.
 void Proxy::stage(int peer, uint32_t kind, uint64_t offset, uint64_t value) {
+  // Flagged data (kMsgDeliver) goes alone: no signal follows it to share a message with, and its
+  // receiver stores it a word at a time, which lanes do side by side for messages of their own.
   const uint64_t bytes = payloadBytes(kind, value);
-  if (!batching_ || bytes > batchPartMax_) {
+  if (!batching_ || kind == kMsgDeliver || bytes > batchPartMax_) {
     flush(peer);
     dispatch(peer, kind, offset, value);
     return;
