@@ -360,6 +360,14 @@ TEST(ProxyWire, AMalformedBatchIsRefusedAndTouchesNothing) {
   second.kind = kMsgBatch;
   memcpy(nested.payload.data() + sizeof(WirePart) + 256, &second, sizeof second);
   EXPECT_NE(arrive(nested), "");
+  // A signal that says it carries bytes.
+  Sent heavy = batchOf(mirror.data(), 1, 0, good);
+  memcpy(&second, heavy.payload.data() + sizeof(WirePart) + 256, sizeof second);
+  second.bytes = 8;
+  memcpy(heavy.payload.data() + sizeof(WirePart) + 256, &second, sizeof second);
+  heavy.payload.resize(heavy.payload.size() + 8);
+  heavy.m.bytes += 8;
+  EXPECT_NE(arrive(heavy), "");
   EXPECT_EQ(std::count(heap.begin(), heap.end(), 0), static_cast<long>(heap.size()));
   // Each part is checked as a lone message is: the bad one is refused, and the message's place
   // is taken, so that later ones still go.

@@ -131,7 +131,7 @@ std::string splitBatch(const WireMessage& m, const void* payload, uint64_t bytes
     if (bytes - at < sizeof w) break;
     memcpy(&w, p + at, sizeof w);
     at += sizeof w;
-    if (w.kind == kMsgBatch || !writesHeap(w.kind) || w.bytes > bytes - at) break;
+    if (w.kind == kMsgBatch || !writesHeap(w.kind) || w.bytes > bytes - at || (isSignal(w.kind) && w.bytes != 0)) break;
     parts.push_back(ArrivedPart{WireMessage{w.kind, w.bytes, m.from, m.seq, w.offset, w.value}, p + at});
     at += w.bytes;
   }
