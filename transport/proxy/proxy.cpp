@@ -455,7 +455,7 @@ void Proxy::carry(int peer, uint64_t offset, uint64_t bytes) {
   if (bytes > eagerBytes_ && lanes_.size() == 1) {
     flush(peer);  // what came before goes first, so that its signals need not wait for this write
     backend_->put(peer, offset, bytes);
-    writesSent_.fetch_add(1, std::memory_order_relaxed);
+    bump(writesSent_, 1);
     return;
   }
   for (uint64_t at = 0; at < bytes; at += messageBytes_) {
@@ -508,6 +508,12 @@ void Proxy::flushAll() {
   openPeers_.clear();
 }
 
+// The proxy thread is the only writer of the traffic counts: a plain store, no locked add, on its
+// loop; other threads only read them.
+void Proxy::bump(std::atomic<uint64_t>& count, uint64_t n) {
+  count.store(count.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
 Proxy::Traffic Proxy::traffic() const {
   return Traffic{partsSent_.load(std::memory_order_relaxed), messagesSent_.load(std::memory_order_relaxed),
                  batchesSent_.load(std::memory_order_relaxed), writesSent_.load(std::memory_order_relaxed)};
@@ -515,9 +521,9 @@ Proxy::Traffic Proxy::traffic() const {
 
 void Proxy::dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value, std::vector<MessagePart> parts) {
   const uint32_t seq = sent_[peer]++;
-  partsSent_.fetch_add(kind == kMsgBatch ? parts.size() : 1, std::memory_order_relaxed);
-  messagesSent_.fetch_add(1, std::memory_order_relaxed);
-  if (kind == kMsgBatch) batchesSent_.fetch_add(1, std::memory_order_relaxed);
+  bump(partsSent_, kind == kMsgBatch ? parts.size() : 1);
+  bump(messagesSent_, 1);
+  if (kind == kMsgBatch) bump(batchesSent_, 1);
   if (lanes_.size() > 1) waitForRoom();
   size_t best = 0;
   uint64_t least = backend_->outstanding();

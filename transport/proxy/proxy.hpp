@@ -137,6 +137,7 @@ class Proxy {
   void flushAll();
   // Numbers a wire message to `peer` and gives it to the least loaded lane.
   void dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value, std::vector<MessagePart> parts = {});
+  static void bump(std::atomic<uint64_t>& count, uint64_t n);
   void noteFault(const PeerFault& f);
   // The watch's look: where the proxy thread has not taken the marks for three looks it is stuck
   // (in a send to the dead peer, as like as not), and the ops hear of the end from here.
