@@ -251,7 +251,16 @@ TEST(ProxyWire, MalformedMessagesAreRefusedAndTouchNothing) {
   EXPECT_NE(arrive(WireMessage{kMsgPacked, 1024, 0, 0, 0, rowsValue(Rows{2, 1024, 2048})}, 1024), "");
   EXPECT_NE(arrive(WireMessage{kMsgSignalStore, 0, 0, 0, 4092, 1}, 0), "");
   EXPECT_NE(arrive(WireMessage{99, 0, 0, 0, 0, 1}, 0), "");
+  // A signal that carries bytes, or whose header says it does; flagged data cut short in transit
+  // (fewer bytes arrived than its header says: back-ends pass what arrived).
+  EXPECT_NE(arrive(WireMessage{kMsgSignalStore, 0, 0, 0, 0, 1}, 8), "");
+  EXPECT_NE(arrive(WireMessage{kMsgSignalAdd, 8, 0, 0, 0, 1}, 8), "");
+  EXPECT_NE(arrive(WireMessage{kMsgDeliver, 64, 0, 0, 0, 0}, 56), "");
   EXPECT_EQ(std::count(heap.begin(), heap.end(), 0), static_cast<long>(heap.size()));
+  // Refused messages take their places: the next one in order still goes.
+  EXPECT_EQ(arrive(WireMessage{kMsgSignalStore, 0, 0, 0, 8, 5}, 0), "");
+  EXPECT_EQ(heap[8], 5);
+  heap[8] = 0;
   // A sender that is not in the job, and a message seen twice.
   EXPECT_NE(order.arrive(r, WireMessage{kMsgSignalStore, 0, 7, 0, 0, 1}, nullptr, 0), "");
   EXPECT_NE(order.arrive(r, WireMessage{kMsgSignalStore, 0, 1, 0, 0, 1}, nullptr, 0), "");

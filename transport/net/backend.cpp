@@ -157,12 +157,18 @@ std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* 
       for (const ArrivedPart& p : parts)
         if (isSignal(p.m.kind)) batchSignals.push_back(p.m);
     if (!bad.empty()) parts.clear();
+  } else if (isSignal(m.kind) && (payloadBytes != 0 || m.bytes != 0)) {
+    // As a batch's signal part: one that carries bytes is no signal weft sent. It is applied not
+    // at all and counts as data that failed.
+    bad = "a signal message that carries " + std::to_string(payloadBytes) + " bytes (its header says " +
+          std::to_string(m.bytes) + ")";
   }
   const bool batch = m.kind == kMsgBatch;
-  const bool data = batch ? parts.size() > batchSignals.size() || !bad.empty() : !isSignal(m.kind);
-  const bool signals = batch ? !batchSignals.empty() : isSignal(m.kind);
+  const bool malformed = !bad.empty();
+  const bool data = batch ? parts.size() > batchSignals.size() || malformed : !isSignal(m.kind) || malformed;
+  const bool signals = batch ? !batchSignals.empty() : isSignal(m.kind) && !malformed;
   auto applySignals = [&](std::string b) {
-    if (!batch) return isSignal(m.kind) ? applyMessage(heap, m, nullptr, 0) : b;
+    if (!batch) return signals ? applyMessage(heap, m, nullptr, 0) : b;
     for (const WireMessage& sig : batchSignals)
       if (std::string e = applyMessage(heap, sig, nullptr, 0); b.empty()) b = std::move(e);
     return b;
@@ -188,7 +194,9 @@ std::string ArrivalOrder::arrive(Region heap, const WireMessage& m, const void* 
     }
   }
   // Data: copied without the lock, so that lanes apply theirs side by side.
-  if (m.kind != kMsgBatch) {
+  if (malformed) {
+    // Nothing of it is applied; the text says why.
+  } else if (m.kind != kMsgBatch) {
     bad = applyMessage(heap, m, payload, payloadBytes);
   } else {
     for (const ArrivedPart& p : parts)

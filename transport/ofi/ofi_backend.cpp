@@ -202,7 +202,8 @@ void OfiBackend::open(const std::vector<uint8_t>& viaProxy, Region heap, const s
   if (const int r = fi_fabric(info_->fabric_attr, &fabric_, nullptr); r != 0) fail("fi_fabric", r);
   if (const int r = fi_domain(fabric_, info_, &domain_, nullptr); r != 0) fail("fi_domain", r);
   fi_cq_attr cqa{};
-  cqa.format = FI_CQ_FORMAT_CONTEXT;
+  // With the length of each receive: a message is parsed only as far as it arrived.
+  cqa.format = FI_CQ_FORMAT_MSG;
   cqa.size = 8192;
   if (const int r = fi_cq_open(domain_, &cqa, &cq_, nullptr); r != 0) fail("fi_cq_open", r);
   fi_av_attr ava{};
@@ -450,7 +451,7 @@ bool OfiBackend::sendHeld(int peer, const OrderedMessages::Held& h) {
 }
 
 bool OfiBackend::drainCq() {
-  fi_cq_entry entries[32];
+  fi_cq_msg_entry entries[32];
   const ssize_t got = fi_cq_read(cq_, entries, 32);
   if (got == -FI_EAGAIN) return false;
   if (got == -FI_EAVAIL) {
@@ -491,6 +492,14 @@ bool OfiBackend::drainCq() {
         freeSends_.push_back(op);
         break;
       case Op::kRecv: {
+        // What arrived, not what its header says: a message cut short is refused (arrive compares
+        // the two), never read on into the buffer's bytes from an earlier message.
+        const uint64_t len = entries[i].len;
+        if (len < sizeof(WireMessage)) {
+          noteFault(-1, "a message of " + std::to_string(len) + " bytes, shorter than its header");
+          postRecv(op);
+          break;
+        }
         WireMessage m;
         memcpy(&m, op->buffer, sizeof m);
         if (m.kind == kMsgGoodbye) {
@@ -498,8 +507,9 @@ bool OfiBackend::drainCq() {
           postRecv(op);
           break;
         }
-        const std::string bad = m.bytes > kMsgPayloadMax ? std::string("a message longer than its buffer")
-                                                         : arrivals_->arrive(heap_, m, op->buffer + sizeof m, m.bytes);
+        const uint64_t payload = len - sizeof m;
+        const std::string bad = payload > kMsgPayloadMax ? std::string("a message longer than its buffer")
+                                                         : arrivals_->arrive(heap_, m, op->buffer + sizeof m, payload);
         if (!bad.empty()) noteFault(-1, bad);
         postRecv(op);
         break;
