@@ -48,7 +48,7 @@ void closeFailedRank(OpRank& r) {
   r = OpRank{};
 }
 
-::testing::AssertionResult finish(const OpRank&) { return ::testing::AssertionSuccess(); }
+::testing::AssertionResult finish(const OpRank& r) { return opsSucceeded(r.comm); }
 
 void upload(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);

@@ -8,4 +8,13 @@ void PrintTo(const Placement& placement, std::ostream* os) {
   if (!placement.engine.empty()) *os << ", " << placement.engine << " engine";
 }
 
+::testing::AssertionResult opsSucceeded(weft_comm_t comm) {
+  weft_result_t async = WEFT_SUCCESS;
+  if (const weft_result_t rc = weft_comm_get_async_error(comm, &async); rc != WEFT_SUCCESS)
+    return ::testing::AssertionFailure() << "weft_comm_get_async_error: " << weft_get_last_error(nullptr);
+  if (async == WEFT_SUCCESS) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "an op failed after it was issued (error " << async
+                                       << "): " << weft_get_last_error(nullptr);
+}
+
 }  // namespace weft::test

@@ -74,8 +74,12 @@ OpRank openRank(int rank, int ranks, const weft_unique_id_t& id, size_t bytes, c
 void closeRank(OpRank& r);
 void closeFailedRank(OpRank& r);
 
-// Waits for the ops `r` has issued (its stream on a GPU; nothing to wait for on the CPU).
+// Waits for the ops `r` has issued (its stream on a GPU; nothing to wait for on the CPU), then
+// asks the communicator whether any of them failed: an op that timed out completes (its stream
+// goes on) with its output unwritten, and says so only here, not as wrong data.
 ::testing::AssertionResult finish(const OpRank& r);
+// Whether every op issued on `comm` so far succeeded (weft_comm_get_async_error), with its text.
+::testing::AssertionResult opsSucceeded(weft_comm_t comm);
 
 // Host bytes into the backend's memory (input or heap) and back; poisoned bytes have every bit set.
 void upload(void* dst, const void* src, size_t bytes);
