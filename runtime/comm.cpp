@@ -338,6 +338,12 @@ void Comm::startStatusPage(const UniqueId& id, const std::string& dir, std::chro
   page_ = status::Page::create(status::directory(dir), who, queue_->depth());
   if (!page_) return;
   queue_->reportProgress(page_->progress());
+  // The proxy goes with the heap, after the page (~Comm).
+  if (const transport::Proxy* px = heap_->proxy())
+    page_->countProxyTraffic([px] {
+      const transport::Proxy::Traffic t = px->traffic();
+      return status::ProxyCounts{t.parts, t.messages, t.batches, t.writes};
+    });
   // A GPU's ops end on the caller's stream, where no host wait sees them: the watch does.
   if (!hostSeesEnd() && watchInterval.count() > 0) {
     Engine* engine = engine_.get();

@@ -221,6 +221,7 @@ void Page::update(F&& change) {
   prim::atomicStore<prim::Order::kRelaxed>(&h->seq, seq + 1);
   std::atomic_thread_fence(std::memory_order_release);
   change(*h);
+  if (proxyCounts_) h->proxy = proxyCounts_();
   h->updatedNs = monotonicNs();
   prim::atomicStore<prim::Order::kRelease>(&h->seq, seq + 2);
 }
@@ -291,6 +292,14 @@ void Page::ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue,
       h.failureValid = 1;
     }
   });
+}
+
+void Page::countProxyTraffic(ProxyCountsSource source) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    proxyCounts_ = std::move(source);
+  }
+  update([](PageHeader& h) { h.proxied = 1; });
 }
 
 void Page::aborted() {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,9 +26,9 @@
 namespace weft::status {
 
 constexpr uint64_t kMagic = 0x7461747374666577ull;  // "weftstat" in memory order
-constexpr uint32_t kVersion = 1;
-constexpr uint32_t kHistoryRows = 16;  // the last ops the host saw end
-constexpr uint32_t kKinds = 8;         // dev::OpKind values counted (kNop .. kGemmAllToAll)
+constexpr uint32_t kVersion = 2;                    // 2: the host proxy's traffic (ProxyCounts)
+constexpr uint32_t kHistoryRows = 16;               // the last ops the host saw end
+constexpr uint32_t kKinds = 8;                      // dev::OpKind values counted (kNop .. kGemmAllToAll)
 constexpr uint64_t kMaxPageBytes = uint64_t{64} << 20;
 
 // An op row's state as the writer sets it. A reader shows kQueued as running once the row's
@@ -68,6 +69,15 @@ struct Counters {
   uint64_t reserved;
 };
 
+// What the rank's host proxy has sent (transport::Proxy::traffic), as of the page's last update
+// (each op's submit and end); all zero where no peer is reached through the proxy.
+struct ProxyCounts {
+  uint64_t parts;     // messages cut from the kernels' triggers (data, signals, flagged data)
+  uint64_t messages;  // wire messages they went in (a batch is one)
+  uint64_t batches;   // of those, batches of several parts
+  uint64_t writes;    // RMA writes (tiles at or above proxy_eager_bytes)
+};
+
 struct PageHeader {
   uint64_t magic;
   uint32_t version;
@@ -100,6 +110,9 @@ struct PageHeader {
   uint64_t progressOffset;  // SlotProgress[depth] (live words)
   uint64_t historyOffset;   // OpRow[historyRows]
   uint64_t pathsOffset;     // uint8_t[nranks]: transport::Path to each rank
+  uint32_t proxied;         // 1: some peer is reached through the host proxy (`proxy` counts)
+  uint32_t reserved2;
+  ProxyCounts proxy;
 };
 static_assert(offsetof(PageHeader, magic) == 0 && offsetof(PageHeader, version) == 8,
               "every version starts so: any weftctl can tell which version a page has");
@@ -128,6 +141,9 @@ struct Identity {
   std::vector<transport::Path> paths;
 };
 
+// Reads the host proxy's counts for the page (thread-safe, never waits).
+using ProxyCountsSource = std::function<ProxyCounts()>;
+
 // This rank's page. Thread-safe; nothing here waits on a peer or the engine.
 class Page {
  public:
@@ -152,6 +168,9 @@ class Page {
   void ended(uint64_t ticket, dev::Status st, const dev::QueueHeader* queue, const OpRow* asSubmitted = nullptr);
   // weft_comm_abort: the page says so and its file goes (the process may well exit next).
   void aborted();
+  // From now on every update of the page copies the host proxy's counts from `source`, which must
+  // stay callable for the page's life.
+  void countProxyTraffic(ProxyCountsSource source);
 
  private:
   Page() = default;
@@ -162,6 +181,7 @@ class Page {
   void unlinkFile();
 
   std::mutex mutex_;
+  ProxyCountsSource proxyCounts_;  // under mutex_
   void* data_ = nullptr;
   size_t bytes_ = 0;
   int dirFd_ = -1;

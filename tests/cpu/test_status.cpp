@@ -192,6 +192,7 @@ TEST(Status, QueueShowsTheJobAndDiagnoseNamesTheRankThatNeverSubmitted) {
     EXPECT_EQ(field(l, "ended"), 2);
     EXPECT_NE(l.find("\"ops\":{\"allreduce\":0,\"alltoall\":1,\"allreduce_oneshot\":1,"), std::string::npos);
     EXPECT_NE(l.find("\"timeouts\":0,\"aborts\":0,\"errors\":0"), std::string::npos);
+    EXPECT_NE(l.find("\"proxy\":null"), std::string::npos) << "no peer is reached through the proxy";
     // Rank r reaches itself by "self" and every peer of this host by "p2p".
     std::string paths;
     for (int p = 0; p < 4; ++p) paths += std::string(p ? "," : "") + (p == rank ? "\"self\"" : "\"p2p\"");
@@ -237,6 +238,7 @@ TEST(Status, QueueShowsTheJobAndDiagnoseNamesTheRankThatNeverSubmitted) {
   for (size_t at = metrics.out.find("# TYPE "); at != std::string::npos; at = metrics.out.find("# TYPE ", at + 1))
     typeLines += metrics.out.compare(at, 22, "# TYPE weft_ops_total ") == 0;
   EXPECT_EQ(typeLines, 1u) << metrics.out;
+  EXPECT_EQ(metrics.out.find("weft_proxy_"), std::string::npos) << metrics.out;
   std::smatch age;
   ASSERT_TRUE(std::regex_search(
       metrics.out, age, std::regex("weft_oldest_op_age_seconds\\{comm=\"" + comm + "\",rank=\"0\"\\} ([0-9.e+-]+)\n")))
@@ -246,6 +248,58 @@ TEST(Status, QueueShowsTheJobAndDiagnoseNamesTheRankThatNeverSubmitted) {
   EXPECT_TRUE(job.finish());
   // Destroy removed every page.
   EXPECT_TRUE(pageLines(weftctl("queue --json --dir " + scratch.pages).out).empty());
+}
+
+// A job whose ranks reach each other through the host proxy: the pages count what each rank's
+// proxy sent, in `weftctl queue` (text and JSON) and `weftctl metrics`.
+TEST(Status, PagesCountWhatTheHostProxySent) {
+#if !defined(WEFT_TEST_UCX) && !defined(WEFT_TEST_OFI)
+  GTEST_SKIP() << "no proxy back-end is built";
+#elif defined(WEFT_TEST_SANITIZED)
+  GTEST_SKIP() << "the proxy's traffic runs in the normal build only";
+#endif
+  Scratch scratch;
+  const std::string go = scratch.root + "/go";
+  Job job(scratch, 2, [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_TRANSPORT", "proxy", 1);
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("FI_PROVIDER", "tcp", 1);
+    weft_comm_t comm = nullptr;
+    void* y = nullptr;
+    ASSERT_NO_FATAL_FAILURE(startRank(rank, n, id, &comm, &y));
+    const std::vector<float> x(kStuckCount, 1.0f);
+    WEFT_ASSERT_OK(weft_allreduce(comm, x.data(), y, kStuckCount, WEFT_FLOAT32, nullptr));
+    waitForFile(go);
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+  });
+  const std::string json = queueUntil(scratch.pages, [](const std::vector<std::string>& lines) {
+    return lines.size() == 2 && countWith(lines, "\"ended\":2,") == 2;
+  });
+  const std::vector<std::string> lines = pageLines(json);
+  ASSERT_EQ(lines.size(), 2u) << json;
+  for (const std::string& l : lines) {
+    SCOPED_TRACE(l);
+    // Op #1's 400 KB went as tiles: messages or writes, and each rank's signals with them.
+    const int parts = field(l, "messages"), wire = field(l, "wire_messages"), batches = field(l, "batches");
+    EXPECT_GT(parts, 0);
+    EXPECT_GT(wire, 0);
+    EXPECT_LE(wire, parts) << "a wire message carries one message or a batch of several";
+    EXPECT_LE(batches, wire);
+    EXPECT_GE(field(l, "writes"), 0);
+  }
+  const CliRun text = weftctl("queue --dir " + scratch.pages);
+  EXPECT_EQ(text.status, 0);
+  EXPECT_NE(text.out.find("    host proxy sent "), std::string::npos) << text.out;
+  const CliRun metrics = weftctl("metrics --dir " + scratch.pages);
+  EXPECT_EQ(metrics.status, 0) << metrics.out;
+  EXPECT_NE(metrics.out.find("# TYPE weft_proxy_messages_total counter\n"), std::string::npos) << metrics.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics.out, m,
+                                std::regex("weft_proxy_wire_messages_total\\{comm=\"[0-9a-f]{16}\","
+                                           "rank=\"1\"\\} ([0-9]+)\n")))
+      << metrics.out;
+  EXPECT_GT(std::stoull(m[1]), 0u);
+  EXPECT_TRUE(job.finish());
 }
 
 // A job on two nodes: ranks 0-1 keep their pages on one, ranks 2-3 on the other (each a status

@@ -105,6 +105,30 @@ TEST(StatusPage, WhatTheWriterRecordsReadsBack) {
   EXPECT_TRUE(readDirectory(dir.pages).pages.empty());
 }
 
+// A rank with proxy peers: every update copies the proxy's counts; a page without says none.
+TEST(StatusPage, EveryUpdateCopiesTheProxysCounts) {
+  TempDir dir;
+  auto page = Page::create(dir.pages, identity(0, 2), 4);
+  ASSERT_NE(page, nullptr);
+  EXPECT_EQ(readDirectory(dir.pages).pages.at(0).header.proxied, 0u);
+  uint64_t sent = 0;
+  page->countProxyTraffic([&sent] { return ProxyCounts{3 * sent, 2 * sent, sent, sent / 2}; });
+  dev::QueueHeader queue{};
+  for (uint64_t t = 0; t < 3; ++t) {
+    sent = 10 * (t + 1);
+    page->submitted(t, allReduce(100), 400, false, 8);
+    page->ended(t, dev::Status::kOk, &queue);
+  }
+  const Listing l = readDirectory(dir.pages);
+  ASSERT_EQ(l.pages.size(), 1u);
+  const PageHeader& h = l.pages[0].header;
+  EXPECT_EQ(h.proxied, 1u);
+  EXPECT_EQ(h.proxy.parts, 90u);
+  EXPECT_EQ(h.proxy.messages, 60u);
+  EXPECT_EQ(h.proxy.batches, 30u);
+  EXPECT_EQ(h.proxy.writes, 15u);
+}
+
 TEST(StatusPage, DestroyRemovesThePage) {
   TempDir dir;
   auto page = Page::create(dir.pages, identity(0, 1), 2);

@@ -70,6 +70,17 @@ int runMetrics(const MetricsOptions& o) {
                 "gauge",
                 "How long the oldest op in flight has been submitted (0: none in flight)",
                 {}};
+  // The host proxy's traffic: only pages of ranks with proxy peers have these samples.
+  Family proxyParts{"weft_proxy_messages_total",
+                    "counter",
+                    "Messages the host proxy cut from the kernels' triggers (data, signals, flagged data)",
+                    {}};
+  Family proxyWire{"weft_proxy_wire_messages_total",
+                   "counter",
+                   "Wire messages the host proxy sent them in (a batch of several is one)",
+                   {}};
+  Family proxyBatches{"weft_proxy_batches_total", "counter", "Wire messages that were batches of several", {}};
+  Family proxyWrites{"weft_proxy_writes_total", "counter", "RMA writes the host proxy issued", {}};
   Family refused{"weft_status_pages_refused",
                  "gauge",
                  "Status pages in the directory that could not be read (foreign, corrupt, of another version)",
@@ -100,10 +111,16 @@ int runMetrics(const MetricsOptions& o) {
     for (const st::OpRow& r : s.inFlight)
       if (r.submitNs && s.readNs > r.submitNs && s.readNs - r.submitNs > age) age = s.readNs - r.submitNs;
     sample(oldest, page, age / 1e9);
+    if (h.proxied) {
+      sample(proxyParts, page, static_cast<double>(h.proxy.parts));
+      sample(proxyWire, page, static_cast<double>(h.proxy.messages));
+      sample(proxyBatches, page, static_cast<double>(h.proxy.batches));
+      sample(proxyWrites, page, static_cast<double>(h.proxy.writes));
+    }
   }
   refused.samples.push_back(std::string(refused.name) + " " + std::to_string(l.refused.size()));
   for (const Family* f : {&info, &alive, &failed, &submitted, &ended, &ops, &bytes, &timeouts, &aborts, &errors,
-                          &inFlight, &oldest, &refused}) {
+                          &inFlight, &oldest, &proxyParts, &proxyWire, &proxyBatches, &proxyWrites, &refused}) {
     if (f->samples.empty()) continue;
     std::printf("# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
     for (const std::string& line : f->samples) std::printf("%s\n", line.c_str());

@@ -56,6 +56,12 @@ void printText(const st::Listing& l, const QueueOptions& o) {
       paths += (r ? " " : "") + std::to_string(r) + ":" + weft::transport::pathName(s.paths[r]);
     if (s.paths.size() > 16) paths += " ...";
     std::printf("    paths %s\n", paths.c_str());
+    if (h.proxied) {
+      const st::ProxyCounts& x = h.proxy;
+      std::printf("    host proxy sent %" PRIu64 " messages in %" PRIu64 " (%" PRIu64 " batches), %" PRIu64
+                  " RMA writes\n",
+                  x.parts, x.messages, x.batches, x.writes);
+    }
     const st::Counters& c = h.counters;
     std::string byKind;
     for (uint32_t k = 0; k < st::kKinds; ++k)
@@ -132,8 +138,12 @@ std::string pageJson(const st::Snapshot& s) {
   first = true;
   for (uint32_t k = 1; k < st::kKinds; ++k, first = false)
     j += (first ? "" : ",") + jsonString(st::kindName(k)) + ":" + num(c.bytes[k]);
-  j += "},\"timeouts\":" + num(c.timeouts) + ",\"aborts\":" + num(c.aborts) + ",\"errors\":" + num(c.errors) +
-       "},\"failure\":";
+  j += "},\"timeouts\":" + num(c.timeouts) + ",\"aborts\":" + num(c.aborts) + ",\"errors\":" + num(c.errors) + "}";
+  const st::ProxyCounts& x = h.proxy;
+  j += ",\"proxy\":" + (h.proxied ? "{\"messages\":" + num(x.parts) + ",\"wire_messages\":" + num(x.messages) +
+                                        ",\"batches\":" + num(x.batches) + ",\"writes\":" + num(x.writes) + "}"
+                                  : std::string("null"));
+  j += ",\"failure\":";
   j += h.failureValid ? jsonString(failureLine(s)) : "null";
   return j + "}";
 }
