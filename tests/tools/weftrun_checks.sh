@@ -9,6 +9,8 @@
 #             during init) is gone once weftrun has ended
 #   ipath     the ranks run with IPATH_NO_BACKTRACE=1 (unless the user set it), so that the
 #             libinfinipath that Debian's libfabric loads catches none of their signals
+#   mps_share ranks sharing GPUs get CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / ranks per GPU
+#             (unless the user set it); ranks with a GPU each get none
 # Waits are bounded by tens of seconds; nothing is timed.
 set -u
 weftrun=$1
@@ -96,6 +98,26 @@ case $check in
     [ $rc -eq 124 ] || { cat "$dir/err" >&2; fail "weftrun returned $rc, not 124 (its time limit)"; }
     [ "$(ls "$dir" | grep -c '^seg\.[0-9]*$')" -eq 2 ] || fail "the ranks did not make their segments"
     for f in "$dir"/seg.*; do [ -e "/dev/shm/$(cat "$f")" ] && fail "/dev/shm/$(cat "$f") outlived weftrun"; done
+    ;;
+  mps_share)
+    # The distinct CUDA_MPS_ACTIVE_THREAD_PERCENTAGE values the ranks of a run saw ("unset": none).
+    shares() {
+      rm -f "$dir"/mps.*
+      "$@" -t 60 sh -c 'echo "${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE-unset}" > "$0/mps.$RANK"' "$dir" 2>/dev/null ||
+        fail "$* failed"
+      sort -u "$dir"/mps.* | tr '\n' ' '
+    }
+    unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    got=$(shares "$weftrun" --gpus 1 -n 4)
+    [ "$got" = "25 " ] || fail "4 ranks on 1 GPU saw: $got"
+    got=$(shares "$weftrun" --gpus 2 -n 3)
+    [ "$got" = "50 " ] || fail "3 ranks on 2 GPUs saw: $got"
+    got=$(shares "$weftrun" --gpus 2 -n 2)
+    [ "$got" = "unset " ] || fail "2 ranks on 2 GPUs saw: $got"
+    got=$(shares env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 "$weftrun" --gpus 1 -n 2)
+    [ "$got" = "40 " ] || fail "the user's 40 became: $got"
+    "$weftrun" --gpus 1 -n 2 -t 60 true 2>&1 | grep -q "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" ||
+      fail "weftrun did not say what it set"
     ;;
   ipath)
     env -u IPATH_NO_BACKTRACE "$weftrun" -n 2 -t 60 sh -c 'echo "$RANK $IPATH_NO_BACKTRACE" > "$0/env.$RANK"' "$dir" || fail "weftrun failed"

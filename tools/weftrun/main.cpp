@@ -5,6 +5,12 @@
 // SIGINT, SIGTERM and SIGHUP sent to weftrun are passed on to it (SIGKILL follows 5 s later), and
 // weftrun exits only once every rank is reaped, then dies of the same signal. A rank whose weftrun
 // dies anyway (SIGKILL) gets SIGKILL itself (PR_SET_PDEATHSIG).
+//
+// More ranks than GPUs share them (a rank takes GPU LOCAL_RANK % GPUs): their kernels, whose blocks
+// wait on each other's, run side by side only under MPS with each client limited to its share of
+// the SMs, so weftrun sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / (ranks per GPU) for every rank
+// where the user has not set it (MPS reads it when CUDA starts in the rank, before weft could).
+#include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -57,6 +63,25 @@ const char* signalName(int sig) {
 }
 
 void onChild(int) {}  // SIGCHLD must not be ignored for sigtimedwait to see it
+
+// The NVIDIA GPUs the ranks will see: /dev/nvidiaN, narrowed by CUDA_VISIBLE_DEVICES (counted, not
+// asked of CUDA, which weftrun never starts).
+int gpusSeen() {
+  int n = 0;
+  if (DIR* d = opendir("/dev")) {
+    while (dirent* e = readdir(d)) {
+      const char* name = e->d_name;
+      if (std::strncmp(name, "nvidia", 6) == 0 && name[6] >= '0' && name[6] <= '9') ++n;
+    }
+    closedir(d);
+  }
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && n > 0) {
+    int listed = *visible ? 1 : 0;
+    for (const char* c = visible; *c; ++c) listed += *c == ',';
+    n = std::min(n, listed);
+  }
+  return n;
+}
 
 struct Death {
   int rank;
@@ -185,14 +210,22 @@ const Death* firstFailure(const std::vector<Death>& deaths) {
   _exit(128 + sig);
 }
 
-int run(int nranks, double timeout, const std::string& addr, std::vector<std::string>& cmd) {
+int run(int nranks, int gpus, double timeout, const std::string& addr, std::vector<std::string>& cmd) {
   const std::string port = std::to_string(freePort(addr));
-  const std::vector<std::pair<std::string, std::string>> common = {
-      {"WORLD_SIZE", std::to_string(nranks)},
-      {"LOCAL_WORLD_SIZE", std::to_string(nranks)},
-      {"MASTER_ADDR", addr},
-      {"WEFT_BOOTSTRAP_PORT", port},
-      {"WEFT_BOOTSTRAP_SECRET", hex(weft::randomSecret())}};
+  std::vector<std::pair<std::string, std::string>> common = {{"WORLD_SIZE", std::to_string(nranks)},
+                                                             {"LOCAL_WORLD_SIZE", std::to_string(nranks)},
+                                                             {"MASTER_ADDR", addr},
+                                                             {"WEFT_BOOTSTRAP_PORT", port},
+                                                             {"WEFT_BOOTSTRAP_SECRET", hex(weft::randomSecret())}};
+  const int sharers = gpus > 0 ? (nranks + gpus - 1) / gpus : 1;
+  if (sharers > 1 && !std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+    const std::string share = std::to_string(100 / sharers);
+    common.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share);
+    std::fprintf(stderr,
+                 "weftrun: %d ranks on %d GPU(s), up to %d a GPU: each rank gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s "
+                 "(their kernels run side by side only under MPS: nvidia-cuda-mps-control -d)\n",
+                 nranks, gpus, sharers, share.c_str());
+  }
   const sigset_t set = waitedSignals();
   sigset_t before;
   sigprocmask(SIG_BLOCK, &set, &before);
@@ -249,7 +282,11 @@ int main(int argc, char** argv) {
   int nranks = 0;
   double timeout = 600;
   std::string addr = "127.0.0.1";
+  int gpus = -1;
   app.add_option("-n,--nranks", nranks, "Number of ranks")->required()->check(CLI::Range(1, 4096));
+  app.add_option("--gpus", gpus,
+                 "GPUs the ranks share, for their MPS share (default: the NVIDIA GPUs this host shows them)")
+      ->check(CLI::Range(0, 4096));
   app.add_option("-t,--timeout", timeout, "Seconds before every rank is stopped")->check(CLI::PositiveNumber);
   app.add_option("--addr", addr, "Address rank 0 listens on");
   app.prefix_command();
@@ -262,7 +299,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return run(nranks, timeout, addr, cmd);
+    return run(nranks, gpus >= 0 ? gpus : gpusSeen(), timeout, addr, cmd);
   } catch (const weft::Error& e) {
     std::fprintf(stderr, "weftrun: %s\n", e.what());
     return 1;
