@@ -94,10 +94,31 @@ TEST_P(GpuGemm, TheLastWaveSplitAlongKAddsUp) {
 // and on the blas path (on one rank, a checked copy of its own: gemm_solo_device.hpp; grouped
 // experts run fused whatever the path).
 enum class GemmFault { kCapacity, kSendCounts };
+// The GEMM ops this process's page of `rank` (in status directory `dir`) shows, and how many of
+// them routed the vendor BLAS's product (the blas path).
+struct GemmRows {
+  int all = 0, vendor = 0;
+};
+GemmRows gemmRowsOnPage(const std::string& dir, int rank) {
+  GemmRows out;
+  for (const status::Snapshot& page : status::readDirectory(dir).pages) {
+    if (page.header.rank != rank || page.header.pid != getpid()) continue;
+    for (const auto* rows : {&page.inFlight, &page.history})
+      for (const status::OpRow& row : *rows) {
+        if (row.kind != static_cast<uint32_t>(dev::OpKind::kGemmAllToAll)) continue;
+        ++out.all;
+        out.vendor += (row.flags & status::kRowVendorProduct) != 0;
+      }
+  }
+  return out;
+}
+
 TEST_P(GpuGemm, BadInputFailsEveryRankAndStoresNothing) {
   const uint64_t seed = freshSeed();
   constexpr GemmShape kFailing[] = {{300, 32, 128, 1}, {2200, 32, 2048, 16}};
   constexpr size_t kHeap = size_t{4} * 2200 * 2048 * 2;  // every rank's rows, at most
+  char tmpl[] = "/tmp/weft-gpu-gemm-XXXXXX";
+  const std::string dir = std::string(mkdtemp(tmpl)) + "/pages";
   for (const char* path : {"fused", "blas"})
     for (const GemmFault fault : {GemmFault::kCapacity, GemmFault::kSendCounts})
       for (const GemmShape& sh : kFailing) {  // a communicator each: a failed op fails its communicator
@@ -106,6 +127,7 @@ TEST_P(GpuGemm, BadInputFailsEveryRankAndStoresNothing) {
                                           << ", tokens " << sh.tokens << " h " << sh.h << " experts " << sh.experts);
         const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
           setenv("WEFT_GEMM_PATH", path, 1);
+          setenv("WEFT_STATUS_DIR", dir.c_str(), 1);
           OpRank r = openRank(rank, n, id, kHeap);
           unsetenv("WEFT_GEMM_PATH");
           ASSERT_NE(r.comm, nullptr);
@@ -140,6 +162,13 @@ TEST_P(GpuGemm, BadInputFailsEveryRankAndStoresNothing) {
           const std::vector<uint8_t> counts = download(in.recvCounts, n * sizeof(int64_t));
           for (int j = 0; j < n; ++j)
             EXPECT_EQ(reinterpret_cast<const int64_t*>(counts.data())[j], -7) << "recv_counts[" << j << "] written";
+          // The path the case names is the one that refused the input: blas where the launched
+          // engine runs it (the persistent engine has no vendor BLAS, and a grouped call is always
+          // fused: its experts' rows are out of the vendor BLAS's reach), else fused.
+          const GemmRows ops = gemmRowsOnPage(dir, rank);
+          const bool vendor = std::string(path) == "blas" && gEngine == "launched" && sh.experts == 1;
+          EXPECT_EQ(ops.all, 1) << "GEMM ops on this rank's page in " << dir;
+          EXPECT_EQ(ops.vendor, vendor ? 1 : 0) << "GEMM ops that routed the vendor BLAS's product";
           closeFailedRank(r);
         };
         EXPECT_TRUE(runRanks(ranks(), body));
@@ -178,18 +207,9 @@ TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
       EXPECT_TRUE(receivedGemm(r, big, rank, in, capacity)) << "replay " << replay;
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
-    int vendorOps = 0, gemmOps = 0;
-    for (const status::Snapshot& page : status::readDirectory(dir).pages) {
-      if (page.header.rank != rank || page.header.pid != getpid()) continue;
-      for (const auto* rows : {&page.inFlight, &page.history})
-        for (const status::OpRow& row : *rows) {
-          if (row.kind != static_cast<uint32_t>(dev::OpKind::kGemmAllToAll)) continue;
-          ++gemmOps;
-          vendorOps += (row.flags & status::kRowVendorProduct) != 0;
-        }
-    }
-    EXPECT_GT(gemmOps, 0) << "no GEMM op on this rank's page in " << dir;
-    EXPECT_EQ(vendorOps > 0, blas && gEngine == "launched") << vendorOps << " of " << gemmOps << " GEMM ops";
+    const GemmRows ops = gemmRowsOnPage(dir, rank);
+    EXPECT_GT(ops.all, 0) << "no GEMM op on this rank's page in " << dir;
+    EXPECT_EQ(ops.vendor > 0, blas && gEngine == "launched") << ops.vendor << " of " << ops.all << " GEMM ops";
     closeRank(r);
   };
   EXPECT_TRUE(runRanks(ranks(), body));
