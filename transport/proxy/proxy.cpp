@@ -509,14 +509,20 @@ void Proxy::flushAll() {
 }
 
 // The proxy thread is the only writer of the traffic counts: a plain store, no locked add, on its
-// loop; other threads only read them.
+// loop; other threads only read them. Release, so that a reader that takes them in the reverse
+// order of their updates (traffic) never sees more batches than wire messages, or more wire
+// messages than the messages they carried.
 void Proxy::bump(std::atomic<uint64_t>& count, uint64_t n) {
-  count.store(count.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  count.store(count.load(std::memory_order_relaxed) + n, std::memory_order_release);
 }
 
 Proxy::Traffic Proxy::traffic() const {
-  return Traffic{partsSent_.load(std::memory_order_relaxed), messagesSent_.load(std::memory_order_relaxed),
-                 batchesSent_.load(std::memory_order_relaxed), writesSent_.load(std::memory_order_relaxed)};
+  Traffic t;
+  t.batches = batchesSent_.load(std::memory_order_acquire);
+  t.messages = messagesSent_.load(std::memory_order_acquire);
+  t.parts = partsSent_.load(std::memory_order_acquire);
+  t.writes = writesSent_.load(std::memory_order_acquire);
+  return t;
 }
 
 void Proxy::dispatch(int peer, uint32_t kind, uint64_t offset, uint64_t value, std::vector<MessagePart> parts) {
