@@ -261,6 +261,17 @@ TEST(ProxyWire, MalformedMessagesAreRefusedAndTouchNothing) {
   EXPECT_EQ(arrive(WireMessage{kMsgSignalStore, 0, 0, 0, 8, 5}, 0), "");
   EXPECT_EQ(heap[8], 5);
   heap[8] = 0;
+  // A refused signal that arrives ahead of an earlier message: nothing of it is applied, its place
+  // is kept, and the signal after it goes once the earlier message has come.
+  const uint32_t late = seq++, bad = seq++, after = seq++;
+  EXPECT_NE(order.arrive(r, WireMessage{kMsgSignalStore, 0, 1, bad, 16, 7}, payload.data(), 8), "");
+  EXPECT_EQ(order.arrive(r, WireMessage{kMsgSignalStore, 0, 1, after, 24, 9}, nullptr, 0), "");
+  EXPECT_EQ(heap[24], 0) << "a signal waits for every earlier message";
+  EXPECT_EQ(order.arrive(r, WireMessage{kMsgSignalStore, 0, 1, late, 32, 3}, nullptr, 0), "");
+  EXPECT_EQ(heap[16], 0);
+  EXPECT_EQ(heap[24], 9);
+  EXPECT_EQ(heap[32], 3);
+  heap[24] = heap[32] = 0;
   // A sender that is not in the job, and a message seen twice.
   EXPECT_NE(order.arrive(r, WireMessage{kMsgSignalStore, 0, 7, 0, 0, 1}, nullptr, 0), "");
   EXPECT_NE(order.arrive(r, WireMessage{kMsgSignalStore, 0, 1, 0, 0, 1}, nullptr, 0), "");

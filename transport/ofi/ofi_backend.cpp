@@ -471,6 +471,10 @@ bool OfiBackend::drainCq() {
           freeSends_.push_back(op);
         }
         if (peer >= 0) failPeer(peer);
+      } else if (op && err.err != FI_ECANCELED) {
+        // A receive that failed (a message cut short, say) gives its buffer back to the queue, or
+        // each such error would leave one buffer fewer for every later message.
+        postRecv(op);
       }
     }
     return true;
