@@ -114,6 +114,9 @@ case $check in
     [ "$got" = "50 " ] || fail "3 ranks on 2 GPUs saw: $got"
     got=$(shares "$weftrun" --gpus 2 -n 2)
     [ "$got" = "unset " ] || fail "2 ranks on 2 GPUs saw: $got"
+    # Counted, not given: CUDA_VISIBLE_DEVICES=-1 hides every GPU, as CUDA reads it.
+    got=$(shares env CUDA_VISIBLE_DEVICES=-1 "$weftrun" -n 4)
+    [ "$got" = "unset " ] || fail "4 ranks with no visible GPU saw: $got"
     got=$(shares env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 "$weftrun" --gpus 1 -n 2)
     [ "$got" = "40 " ] || fail "the user's 40 became: $got"
     "$weftrun" --gpus 1 -n 2 -t 60 true 2>&1 | grep -q "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" ||

@@ -76,8 +76,13 @@ int gpusSeen() {
     closedir(d);
   }
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && n > 0) {
-    int listed = *visible ? 1 : 0;
-    for (const char* c = visible; *c; ++c) listed += *c == ',';
+    // CUDA stops at the first entry that names no device ("-1", an empty one).
+    int listed = 0;
+    for (const char* c = visible; *c && *c != ',' && *c != '-';) {
+      ++listed;
+      while (*c && *c != ',') ++c;
+      if (*c == ',') ++c;
+    }
     n = std::min(n, listed);
   }
   return n;
