@@ -1,6 +1,5 @@
 #include "gpu_support.hpp"
 
-#include <dirent.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/gpus_visible.hpp"
 #include "support/multirank.hpp"
 
 namespace weft::test {
@@ -45,24 +45,9 @@ const bool kCudaOnlyInRanks = [] {
 
 }  // namespace
 
-int gpusPresent() {
-  int n = 0;
-  if (DIR* d = opendir("/dev")) {
-    while (dirent* e = readdir(d)) {
-      const char* name = e->d_name;
-      if (strncmp(name, "nvidia", 6) == 0 && name[6] >= '0' && name[6] <= '9') ++n;
-    }
-    closedir(d);
-  }
-  // CUDA_VISIBLE_DEVICES narrows what the ranks see (counted here, not asked of CUDA, so that the
-  // parent initialises no CUDA context before it forks the ranks).
-  if (const char* visible = getenv("CUDA_VISIBLE_DEVICES"); visible && n > 0) {
-    int listed = *visible ? 1 : 0;
-    for (const char* c = visible; *c; ++c) listed += *c == ',';
-    n = std::min(n, listed);
-  }
-  return n;
-}
+// Counted, not asked of CUDA, so that the parent initialises no CUDA context before it forks the
+// ranks.
+int gpusPresent() { return nvidiaGpusVisible(); }
 
 bool sharingGpus() {
   const char* v = getenv("WEFT_TEST_SHARE_GPUS");

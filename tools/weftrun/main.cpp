@@ -10,7 +10,6 @@
 // wait on each other's, run side by side only under MPS with each client limited to its share of
 // the SMs, so weftrun sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / (ranks per GPU) for every rank
 // where the user has not set it (MPS reads it when CUDA starts in the rank, before weft could).
-#include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -27,6 +26,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/error.hpp"
+#include "common/gpus_visible.hpp"
 #include "runtime/socket.hpp"
 #include "runtime/unique_id.hpp"
 #include "transport/p2p/shm_segment.hpp"
@@ -63,30 +63,6 @@ const char* signalName(int sig) {
 }
 
 void onChild(int) {}  // SIGCHLD must not be ignored for sigtimedwait to see it
-
-// The NVIDIA GPUs the ranks will see: /dev/nvidiaN, narrowed by CUDA_VISIBLE_DEVICES (counted, not
-// asked of CUDA, which weftrun never starts).
-int gpusSeen() {
-  int n = 0;
-  if (DIR* d = opendir("/dev")) {
-    while (dirent* e = readdir(d)) {
-      const char* name = e->d_name;
-      if (std::strncmp(name, "nvidia", 6) == 0 && name[6] >= '0' && name[6] <= '9') ++n;
-    }
-    closedir(d);
-  }
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && n > 0) {
-    // CUDA stops at the first entry that names no device ("-1", an empty one).
-    int listed = 0;
-    for (const char* c = visible; *c && *c != ',' && *c != '-';) {
-      ++listed;
-      while (*c && *c != ',') ++c;
-      if (*c == ',') ++c;
-    }
-    n = std::min(n, listed);
-  }
-  return n;
-}
 
 struct Death {
   int rank;
@@ -304,7 +280,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return run(nranks, gpus >= 0 ? gpus : gpusSeen(), timeout, addr, cmd);
+    return run(nranks, gpus >= 0 ? gpus : weft::nvidiaGpusVisible(), timeout, addr, cmd);
   } catch (const weft::Error& e) {
     std::fprintf(stderr, "weftrun: %s\n", e.what());
     return 1;
