@@ -166,13 +166,17 @@ WEFT_HOST_DEVICE OpSeq opSeq(const OpCounters& k, const OpDesc& d) {
       return OpSeq{k.ops, exchangeFlag(k.oneShotEpoch + 1, 0), k.oneShotEpoch + 1};
     case OpKind::kEmbeddingAllToAll:
       return OpSeq{k.ops, k.embedItems, k.embedEpoch + 1};
+    case OpKind::kEmbeddingPool:  // the epoch of the embedding op it pools for, which follows it
+      return OpSeq{k.ops, 0, k.embedEpoch + 1};
     default:
       return OpSeq{k.ops, 0, 0};
   }
 }
 
-// The counters after op `d`; the same on every rank, whatever the op's outcome.
+// The counters after op `d`; the same on every rank, whatever the op's outcome. The embedding's
+// pooling kernel is no op of the queue's (it has no ticket): it leaves them as they were.
 WEFT_HOST_DEVICE OpCounters advance(OpCounters k, const OpDesc& d, uint32_t nranks) {
+  if (d.kind == static_cast<uint32_t>(OpKind::kEmbeddingPool)) return k;
   ++k.ops;
   if (d.kind != static_cast<uint32_t>(OpKind::kNop) && d.kind != static_cast<uint32_t>(OpKind::kGemv)) ++k.collectives;
   switch (static_cast<OpKind>(d.kind)) {

@@ -30,6 +30,10 @@ enum class OpKind : uint32_t {
   kGemv = 5,           // the unfused first half: this rank's partials into y
   kEmbeddingAllToAll = 6,
   kGemmAllToAll = 7,  // fused; always a launched kernel on a GPU (it wants the SM's shared memory)
+  // The embedding's unfused first half: this rank's bags pooled into a buffer. Never queued and
+  // no ticket: the engine runs it just before the embedding op, as a kernel on the caller's stream
+  // or on the calling thread, so ranks that take different paths keep their tickets alike.
+  kEmbeddingPool = 8,
 };
 
 // Result of an op or of a wait. Values are stable: they cross the queue.
@@ -92,6 +96,9 @@ struct EmbeddingOpArgs {                                      // kEmbeddingAllTo
   uint64_t totalTables;                                       // tables of every rank
   uint64_t tableBase;                                         // this rank's first table among them
   uint64_t flags;                                             // EmbeddingAllToAllOp::kFlagMean | kFlagCheck
+  // The unfused path: where kEmbeddingPool put every bag, [dest][sample][table][dim] in the
+  // engine's address space, and where the All-to-All's items copy them from; 0: pooled in place.
+  uint64_t pooled;
 };
 struct GemmOpArgs {     // kGemmAllToAll; the tokens are OpDesc::send
   uint64_t w;           // [experts, k, count]

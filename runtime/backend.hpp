@@ -245,6 +245,15 @@ class Engine {
   // op's summation order, so that the path runs, and is tested, on every backend. Called under
   // the communicator's submit lock.
   const void* vendorGemm(const GemmOperands& g, void* stream, bool capturing);
+  // The embedding's unfused path: pools every bag of `pool` (an embedding op's descriptor of kind
+  // kEmbeddingPool) into the engine's buffer of pooled vectors, grown to `bytes` as needed and kept
+  // until the engine stops (captured graphs address it, as the GEMM's product), which it returns
+  // and `pool` names. Ordered as vendorGemv orders its GEMV: a launched kernel on `stream` (or in
+  // the graph it captures), on the CPU the calling thread; no ticket, so the ranks' tickets stay
+  // alike whichever path each takes. Returns null, having done nothing, where vendorGemv would
+  // return false for want of an engine of this process's (the persistent engine, weftd's).
+  // Called under the communicator's submit lock.
+  void* poolEmbedding(dev::OpDesc& pool, uint64_t bytes, void* stream, bool capturing);
   // Checks `stream` before anything is published (throws kInvalidArgument); returns whether it is
   // capturing a graph.
   static bool checkStream(void* stream);

@@ -10,8 +10,10 @@
 #include "bootstrap_exchange.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "device/coop_device.hpp"
 #include "device/cpu/cpu_engine.hpp"
 #include "device/dtype_device.hpp"
+#include "device/engine_device.hpp"
 #include "transport/peers.hpp"
 
 namespace weft {
@@ -99,12 +101,15 @@ struct Engine::Impl {
   dev::CpuEngine threads;
   int weftdWorkers = 0;          // mode "weftd": weftd runs this many workers over the queue; none run here
   std::vector<uint8_t> product;  // vendorGemm's
+  std::vector<uint8_t> pooled;   // poolEmbedding's
+  dev::CommView view;            // poolEmbedding's (the workers have their own copy)
 };
 
 Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int, bool)
     : impl_(std::make_unique<Impl>()) {
   impl_->queue = &queue;
   impl_->control = view.control;
+  impl_->view = view;
   if (mode == "weftd") {
     impl_->weftdWorkers = workers;
     return;
@@ -177,6 +182,20 @@ const void* Engine::vendorGemm(const GemmOperands& g, void*, bool) {
     for (uint64_t j = 0; j < g.h; ++j) dev::storeFromFloat(out, j, g.dt, row[j]);
   }
   return e.product.data();
+}
+
+// On the calling thread, every item in turn. The ops are complete when their calls return, so
+// the workers are idle and one buffer serves every call. Never under weftd's engine, which reads
+// only memory that weftd maps.
+void* Engine::poolEmbedding(dev::OpDesc& pool, uint64_t bytes, void*, bool) {
+  Impl& e = *impl_;
+  if (e.weftdWorkers) return nullptr;
+  if (e.pooled.size() < bytes) e.pooled.resize(bytes);
+  pool.args.embedding.pooled = reinterpret_cast<uint64_t>(e.pooled.data());
+  const dev::OpSeq seq = dev::opSeq(dev::loadCounters(e.control), pool);
+  dev::SoloCoop c;
+  for (uint32_t item = 0; item < pool.nitems; ++item) dev::EmbeddingPoolOp::run(c, e.view, pool, seq, item);
+  return e.pooled.data();
 }
 
 bool Engine::quiesce(double) { return true; }

@@ -94,6 +94,10 @@ struct Engine::Impl {
   void* product = nullptr;
   uint64_t productBytes = 0;
   std::vector<void*> productsOutgrown;
+  // The embedding's unfused path: its pooled vectors (poolEmbedding), kept alike.
+  void* pooled = nullptr;
+  uint64_t pooledBytes = 0;
+  std::vector<void*> pooledOutgrown;
   std::mutex launchMutex;
   std::function<void()> wake;  // remote: asks weftd to start its kernel again (setWake)
   // Engine::itemsFinished's copies: a stream and a pinned word of their own (made on first use,
@@ -206,6 +210,7 @@ struct Engine::Impl {
     const int oneShot = std::min(oneShotBlocks, static_cast<int>(dev::AllReduceOneShotOp::kMaxItems));
     switch (kind) {
       case dev::OpKind::kEmbeddingAllToAll:
+      case dev::OpKind::kEmbeddingPool:
         return shared ? gatherBlocks : std::max(workers, gatherBlocks);
       case dev::OpKind::kGemv:
       case dev::OpKind::kGemvAllReduce:
@@ -441,6 +446,8 @@ bool Engine::stop() {
   if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
   for (void* p : e.productsOutgrown) gpu::deviceFree(p);
   if (e.product) gpu::deviceFree(e.product);
+  for (void* p : e.pooledOutgrown) gpu::deviceFree(p);
+  if (e.pooled) gpu::deviceFree(e.pooled);
   gpu::hostUnregister(e.queue->memory());
   return e.released = true;
 }
@@ -497,8 +504,9 @@ dev::Status Engine::finish(uint64_t, uint64_t) { return dev::Status::kOk; }
 
 namespace {
 
-// A vendor BLAS call on `stream`, ordered as a launched op is: after the engine's earlier ops on
-// other streams, and before its later ones (in a capture, the graph orders it).
+// A vendor BLAS call (or the embedding's pooling kernel) on `stream`, ordered as a launched op is:
+// after the engine's earlier ops on other streams, and before its later ones (in a capture, the
+// graph orders it).
 void orderedVendorCall(void*& lastStream, void* lastOp, void* stream, bool capturing,
                        const std::function<gpu::Outcome()>& call, const char* what) {
   gpu::Outcome o;
@@ -541,6 +549,24 @@ const void* Engine::vendorGemm(const GemmOperands& g, void* stream, bool capturi
       [&] { return e.blas->gemm(g.a, g.w, e.product, g.tokens, g.k, g.h, g.dt, stream); },
       "the vendor BLAS's GEMM (gemm_path blas)");
   return e.product;
+}
+
+void* Engine::poolEmbedding(dev::OpDesc& pool, uint64_t bytes, void* stream, bool capturing) {
+  Impl& e = *impl_;
+  if (e.persistent && !capturing) return nullptr;
+  if (bytes > e.pooledBytes) {
+    const uint64_t grown = dev::ceilDiv(bytes, uint64_t{2} << 20) * (uint64_t{2} << 20);
+    void* p = nullptr;
+    requireGpu(gpu::deviceMallocDuringCapture(&p, grown), "the embedding's pooled vectors (embedding_path unfused)");
+    if (e.pooled) e.pooledOutgrown.push_back(e.pooled);
+    e.pooled = p;
+    e.pooledBytes = grown;
+  }
+  pool.args.embedding.pooled = reinterpret_cast<uint64_t>(e.pooled);
+  orderedVendorCall(
+      e.lastStream, e.lastOp, stream, capturing, [&] { return e.launchSized(pool, stream); },
+      "the embedding's pooling kernel (embedding_path unfused)");
+  return e.pooled;
 }
 
 std::optional<uint64_t> Engine::itemsFinished(double seconds) {

@@ -106,6 +106,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->pathTable_ = PathTable::load(s.getString("path_table_file"));
   c->gemvForced_ = pathSetting(FusedOp::kGemvAllReduce, s.getString("gemv_path"), "gemv_path");
   c->gemmForced_ = pathSetting(FusedOp::kGemmAllToAll, s.getString("gemm_path"), "gemm_path");
+  c->embeddingForced_ = pathSetting(FusedOp::kEmbeddingAllToAll, s.getString("embedding_path"), "embedding_path");
   c->oneShotLinesFrom_ = oneShotLinesSetting(s.getString("oneshot_protocol"));
   c->host_ = localHost();
   c->boot_ = Bootstrap::join(id, rank, nranks, s.getDouble("bootstrap_timeout_s"));

@@ -171,10 +171,11 @@ class Comm {
   bool checkIndices_ = true;
   bool checkSignatures_ = true;  // check_signatures
   PathTable pathTable_;
-  std::string pathGpu_;               // the GPU model the table is read for: rank 0's, on every rank
-  std::optional<OpPath> gemvForced_;  // the gemv_path setting, unless auto
-  std::optional<OpPath> gemmForced_;  // the gemm_path setting, unless auto
-  bool proxyPeers_ = false;           // some peer is reached through the host proxy (every rank alike)
+  std::string pathGpu_;                    // the GPU model the table is read for: rank 0's, on every rank
+  std::optional<OpPath> gemvForced_;       // the gemv_path setting, unless auto
+  std::optional<OpPath> gemmForced_;       // the gemm_path setting, unless auto
+  std::optional<OpPath> embeddingForced_;  // the embedding_path setting, unless auto
+  bool proxyPeers_ = false;                // some peer is reached through the host proxy (every rank alike)
 
   // Ticket order is op order, the same on every rank because every rank issues the same ops in the
   // same order (the engine's protocol counters rely on it).
@@ -182,6 +183,9 @@ class Comm {
   // Held by a GEMM on the blas path from its vendor GEMM to its submit: the engine has one product
   // buffer, and another thread's GEMM must not write it in between.
   std::mutex productMutex_;
+  // Held by an embedding op on the unfused path from its pooling to its exchange's submit: the
+  // engine has one buffer of pooled vectors.
+  std::mutex pooledMutex_;
 };
 
 }  // namespace weft

@@ -289,6 +289,34 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
     if (whole <= UINT32_MAX) d.grain = static_cast<uint32_t>(whole);
   }
   d.nitems = Op::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), d.grain);
+  // The path table (or embedding_path) chooses between pooling each bag straight into its
+  // destination (fused) and pooling every bag into the engine's buffer first, at the speed of the
+  // device's own memory, then sending the vectors (unfused). The pooling is no op of the queue's
+  // and the exchange is this same op, so ranks may differ. Engines that cannot run it (the
+  // persistent engine, weftd's) run fused, as do the ops whose inputs weftd reads.
+  const uint64_t bags = a.numTables * a.localBatch * static_cast<uint64_t>(nranks_);
+  const OpPath path =
+      embeddingForced_
+          ? *embeddingForced_
+          : pathTable_.choose(FusedOp::kEmbeddingAllToAll, pathGpu_, nranks_, {{a.localBatch, a.numTables, a.dim}})
+                .path;
+  if (path != OpPath::kUnfused || bags == 0 || a.dim == 0 || weftdInputs_ || staging_)
+    return submit(d, recvBytes, stream, capturing);
+  dev::OpDesc pool = d;
+  pool.kind = static_cast<uint32_t>(dev::OpKind::kEmbeddingPool);
+  pool.recv = 0;
+  pool.sig = 0;
+  pool.grain = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
+                               static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingPool)));
+  pool.nitems = dev::EmbeddingPoolOp::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), pool.grain);
+  // Held to the exchange's submit: another thread's pooling must not overwrite the buffer first.
+  std::lock_guard<std::mutex> pooledLock(pooledMutex_);
+  {
+    requireHealthy();
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    const void* pooled = engine_->poolEmbedding(pool, bags * a.dim * dev::dtypeSize(dt), stream, capturing);
+    d.args.embedding.pooled = reinterpret_cast<uint64_t>(pooled);
+  }
   return submit(d, recvBytes, stream, capturing);
 }
 

@@ -27,7 +27,10 @@ const std::vector<OpInfo>& ops() {
        {"batch", "n", "k_local"},
        {OpPath::kBlas, OpPath::kUnfused, OpPath::kFused, OpPath::kFusedRsag}},
       {FusedOp::kGemmAllToAll, "gemm_alltoall", {"tokens", "k", "h"}, {OpPath::kFused, OpPath::kBlas}},
-      {FusedOp::kEmbeddingAllToAll, "embedding_alltoall", {"local_batch", "num_tables", "dim"}, {OpPath::kFused}},
+      {FusedOp::kEmbeddingAllToAll,
+       "embedding_alltoall",
+       {"local_batch", "num_tables", "dim"},
+       {OpPath::kFused, OpPath::kUnfused}},
   };
   return kOps;
 }

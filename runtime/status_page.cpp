@@ -241,6 +241,8 @@ OpRow Page::submitted(uint64_t ticket, const dev::OpDesc& d, uint64_t bytes, boo
     r.bytes = bytes;
     if (d.kind == static_cast<uint32_t>(dev::OpKind::kGemmAllToAll) && dev::GemmAllToAllOp::args(d).productGiven())
       r.flags |= kRowVendorProduct;
+    if (d.kind == static_cast<uint32_t>(dev::OpKind::kEmbeddingAllToAll) && d.args.embedding.pooled != 0)
+      r.flags |= kRowPooledFirst;
     r.submitNs = now;
     h.submitted = std::max(h.submitted, ticket + 1);
     written = r;

@@ -59,6 +59,8 @@ static_assert(sizeof(OpRow) == 64, "OpRow is a wire struct");
 // A GEMM + All-to-All that routed the vendor BLAS's product (gemm_path blas) instead of
 // computing its tiles.
 constexpr uint32_t kRowVendorProduct = 1;
+// OpRow::flags: an embedding op that sent vectors pooled before it (embedding_path unfused).
+constexpr uint32_t kRowPooledFirst = 2;
 
 struct Counters {
   uint64_t ops[kKinds];    // ops ended, by dev::OpKind

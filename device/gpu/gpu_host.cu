@@ -270,6 +270,7 @@ OpKernel kernelOf(dev::OpKind kind, bool lines, bool proxied) {
     case dev::OpKind::kGemvAllReduce:
       return k.gemv;
     case dev::OpKind::kEmbeddingAllToAll:
+    case dev::OpKind::kEmbeddingPool:
       return k.embedding;
     case dev::OpKind::kAllReduceOneShot:
       return lines ? k.oneShotLines : k.op;

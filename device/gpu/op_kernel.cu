@@ -34,6 +34,8 @@ __global__ void __launch_bounds__(prim::kBlockThreads, 2)
     embeddingKernel(const WEFT_GRID_CONSTANT CommView view, OpDesc desc) {
   __shared__ float tile[kCoopFloats];
   runLaunched(view, desc, tile, [&](const BlockCoop& c, uint32_t item, const OpSeq& seq) {
+    if (desc.kind == static_cast<uint32_t>(OpKind::kEmbeddingPool))
+      return EmbeddingPoolOp::run(c, view, desc, seq, item);
     return EmbeddingAllToAllOp::run(c, view, desc, seq, item);
   });
 }

@@ -1,17 +1,68 @@
-// Embedding-bag + All-to-All's faults and arguments on the CPU backend (its cases on every backend
-// are tests/ops/test_embedding.cpp): an out-of-range index fails the op on every rank, naming it,
-// and unchecked indices still pool correctly; every bad argument is named.
+// Embedding-bag + All-to-All's paths, faults and arguments on the CPU backend (its cases on every
+// backend are tests/ops/test_embedding.cpp): the unfused path gives the fused path's results, also
+// where ranks take different paths, and weftctl shows its pooling ops; an out-of-range index fails
+// the op on every rank, naming it, on either path; unchecked indices still pool correctly; every
+// bad argument is named.
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "ops/embedding_cases.hpp"
 #include "support/multirank.hpp"
+#include "support/queue_json.hpp"
 
 namespace weft::test {
 namespace {
 
-TEST(EmbeddingFaults, AnIndexOutOfRangeFailsTheOpOnEveryRankAndNamesIt) {
+// embedding_path unfused: every bag pooled into the engine's buffer on the calling thread, then
+// sent by the op's exchange. Every mode, weighting and dim of the suite in every dtype on 1-4
+// ranks, first with the odd ranks fused (the paths meet in one op), then every rank unfused; the
+// status page marks each op with the path it took (a job per dtype, so that its page's history
+// holds every op).
+class EmbeddingUnfusedPath : public ::testing::TestWithParam<int> {};
+
+TEST_P(EmbeddingUnfusedPath, MatchesTheReferenceAndRanksMayDiffer) {
+  uint64_t s = freshSeed();
+  for (const bool mixed : {true, false})
+    for (weft_dtype_t dt : kDtypes) {
+      const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+        const bool unfused = !mixed || rank % 2 == 0;
+        setenv("WEFT_EMBEDDING_PATH", unfused ? "unfused" : "fused", 1);
+        OpRank r = openRank(rank, n, id, 7 * 7 * 1024 * 4);
+        ASSERT_NE(r.comm, nullptr);
+        uint64_t seed = s;
+        size_t ops = 0;
+        for (int64_t dim : {4, 12, 128})
+          for (int mode : {0, 1})
+            for (bool weighted : {false, true}) {
+              embeddingCase(r, EmbeddingCase{++seed, n, 1 + static_cast<int64_t>(seed % 7), dim, dt, mode, weighted},
+                            rank);
+              ++ops;
+            }
+        // Nothing to pool: fused, whatever the setting.
+        embeddingCase(r, EmbeddingCase{++seed, n, 0, 8, dt, 0, false}, rank);
+        const std::string json = queueJson();
+        EXPECT_EQ(occurrences(json, "\"op\":\"embedding_alltoall\""), ops + 1) << json;
+        EXPECT_EQ(occurrences(json, "\"path\":\"unfused\""), unfused ? ops : 0) << json;
+        EXPECT_EQ(occurrences(json, "\"path\":\"fused\""), unfused ? 1 : ops + 1) << json;
+        closeRank(r);
+      };
+      EXPECT_TRUE(runRanks(GetParam(), body))
+          << (mixed ? "odd ranks fused, " : "every rank unfused, ") << dtypeName(dt);
+      s += 100;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, EmbeddingUnfusedPath, ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param) + "ranks"; });
+
+// On either path (unfused: the pooling notes the index, the exchange after it carries it).
+class EmbeddingFaults : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EmbeddingFaults, AnIndexOutOfRangeFailsTheOpOnEveryRankAndNamesIt) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_EMBEDDING_PATH", GetParam(), 1);
     OpRank r = openRank(rank, n, id, 1 << 16);
     ASSERT_NE(r.comm, nullptr);
     const EmbeddingCase c{seed, n, 3, 8, WEFT_FLOAT32, 0, false};
@@ -32,7 +83,10 @@ TEST(EmbeddingFaults, AnIndexOutOfRangeFailsTheOpOnEveryRankAndNamesIt) {
   EXPECT_TRUE(runRanks(3, body));
 }
 
-TEST(EmbeddingFaults, UncheckedIndicesStillPoolCorrectly) {
+INSTANTIATE_TEST_SUITE_P(Paths, EmbeddingFaults, ::testing::Values("fused", "unfused"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+TEST(EmbeddingUncheckedIndices, StillPoolCorrectly) {
   const uint64_t seed = freshSeed();
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
     setenv("WEFT_CHECK_INDICES", "0", 1);

@@ -12,27 +12,10 @@
 
 #include "ops/gemm_cases.hpp"
 #include "support/multirank.hpp"
+#include "support/queue_json.hpp"
 
 namespace weft::test {
 namespace {
-
-// `weftctl queue --json` for this process's communicators.
-std::string queueJson() {
-  const std::string cmd = std::string(WEFT_TEST_WEFTCTL) + " queue --json --pid " + std::to_string(getpid()) + " 2>&1";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    pclose(p);
-  }
-  return out;
-}
-
-size_t occurrences(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 // No byte of the poisoned `bytes` at `heap` was written.
 void expectUntouched(const void* heap, size_t bytes) {

@@ -33,9 +33,10 @@ TEST(PathTable, TheFirstMatchingRowDecides) {
       "gemv_allreduce * 4 * * 2048 unfused -\n"
       "gemv_allreduce * * 1 8192 * unfused -\n"
       "gemv_allreduce cpu 2 64 * * fused_rsag -\n"
-      "gemm_alltoall * 2 256 * * fused -\n",
+      "gemm_alltoall * 2 256 * * fused -\n"
+      "embedding_alltoall * 2 512 8 * unfused -\n",
       "t.tsv");
-  ASSERT_EQ(t.rows().size(), 5u);
+  ASSERT_EQ(t.rows().size(), 6u);
   EXPECT_EQ(t.rows()[0].line, 2);
   EXPECT_EQ(t.rows()[0].gpu, "NVIDIA_H100");
   EXPECT_EQ(t.rows()[0].measured, "2026-11-22@ab36614");
@@ -52,7 +53,9 @@ TEST(PathTable, TheFirstMatchingRowDecides) {
   // Rows of one op never decide another's.
   EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, "cpu", 2, {{256, 8, 8}}).row->line, 7);
   EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, "cpu", 2, {{257, 8, 8}}).row, nullptr);
-  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, "cpu", 2, {{1, 1, 1}}).row, nullptr);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, "cpu", 2, {{512, 8, 1024}}).path, OpPath::kUnfused);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, "cpu", 2, {{512, 9, 1024}}).row, nullptr);  // 9 tables
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, "cpu", 4, {{1, 1, 1}}).row, nullptr);
 }
 
 TEST(PathTable, AShapeNoRowCoversTakesThePathThatCannotLose) {
@@ -64,8 +67,9 @@ TEST(PathTable, AShapeNoRowCoversTakesThePathThatCannotLose) {
   // The GEMM's is the fused op: its blas path pays the routing op's fixed cost, so it can lose.
   EXPECT_EQ(empty.choose(FusedOp::kGemmAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
   EXPECT_EQ(fallbackPath(FusedOp::kGemmAllToAll), OpPath::kFused);
-  // The embedding has one path so far: it is its fallback.
+  // The embedding's is the fused op; unfused moves every vector through the device's memory twice.
   EXPECT_EQ(empty.choose(FusedOp::kEmbeddingAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
+  EXPECT_EQ(fallbackPath(FusedOp::kEmbeddingAllToAll), OpPath::kFused);
 }
 
 TEST(PathTable, EveryBadRowIsNamedByOriginLineAndField) {
@@ -83,7 +87,7 @@ TEST(PathTable, EveryBadRowIsNamedByOriginLineAndField) {
   // A path the op cannot run is refused, not run as something else.
   EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * fused_rsag -\n", "path 'fused_rsag' is not fused or blas"));
   EXPECT_TRUE(parseFailsNaming("gemm_alltoall * 2 8 * * unfused -\n", "path 'unfused' is not fused or blas"));
-  EXPECT_TRUE(parseFailsNaming("embedding_alltoall * 2 8 * * blas -\n", "path 'blas' is not fused"));
+  EXPECT_TRUE(parseFailsNaming("embedding_alltoall * 2 8 * * blas -\n", "path 'blas' is not fused or unfused"));
   // Provenance: DATE@COMMIT or '-'.
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2 8 * * fused yesterday\n", "t.tsv:1: measured 'yesterday'"));
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 2 8 * * fused 2026-11-22@xyz1234\n", "measured"));
@@ -114,6 +118,16 @@ TEST(PathTable, PathSettingsNameThemselvesAndTheOp) {
     ADD_FAILURE() << "gemm_path 'unfused' accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gemm_path: 'unfused' is not auto, fused or blas (gemm_alltoall)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(pathSetting(FusedOp::kEmbeddingAllToAll, "unfused", "embedding_path"), OpPath::kUnfused);
+  EXPECT_EQ(pathSetting(FusedOp::kEmbeddingAllToAll, "fused", "embedding_path"), OpPath::kFused);
+  try {
+    pathSetting(FusedOp::kEmbeddingAllToAll, "blas", "embedding_path");
+    ADD_FAILURE() << "embedding_path 'blas' accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding_path: 'blas' is not auto, fused or unfused (embedding_alltoall)"),
               std::string::npos)
         << e.what();
   }

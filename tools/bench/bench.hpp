@@ -71,7 +71,8 @@ struct GemmRow {
 
 struct EmbedRow {
   int64_t tables = 0, rows = 0, dim = 0, batch = 0, pooling = 0;  // per rank; global batch
-  double fusedUs = 0, baseUs = 0, poolUs = 0, allToAllUs = 0;     // medians per op
+  double weftUs = 0, fusedUs = 0, unfusedUs = 0;                  // the table's choice; each path forced
+  double baseUs = 0, poolUs = 0, allToAllUs = 0;                  // medians per op
   double hostUs = 0;                                              // host time per fused submission
   double poolGBs = 0, copyGBs = 0;  // rows gathered by pooling alone; device-to-device copy (read + write)
   int64_t diff = -1;                // elements off the baseline; -1: unchecked

@@ -1,8 +1,10 @@
-// weft-bench embedding_alltoall: the fused op against an unfused pooling kernel + NCCL all-to-all
-// (or, with --baseline weft, weft's own All-to-All) in the same run, on the same stream, plus
-// pooling alone, the all-to-all alone and a device-to-device copy (the bandwidth pooling should
-// approach). Every rank owns the same number
-// of tables; bags have exactly `pooling` indices, drawn uniformly from their table.
+// weft-bench embedding_alltoall: weft's op as the path table runs it, and with each path forced
+// (fused: each bag pooled into its destination; unfused: pooled into a buffer, then sent), against
+// a pooling kernel + NCCL all-to-all (or, with --baseline weft, weft's own All-to-All) in the same
+// run, on the same stream, plus pooling alone, the all-to-all alone and a device-to-device copy
+// (the bandwidth pooling should approach). Every rank owns the same number of tables; bags have
+// exactly `pooling` indices, drawn uniformly from their table.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -66,6 +68,11 @@ int residentBlocks(int threads) {
 std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
   std::vector<EmbedRow> rows;
+  uint64_t recvMax = 0;
+  for (const EmbedShape& s : kShapes)
+    recvMax = std::max<uint64_t>(recvMax, s.globalBatch / c.nranks * s.tables * c.nranks * s.dim * t.bytes);
+  const Peers fusedComm(c, "WEFT_EMBEDDING_PATH", "fused", recvMax);
+  const Peers unfusedComm(c, "WEFT_EMBEDDING_PATH", "unfused", recvMax);
   for (const EmbedShape& s : kShapes) {
     EmbedRow r{s.tables, s.rows, s.dim, s.globalBatch, s.pooling};
     const int64_t lb = s.globalBatch / c.nranks, total = s.tables * c.nranks;
@@ -91,9 +98,9 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
     fillIndices<<<1024, 256, 0, c.stream>>>(indices, nIdx, s.rows, 0x5eed + c.rank);
     fillRamp<<<64, 256, 0, c.stream>>>(offsets, s.tables * s.globalBatch + 1, s.pooling);
     fillRamp<<<1, 64, 0, c.stream>>>(tableOffsets, s.tables + 1, s.rows);
-    auto fused = [&] {
-      if (weft_embedding_alltoall(c.weft, w, tableOffsets, s.tables, indices, offsets, nullptr, WEFT_POOL_SUM,
-                                  c.weftRecv, lb, total, s.tables * c.rank, s.dim, t.weft, c.stream) != WEFT_SUCCESS)
+    auto weftOn = [&](weft_comm_t comm, void* recv) {
+      if (weft_embedding_alltoall(comm, w, tableOffsets, s.tables, indices, offsets, nullptr, WEFT_POOL_SUM, recv, lb,
+                                  total, s.tables * c.rank, s.dim, t.weft, c.stream) != WEFT_SUCCESS)
         die(std::string("weft: ") + weft_get_last_error(nullptr));
     };
     const dev::EmbeddingArgs args{static_cast<const uint8_t*>(w),
@@ -135,25 +142,34 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
            "copy");
     };
     if (o.check) {
-      fused();
+      weftOn(c.weft, c.weftRecv);
+      weftOn(fusedComm.comm, fusedComm.heap);
+      weftOn(unfusedComm.comm, unfusedComm.heap);
       baseline();
       cuda(cudaStreamSynchronize(c.stream), "sync");
       std::vector<uint8_t> a(recvBytes), b(recvBytes);
-      cuda(cudaMemcpy(a.data(), c.weftRecv, recvBytes, cudaMemcpyDefault), "copy weft's recv");
       cuda(cudaMemcpy(b.data(), baseRecv, recvBytes, cudaMemcpyDefault), "copy the baseline's recv");
       r.diff = 0;
-      // weft: [sample][src * tables + t][:]; baseline: [src][sample][t][:].
-      for (int64_t src = 0; src < c.nranks; ++src)
-        for (int64_t sl = 0; sl < lb; ++sl)
-          for (int64_t tt = 0; tt < s.tables; ++tt)
-            for (int64_t e = 0; e < s.dim; ++e) {
-              const double x = dev::loadAsFloat(a.data(), (sl * total + src * s.tables + tt) * s.dim + e, t.dev);
-              const double y = dev::loadAsFloat(b.data(), ((src * lb + sl) * s.tables + tt) * s.dim + e, t.dev);
-              r.diff += !(std::fabs(x - y) <= 1e-2 * (std::fabs(y) + 1.0));
-            }
+      for (const void* got : {c.weftRecv, fusedComm.heap, unfusedComm.heap}) {
+        cuda(cudaMemcpy(a.data(), got, recvBytes, cudaMemcpyDefault), "copy weft's recv");
+        // weft: [sample][src * tables + t][:]; baseline: [src][sample][t][:].
+        for (int64_t src = 0; src < c.nranks; ++src)
+          for (int64_t sl = 0; sl < lb; ++sl)
+            for (int64_t tt = 0; tt < s.tables; ++tt)
+              for (int64_t e = 0; e < s.dim; ++e) {
+                const double x = dev::loadAsFloat(a.data(), (sl * total + src * s.tables + tt) * s.dim + e, t.dev);
+                const double y = dev::loadAsFloat(b.data(), ((src * lb + sl) * s.tables + tt) * s.dim + e, t.dev);
+                r.diff += !(std::fabs(x - y) <= 1e-2 * (std::fabs(y) + 1.0));
+              }
+      }
     }
     timeBothWays(c, o,
-                 {{fused, &r.fusedUs, &r.hostUs}, {baseline, &r.baseUs}, {pool, &r.poolUs}, {allToAll, &r.allToAllUs}});
+                 {{[&] { weftOn(c.weft, c.weftRecv); }, &r.weftUs, &r.hostUs},
+                  {[&] { weftOn(fusedComm.comm, fusedComm.heap); }, &r.fusedUs},
+                  {[&] { weftOn(unfusedComm.comm, unfusedComm.heap); }, &r.unfusedUs},
+                  {baseline, &r.baseUs},
+                  {pool, &r.poolUs},
+                  {allToAll, &r.allToAllUs}});
     // The copy is always timed eagerly: a graph's memcpy node moved 2.77 TB/s where the eager copy
     // moved 4.25 (H200), and the target is the better of the two.
     const double copyUs = eagerUs(c, o.warmup, o.iters, copy, nullptr);
@@ -173,21 +189,25 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
 
 void reportEmbedding(const Context& c, const Options& o, const std::vector<EmbedRow>& rows) {
   if (c.rank != 0) return;
-  std::printf("# weft-bench embedding_alltoall, %d ranks, dtype %s, %s; baseline: pooling kernel + %s all-to-all\n",
-              c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager", o.baseline == "weft" ? "weft" : "NCCL");
-  std::printf("%6s %8s %5s %6s %4s %10s %10s %8s %9s %9s %9s %9s %7s\n", "tables", "rows", "dim", "batch", "pool",
-              "fused_us", "base_us", "speedup", "pool_us", "a2a_us", "pool_GBs", "copy_GBs", "#diff");
+  std::printf(
+      "# weft-bench embedding_alltoall, %d ranks, dtype %s, %s; baseline: pooling kernel + %s all-to-all\n"
+      "# weft_us: the path table's choice; fused_us / unfused_us: each path forced (each bag pooled into its "
+      "destination; every bag pooled into a buffer, then sent); speedup: the baseline over weft_us\n",
+      c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager", o.baseline == "weft" ? "weft" : "NCCL");
+  std::printf("%6s %8s %5s %6s %4s %9s %9s %10s %10s %8s %9s %9s %9s %9s %7s\n", "tables", "rows", "dim", "batch",
+              "pool", "weft_us", "fused_us", "unfused_us", "base_us", "speedup", "pool_us", "a2a_us", "pool_GBs",
+              "copy_GBs", "#diff");
   JsonRows json(c, o, "embedding_alltoall");
   for (const EmbedRow& r : rows) {
-    std::printf("%6lld %8lld %5lld %6lld %4lld %10.2f %10.2f %8.2f %9.2f %9.2f %9.0f %9.0f %7lld\n",
+    std::printf("%6lld %8lld %5lld %6lld %4lld %9.2f %9.2f %10.2f %10.2f %8.2f %9.2f %9.2f %9.0f %9.0f %7lld\n",
                 (long long)r.tables, (long long)r.rows, (long long)r.dim, (long long)r.batch, (long long)r.pooling,
-                r.fusedUs, r.baseUs, r.baseUs / r.fusedUs, r.poolUs, r.allToAllUs, r.poolGBs, r.copyGBs,
-                (long long)r.diff);
+                r.weftUs, r.fusedUs, r.unfusedUs, r.baseUs, r.baseUs / r.weftUs, r.poolUs, r.allToAllUs, r.poolGBs,
+                r.copyGBs, (long long)r.diff);
     json.add([&](std::ostream& j) {
       j << ", \"tables\": " << r.tables << ", \"dim\": " << r.dim << ", \"batch\": " << r.batch
-        << ", \"pooling\": " << r.pooling << ", \"fused_us\": " << r.fusedUs << ", \"baseline_us\": " << r.baseUs
-        << ", \"pool_us\": " << r.poolUs << ", \"alltoall_us\": " << r.allToAllUs << ", \"copy_GBs\": " << r.copyGBs
-        << ", \"differing\": " << r.diff;
+        << ", \"pooling\": " << r.pooling << ", \"weft_us\": " << r.weftUs << ", \"fused_us\": " << r.fusedUs
+        << ", \"unfused_us\": " << r.unfusedUs << ", \"baseline_us\": " << r.baseUs << ", \"pool_us\": " << r.poolUs
+        << ", \"alltoall_us\": " << r.allToAllUs << ", \"copy_GBs\": " << r.copyGBs << ", \"differing\": " << r.diff;
     });
   }
   std::fflush(stdout);

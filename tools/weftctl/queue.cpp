@@ -84,8 +84,8 @@ void printText(const st::Listing& l, const QueueOptions& o) {
     for (size_t i = s.history.size(), n = 0; i-- > 0 && n < 4; ++n) {
       const st::OpRow& r = s.history[i];
       last += std::string(n ? "; " : "") + "#" + num(r.ticket) + " " + st::kindName(r.kind) +
-              (r.flags & st::kRowVendorProduct ? " (blas)" : "") + " " + secondsText(r.endNs - r.submitNs) + " " +
-              st::statusName(r.status);
+              (r.flags & st::kRowVendorProduct ? " (blas)" : "") + (r.flags & st::kRowPooledFirst ? " (unfused)" : "") +
+              " " + secondsText(r.endNs - r.submitNs) + " " + st::statusName(r.status);
     }
     if (!last.empty()) std::printf("    last ops: %s\n", last.c_str());
     if (const std::string f = failureLine(s); !f.empty()) std::printf("    first failure: %s\n", f.c_str());
@@ -103,6 +103,8 @@ std::string rowJson(const st::OpRow& r) {
          ",\"bytes\":" + num(r.bytes) + ",\"items\":" + num(r.nitems) +
          (r.kind == static_cast<uint32_t>(weft::dev::OpKind::kGemmAllToAll)
               ? std::string(",\"path\":") + (r.flags & st::kRowVendorProduct ? "\"blas\"" : "\"fused\"")
+          : r.kind == static_cast<uint32_t>(weft::dev::OpKind::kEmbeddingAllToAll)
+              ? std::string(",\"path\":") + (r.flags & st::kRowPooledFirst ? "\"unfused\"" : "\"fused\"")
               : "");
 }
 
@@ -212,7 +214,8 @@ std::string opText(const st::OpRow& r) {
   else if (kind == weft::dev::OpKind::kAllToAll)
     what += " of " + num(r.count) + " " + st::dtypeName(r.dtype) + " per rank";
   else
-    what += std::string(" (") + st::dtypeName(r.dtype) + (r.flags & st::kRowVendorProduct ? ", blas" : "") + ")";
+    what += std::string(" (") + st::dtypeName(r.dtype) + (r.flags & st::kRowVendorProduct ? ", blas" : "") +
+            (r.flags & st::kRowPooledFirst ? ", unfused" : "") + ")";
   return what + ", " + num(r.bytes) + " B";
 }
 

@@ -18,6 +18,12 @@
 // bag is pooled without it, the first is noted in EngineControl, and since every rank's op waits
 // for this rank's done word, which carries the error, the op fails on every rank (kBadInput), after
 // all data has moved, so no rank is left waiting.
+//
+// The unfused path (runtime: embedding_path unfused): EmbeddingPoolOp, a kernel of no ticket, pools
+// every bag into a buffer of the engine's, laid out as an All-to-All's send buffer, then this op
+// runs with `pooled` set and its data items copy the vectors from there instead of pooling them.
+// The exchange, its signals and its packing are the same either way, so ranks may take different
+// paths in one op: the choice is each rank's own.
 #pragma once
 
 #include "../../comm_device.hpp"
@@ -47,7 +53,8 @@ struct EmbeddingAllToAllOp {
                          (e.flags & kFlagMean) != 0,
                          (e.flags & kFlagCheck) != 0};
   }
-  // The inverse of args(): the input fields of the descriptor (not kind, dtype, recv or tiling).
+  // The inverse of args(): the input fields of the descriptor (not kind, dtype, recv, tiling or
+  // the pooled buffer).
   WEFT_HOST_DEVICE static void pack(const EmbeddingArgs& a, OpDesc& d) {
     d.send = reinterpret_cast<uint64_t>(a.weights);
     d.count = a.dim;
@@ -128,14 +135,19 @@ struct EmbeddingAllToAllOp {
     const uint64_t rowBytes = a.dim * dtypeSize(static_cast<DType>(d.dtype));
     uint8_t* out = v.at(dest, d.recv);
     const Packing pk = viaProxy(v, dest) ? packing(a, lo, hi, rowBytes, packRunBytes(v)) : Packing{};
-    bool noted = false;
-    poolBags(
-        c, static_cast<DType>(d.dtype), a, a.localBatch * static_cast<uint64_t>(v.nranks), dest, lo, hi,
-        [&](uint64_t b) { return out + placeOf(a, pk, b, rowBytes); },
-        [&](uint64_t table, int64_t index, int64_t rows) {
-          if (!noted) noteBadIndex(v, seq, table, index, rows);
-          noted = true;
-        });
+    if (d.args.embedding.pooled != 0) {
+      const auto* from = reinterpret_cast<const uint8_t*>(d.args.embedding.pooled) + dest * perDest * rowBytes;
+      copyBags(c, from, lo, hi, rowBytes, [&](uint64_t b) { return out + placeOf(a, pk, b, rowBytes); });
+    } else {
+      bool noted = false;
+      poolBags(
+          c, static_cast<DType>(d.dtype), a, a.localBatch * static_cast<uint64_t>(v.nranks), dest, lo, hi,
+          [&](uint64_t b) { return out + placeOf(a, pk, b, rowBytes); },
+          [&](uint64_t table, int64_t index, int64_t rows) {
+            if (!noted) noteBadIndex(v, seq, table, index, rows);
+            noted = true;
+          });
+    }
     if (viaProxy(v, dest)) {
       c.sync();
       const Status st = c.leader() ? postBags(v, WaitSite{seq.op, item, dest, WaitWhat::kProxyRoom}, a, dest, d.recv,
@@ -216,6 +228,28 @@ struct EmbeddingAllToAllOp {
     return st;
   }
 
+  // Bags [lo, hi) of one destination, pooled by EmbeddingPoolOp (bag b's vector at from + b *
+  // rowBytes), to their places: 16-byte pieces where rows and both ends allow, else bytes. The
+  // group's threads take consecutive pieces, so the loads are coalesced and so are the stores
+  // within a row.
+  template <class Coop, class Out>
+  WEFT_HOST_DEVICE static void copyBags(const Coop& c, const uint8_t* from, uint64_t lo, uint64_t hi, uint64_t rowBytes,
+                                        Out&& out) {
+    if (lo >= hi || rowBytes == 0) return;
+    const bool vec = rowBytes % kVecBytes == 0 && aligned16(from) && aligned16(out(lo));
+    const uint64_t piece = vec ? kVecBytes : 1, perRow = rowBytes / piece, pieces = (hi - lo) * perRow;
+    for (uint64_t i = static_cast<uint64_t>(c.rank()); i < pieces; i += static_cast<uint64_t>(c.size())) {
+      const uint64_t b = lo + i / perRow, at = i % perRow * piece;
+      const uint8_t* src = from + b * rowBytes + at;
+      uint8_t* dst = out(b) + at;
+      if (vec)
+        store16(dst, load16(src));
+      else
+        *dst = *src;
+    }
+  }
+
+ public:
   // The first bad index of this rank, for its own failure record (the op's epoch marks it).
   WEFT_HOST_DEVICE static void noteBadIndex(const CommView& v, const OpSeq& seq, uint64_t table, int64_t index,
                                             int64_t rows) {
@@ -229,6 +263,7 @@ struct EmbeddingAllToAllOp {
     prim::atomicStore<prim::Order::kRelease, prim::Scope::kDevice>(&k->badEpoch, static_cast<uint32_t>(seq.epoch));
   }
 
+ private:
   // Leader-only: this rank's vectors of this op are all stored; tells every rank, itself included,
   // and whether it met a bad index.
   WEFT_HOST_DEVICE static Status announceDone(const CommView& v, const OpSeq& seq, uint32_t item) {
@@ -264,6 +299,43 @@ struct EmbeddingAllToAllOp {
         }
     }
     return c.broadcast(st);
+  }
+};
+
+// The unfused path's first half (OpKind::kEmbeddingPool): this rank's bags pooled into `pooled`,
+// as an All-to-All's send buffer ([dest][sample][table][dim]), at the full speed of the device's
+// memory; the embedding op that follows copies them out (EmbeddingAllToAllOp, `pooled`). The
+// descriptor is the embedding op's (pack) with recv 0 and `grain` bags per item, cut across
+// destinations. It meets no peer and takes no ticket (runtime/backend.hpp, poolEmbedding). A bad
+// index is noted under the epoch of the embedding op that follows (opSeq gives this kernel that
+// epoch), whose done word carries it to every rank, as the fused op's would.
+struct EmbeddingPoolOp {
+  WEFT_HOST_DEVICE static uint32_t numItems(uint64_t numTables, uint64_t localBatch, uint32_t nranks, uint32_t bags) {
+    return static_cast<uint32_t>(ceilDiv(numTables * localBatch * nranks, bags < 1 ? 1 : bags));
+  }
+
+  template <class Coop>
+  WEFT_HOST_DEVICE static Status run(const Coop& c, const CommView& v, const OpDesc& d, const OpSeq& seq,
+                                     uint32_t item) {
+    const EmbeddingArgs a = EmbeddingAllToAllOp::args(d);
+    const uint64_t perDest = a.numTables * a.localBatch, all = perDest * static_cast<uint64_t>(v.nranks);
+    const uint64_t rowBytes = a.dim * dtypeSize(static_cast<DType>(d.dtype));
+    auto* pooled = reinterpret_cast<uint8_t*>(d.args.embedding.pooled);
+    bool noted = false;
+    // An item's bags may span two destinations (poolBags takes one at a time).
+    for (uint64_t lo = uint64_t{item} * d.grain, hi = minU64(all, lo + d.grain); lo < hi;) {
+      const uint64_t dest = lo / perDest, end = minU64(hi, (dest + 1) * perDest);
+      poolBags(
+          c, static_cast<DType>(d.dtype), a, a.localBatch * static_cast<uint64_t>(v.nranks), static_cast<int>(dest),
+          lo - dest * perDest, end - dest * perDest,
+          [&](uint64_t b) { return pooled + (dest * perDest + b) * rowBytes; },
+          [&](uint64_t table, int64_t index, int64_t rows) {
+            if (!noted) EmbeddingAllToAllOp::noteBadIndex(v, seq, table, index, rows);
+            noted = true;
+          });
+      lo = end;
+    }
+    return Status::kOk;
   }
 };
 
