@@ -123,6 +123,45 @@ TEST(TuneMeasure, TheGemmSweepChoosesBetweenFusedAndBlas) {
   std::remove(out.c_str());
 }
 
+// The embedding-bag + All-to-All: fused against unfused (pooled into a buffer, then sent), the rows
+// choosing what each point measured fastest; 3 ranks, tables of two widths.
+TEST(TuneMeasure, TheEmbeddingSweepChoosesBetweenFusedAndUnfused) {
+  const std::string out = tempPath("embedding.tsv");
+  const CtlRun run =
+      weftctl("",
+              "tune measure --op embedding_alltoall --ranks 1,3 --local-batch 4,24 --tables 2 --dim 8,36 "
+              "--iters 2 --samples 3 --commit 0123456abc --out " +
+                  out);
+  ASSERT_EQ(run.rc, 0) << run.output;
+  const std::string text = readAll(out);
+  const weft::PathTable t = weft::PathTable::parse(text, out);
+  ASSERT_FALSE(t.rows().empty()) << text;
+  for (const weft::PathRow& r : t.rows()) EXPECT_EQ(r.op, weft::FusedOp::kEmbeddingAllToAll);
+  const std::regex group(R"(^# ([0-9]+) rank\(s\), num_tables ([0-9]+), dim ([0-9]+): us per op \(fused unfused\)$)");
+  const std::regex point(R"(^#   local_batch ([0-9]+) +([0-9.]+) +([0-9.]+)  -> (fused|unfused)$)");
+  std::istringstream lines(text);
+  int ranks = 0, points = 0;
+  uint64_t tables = 0, dim = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, group)) {
+      ranks = std::stoi(m[1]);
+      tables = std::stoull(m[2]);
+      dim = std::stoull(m[3]);
+    } else if (std::regex_match(line, m, point)) {
+      ++points;
+      const double fused = std::stod(m[2]), unfused = std::stod(m[3]);
+      EXPECT_EQ(m[4].str(), unfused <= fused ? "unfused" : "fused") << line;
+      const weft::PathChoice c =
+          t.choose(weft::FusedOp::kEmbeddingAllToAll, "cpu", ranks, {{std::stoull(m[1]), tables, dim}});
+      ASSERT_NE(c.row, nullptr) << line;
+      EXPECT_EQ(weft::pathName(c.path), m[4].str()) << line;
+    }
+  }
+  EXPECT_EQ(points, 2 * 2 * 2) << text;  // ranks x dim x local_batch
+  std::remove(out.c_str());
+}
+
 TEST(TuneShow, NamesTheDecidingRowTheFallbackOrTheForcingSetting) {
   const std::string table = tempPath("show.tsv");
   std::ofstream(table) << "# a hand-written table\n"
@@ -147,8 +186,9 @@ TEST(TuneShow, NamesTheDecidingRowTheFallbackOrTheForcingSetting) {
             std::string::npos)
       << r.output;
   r = weftctl(env, "tune show --op embedding_alltoall --ranks 4 --shape 4096,8,128");
-  EXPECT_NE(r.output.find(": fused (no row covers it: the fallback, the op's only path"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find(": fused (no row covers it: the fallback, the fused op"), std::string::npos) << r.output;
+  r = weftctl(env + " WEFT_EMBEDDING_PATH=unfused", "tune show --op embedding_alltoall --ranks 4 --shape 4096,8,128");
+  EXPECT_NE(r.output.find(": unfused (embedding_path forces it)"), std::string::npos) << r.output;
   r = weftctl(env + " WEFT_GEMM_PATH=fused", "tune show --op gemm_alltoall --ranks 4 --shape 256,14336,4096");
   EXPECT_NE(r.output.find(": fused (gemm_path forces it)"), std::string::npos) << r.output;
   r = weftctl(env + " WEFT_GEMV_PATH=unfused", "tune show --op gemv_allreduce --ranks 2 --shape 8,4096,512");
@@ -171,7 +211,11 @@ TEST(Tune, BadArgumentsAreNamed) {
       {"tune measure --ranks 1 --out - --commit xyz", "--commit: 'xyz' is not 7 to 40 hex digits"},
       {"tune measure --ranks 1 --out - --dtype int8", "--dtype: 'int8' is not float32"},
       {"tune measure --ranks 1 --out - --batch 65", "--batch: '65' is not a whole number in [1, 64]"},
-      {"tune measure --ranks 1 --out - --op embedding_alltoall", "--op: 'embedding_alltoall' is not gemv_allreduce"},
+      {"tune measure --ranks 1 --out - --op embedding", "--op: 'embedding' is not gemv_allreduce, gemm_alltoall or"},
+      {"tune measure --ranks 1 --out - --dim 16", "--dim: only for --op embedding_alltoall"},
+      {"tune measure --ranks 1 --out - --op embedding_alltoall --k 16",
+       "--k: only for --op gemv_allreduce or gemm_alltoall"},
+      {"tune measure --ranks 1 --out - --op embedding_alltoall --dim 6", "--dim: 6 is not a multiple of 4"},
       {"tune measure --ranks 1 --out - --tokens 8", "--tokens: only for --op gemm_alltoall"},
       {"tune measure --ranks 1 --out - --op gemm_alltoall --batch 8", "--batch: only for --op gemv_allreduce"},
       {"tune measure --ranks 1 --out - --op gemm_alltoall --h 12", "--h: 12 is not a multiple of 8"},

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
   weftctl::TuneMeasureOptions measureOpts;
   auto* measure =
       tune->add_subcommand("measure", "Time every path of a fused op on this machine and write a path table for it");
-  measure->add_option("--op", measureOpts.op, "gemv_allreduce (the default) or gemm_alltoall");
+  measure->add_option("--op", measureOpts.op, "gemv_allreduce (the default), gemm_alltoall or embedding_alltoall");
   measure->add_option("--ranks", measureOpts.ranks, "World sizes to measure, comma-separated (ranks share the GPUs)")
       ->delimiter(',')
       ->check(wholeNumber(1, 64));
@@ -121,6 +121,15 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(wholeNumber(1, 1 << 20));
   measure->add_option("--h", measureOpts.h, "GEMM: columns of w")->delimiter(',')->check(wholeNumber(1, 1 << 20));
+  measure->add_option("--local-batch", measureOpts.localBatch, "Embedding: samples per rank")
+      ->delimiter(',')
+      ->check(wholeNumber(1, 1 << 20));
+  measure->add_option("--tables", measureOpts.tables, "Embedding: tables per rank")
+      ->delimiter(',')
+      ->check(wholeNumber(1, 1024));
+  measure->add_option("--dim", measureOpts.dim, "Embedding: elements per vector (4 to 1024, a multiple of 4)")
+      ->delimiter(',')
+      ->check(wholeNumber(4, 1024));
   measure->add_option("--dtype", measureOpts.dtype, "float32, float16 or bfloat16");
   measure->add_option("--iters", measureOpts.iters, "Ops per timed sample (default: 200 on a GPU, 3 on the CPU)")
       ->check(wholeNumber(1, 1000000));

@@ -41,23 +41,53 @@ std::vector<uint64_t> sizesOr(const std::vector<uint64_t>& given, std::vector<ui
 FusedOp measuredOp(const TuneMeasureOptions& o) {
   if (o.op == "gemv_allreduce") return FusedOp::kGemvAllReduce;
   if (o.op == "gemm_alltoall") return FusedOp::kGemmAllToAll;
-  throw Error(Code::kInvalidArgument, "--op: '" + o.op +
-                                          "' is not gemv_allreduce or gemm_alltoall (the embedding has one path, "
-                                          "nothing to measure)");
+  if (o.op == "embedding_alltoall") return FusedOp::kEmbeddingAllToAll;
+  throw Error(Code::kInvalidArgument,
+              "--op: '" + o.op + "' is not gemv_allreduce, gemm_alltoall or embedding_alltoall");
 }
 
 const std::vector<OpPath>& measuredPaths(FusedOp op) {
   static const std::vector<OpPath> gemv = {OpPath::kFused, OpPath::kFusedRsag, OpPath::kUnfused, OpPath::kBlas};
   static const std::vector<OpPath> gemm = {OpPath::kFused, OpPath::kBlas};
-  return op == FusedOp::kGemvAllReduce ? gemv : gemm;
+  static const std::vector<OpPath> embedding = {OpPath::kFused, OpPath::kUnfused};
+  return op == FusedOp::kGemvAllReduce ? gemv : op == FusedOp::kGemmAllToAll ? gemm : embedding;
 }
 
-const char* pathSettingName(FusedOp op) { return op == FusedOp::kGemvAllReduce ? "gemv_path" : "gemm_path"; }
+const char* pathSettingName(FusedOp op) {
+  return op == FusedOp::kGemvAllReduce ? "gemv_path" : op == FusedOp::kGemmAllToAll ? "gemm_path" : "embedding_path";
+}
 
 std::vector<SweepPoint> sweepOf(const TuneMeasureOptions& o, FusedOp op, bool cpuBackend) {
   // The CPU backend computes with plain loops: its default sweeps are small enough for a test.
   std::vector<uint64_t> first, second, third;
-  if (op == FusedOp::kGemvAllReduce) {
+  if (op != FusedOp::kEmbeddingAllToAll) {
+    refuse(o.localBatch, "--local-batch", "embedding_alltoall");
+    refuse(o.tables, "--tables", "embedding_alltoall");
+    refuse(o.dim, "--dim", "embedding_alltoall");
+  }
+  if (op == FusedOp::kEmbeddingAllToAll) {
+    const struct {
+      const std::vector<uint64_t>* sizes;
+      const char *option, *owner;
+    } others[] = {{&o.batches, "--batch", "gemv_allreduce"},
+                  {&o.n, "--n", "gemv_allreduce"},
+                  {&o.k, "--k", "gemv_allreduce or gemm_alltoall"},
+                  {&o.tokens, "--tokens", "gemm_alltoall"},
+                  {&o.h, "--h", "gemm_alltoall"}};
+    for (const auto& x : others) refuse(*x.sizes, x.option, x.owner);
+    // DLRM's shapes: the issues' 8 tables of 128 and 16 of 256, over the batch sizes of inference
+    // and training.
+    first = sizesOr(o.localBatch, {4, 32}, {128, 256, 512, 1024, 2048, 4096, 8192}, cpuBackend);
+    second = sizesOr(o.tables, {2}, {8, 16}, cpuBackend);
+    third = sizesOr(o.dim, {16}, {128, 256}, cpuBackend);
+    checkSizes(first, "--local-batch", 1u << 20);
+    checkSizes(second, "--tables", 1024);
+    checkSizes(third, "--dim", 1024);
+    for (uint64_t x : third)
+      if (x % 4 != 0)
+        throw Error(Code::kInvalidArgument,
+                    "--dim: " + std::to_string(x) + " is not a multiple of 4 (the embedding's)");
+  } else if (op == FusedOp::kGemvAllReduce) {
     refuse(o.tokens, "--tokens", "gemm_alltoall");
     refuse(o.h, "--h", "gemm_alltoall");
     first = sizesOr(o.batches, {1, 8, 64}, {1, 2, 4, 8, 16, 32, 64}, cpuBackend);

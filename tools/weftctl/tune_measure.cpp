@@ -1,6 +1,7 @@
 // weftctl tune measure: for each world size, starts that many ranks on this host (forked from
 // weftctl before anything touches a device, so each child starts its device afresh), and each
-// rank times the op (the GEMV + AllReduce or the GEMM + All-to-All) with every path forced (one
+// rank times the op (the GEMV + AllReduce, the GEMM + All-to-All or the embedding-bag +
+// All-to-All) with every path forced (one
 // communicator per path, as weft-bench does) over the sweep. Rank 0 reports its medians through a
 // pipe; the parent keeps each shape's fastest path and writes the rows (sweep.cpp turns the
 // points into rows).
@@ -63,14 +64,37 @@ std::vector<int64_t> evenSplit(uint64_t tokens, int nranks) {
   return counts;
 }
 
+// The embedding's bags: every rank owns `tables` tables of kEmbeddingRows rows (each rank the same
+// number, as DLRM shards them), and each bag pools kBagRows rows drawn evenly from its table.
+const uint64_t kEmbeddingRows = kCpu ? 64 : 100000, kBagRows = kCpu ? 4 : 32;
+
+// An embedding point's lookups in one block: indices, then offsets, then table offsets (int64).
+struct Lookups {
+  uint64_t indices, offsets, tableOffsets;
+  Lookups(const SweepPoint& p, int nranks) {
+    const uint64_t bags = p.dims[1] * p.dims[0] * static_cast<uint64_t>(nranks);
+    indices = bags * kBagRows;
+    offsets = bags + 1;
+    tableOffsets = p.dims[1] + 1;
+  }
+  uint64_t bytes() const { return (indices + offsets + tableOffsets) * sizeof(int64_t); }
+};
+
 // The bytes of the sweep's largest input, weights and output (the GEMM's recv holds a rank's
-// tokens and one row per rank more: run() passes that capacity).
+// tokens and one row per rank more: run() passes that capacity; the embedding's input is its
+// lookups).
 struct Footprint {
   uint64_t in = 0, w = 0, out = 0;
   Footprint(weft::FusedOp op, const std::vector<SweepPoint>& points, weft::dev::DType dt, int nranks) {
     const uint64_t es = weft::dev::dtypeSize(dt);
     const bool gemv = op == weft::FusedOp::kGemvAllReduce;
     for (const SweepPoint& p : points) {
+      if (op == weft::FusedOp::kEmbeddingAllToAll) {  // local_batch, tables, dim
+        in = std::max(in, Lookups(p, nranks).bytes());
+        w = std::max(w, p.dims[1] * kEmbeddingRows * p.dims[2] * es);
+        out = std::max(out, p.dims[0] * p.dims[1] * static_cast<uint64_t>(nranks) * p.dims[2] * es);
+        continue;
+      }
       in = std::max(in, p.dims[0] * (gemv ? p.dims[2] : p.dims[1]) * es);
       w = std::max(w, p.dims[1] * p.dims[2] * es);
       out = std::max(out, (gemv ? p.dims[0] * p.dims[1] : (p.dims[0] + nranks) * p.dims[2]) * es);
@@ -89,9 +113,11 @@ class PointOps {
     out_ = comm.memAlloc(f.out);
     counts_ = static_cast<int64_t*>(comm.memAlloc(nranks * sizeof(int64_t)));
   }
-  // Sets the point's inputs up (the GEMM's send counts); then run() issues its op.
+  // Sets the point's inputs up (the GEMM's send counts, the embedding's lookups); then run()
+  // issues its op.
   void prepare(const SweepPoint& p) {
     point_ = p;
+    if (op_ == weft::FusedOp::kEmbeddingAllToAll) return prepareLookups(p);
     if (op_ != weft::FusedOp::kGemmAllToAll) return;
     const std::vector<int64_t> counts = evenSplit(p.dims[0], nranks_);
     weft::copyToDevice(counts_, counts.data(), counts.size() * sizeof(int64_t));
@@ -100,6 +126,23 @@ class PointOps {
     const SweepPoint& p = point_;
     if (op_ == weft::FusedOp::kGemvAllReduce)
       return comm_.gemvAllReduce(in_, w_, out_, static_cast<uint32_t>(p.dims[0]), p.dims[1], p.dims[2], dt_, nullptr);
+    if (op_ == weft::FusedOp::kEmbeddingAllToAll) {
+      const Lookups l(p, nranks_);
+      const auto* lookups = static_cast<const int64_t*>(in_);
+      const weft::dev::EmbeddingArgs a{static_cast<const uint8_t*>(w_),
+                                       lookups + l.indices + l.offsets,
+                                       lookups,
+                                       lookups + l.indices,
+                                       nullptr,
+                                       p.dims[1],
+                                       p.dims[0],
+                                       p.dims[1] * static_cast<uint64_t>(nranks_),
+                                       p.dims[1] * static_cast<uint64_t>(comm_.rank()),
+                                       p.dims[2],
+                                       /*mean=*/false,
+                                       /*check=*/true};
+      return comm_.embeddingAllToAll(a, out_, dt_, nullptr);
+    }
     const weft::dev::GemmArgs g{static_cast<const uint8_t*>(in_),
                                 static_cast<const uint8_t*>(w_),
                                 counts_,
@@ -114,6 +157,19 @@ class PointOps {
   }
 
  private:
+  // Every bag pools kBagRows rows of its table, spread by a multiplicative hash so that the rows a
+  // bag reads are not adjacent.
+  void prepareLookups(const SweepPoint& p) {
+    const Lookups l(p, nranks_);
+    std::vector<int64_t> host(l.indices + l.offsets + l.tableOffsets);
+    for (uint64_t i = 0; i < l.indices; ++i)
+      host[i] = static_cast<int64_t>((i * 0x9e3779b97f4a7c15ull >> 17) % kEmbeddingRows);
+    for (uint64_t b = 0; b < l.offsets; ++b) host[l.indices + b] = static_cast<int64_t>(b * kBagRows);
+    for (uint64_t t = 0; t < l.tableOffsets; ++t)
+      host[l.indices + l.offsets + t] = static_cast<int64_t>(t * kEmbeddingRows);
+    weft::copyToDevice(in_, host.data(), host.size() * sizeof(int64_t));
+  }
+
   weft::Comm& comm_;
   weft::FusedOp op_;
   weft::dev::DType dt_;

@@ -50,7 +50,7 @@ const char* fallbackReason(weft::FusedOp op) {
     case weft::FusedOp::kGemmAllToAll:
       return "the fused op (the blas path pays the routing op's fixed cost, so it is no safe default)";
     default:
-      return "the op's only path so far";
+      return "the fused op (unfused, the vectors cross the device's memory twice: pooled, then copied out)";
   }
 }
 
@@ -81,13 +81,11 @@ int runTuneShow(const TuneShowOptions& o) {
   std::printf("%s on %d rank(s) of %s, %s %llu, %s %llu, %s %llu: ", weft::opName(*op), o.ranks,
               gpu.empty() ? "no GPU" : gpu.c_str(), names[0], static_cast<unsigned long long>(shape.dims[0]), names[1],
               static_cast<unsigned long long>(shape.dims[1]), names[2], static_cast<unsigned long long>(shape.dims[2]));
-  // The embedding has one path: no setting forces it.
-  const char* setting = *op == weft::FusedOp::kEmbeddingAllToAll ? nullptr : pathSettingName(*op);
-  if (setting)
-    if (const auto forced = weft::pathSetting(*op, s.getString(setting), setting)) {
-      std::printf("%s (%s forces it)\n", weft::pathName(*forced), setting);
-      return 0;
-    }
+  const char* setting = pathSettingName(*op);
+  if (const auto forced = weft::pathSetting(*op, s.getString(setting), setting)) {
+    std::printf("%s (%s forces it)\n", weft::pathName(*forced), setting);
+    return 0;
+  }
   const weft::PathChoice c = t.choose(*op, gpu, o.ranks, shape);
   if (c.row)
     std::printf("%s (line %d: %s)\n", weft::pathName(c.path), c.row->line, weft::formatRow(*c.row).c_str());
