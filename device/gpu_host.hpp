@@ -109,6 +109,11 @@ bool gemmSplitsLastWave();
 Outcome residentOpBlocks(dev::OpKind kind, int threads, bool proxied, int* blocks);
 // The same for the persistent kernel.
 Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks);
+// Loads every kernel of the variant into the current device's context now. Under lazy module
+// loading (CUDA's default) a kernel's first launch loads it, and the load waits for the device's
+// work to drain: beside a peer's kernel that spins until this rank's op arrives, that first launch
+// would wait until the peer timed out.
+Outcome loadKernels(bool proxied);
 // The current device's streaming multiprocessors (compute units on AMD).
 Outcome smCount(int* sms);
 // What the compiler gave the launched kernel of `kind` on the current device: registers per

@@ -299,6 +299,21 @@ void warnWithoutMpsShare(int sharers) {
            sharers, share ? share : "unset", most);
 }
 
+// Under MPS a kernel's first launch in one rank (lazy module loading, CUDA's default) waits for the
+// whole device's work to drain, the other ranks' kernels included, and those may be waiting on this
+// rank's op: every rank stalls until the timeout. weft loads its own kernels at init; the others
+// (the vendor BLAS's, the framework's) load at their first launch unless loading is eager. Read
+// when CUDA starts in the process, before weft can set it.
+void warnWithoutEagerLoading(int sharers) {
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  if (loading && std::string(loading) == "EAGER") return;
+  WEFT_LOG(kWarn, kEngine,
+           "{} ranks share this GPU but CUDA_MODULE_LOADING is {}: set it to EAGER in every rank's environment "
+           "(before CUDA starts), or a kernel's first launch in one rank may wait for another rank's spinning "
+           "kernel until the timeout",
+           sharers, loading ? loading : "unset (lazy)");
+}
+
 }  // namespace
 
 Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers,
@@ -330,6 +345,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.view.slots = e.onDevice(queue.slots());
   e.view.alive = e.onDevice(queue.alive());
   requireGpu(gpu::streamCreateNonBlocking(&e.controlStream), "creating the control stream");
+  requireGpu(gpu::loadKernels(e.proxied), "loading weft's kernels");
   requireGpu(gpu::residentOpBlocks(dev::OpKind::kGemmAllToAll, e.threads, e.proxied, &e.gemmBlocks),
              "sizing the GEMM kernel's grid");
   // Under weftd's engine, weftd's persistent kernels (one per rank on this GPU, a block per SM
@@ -362,6 +378,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
              "side by side only under MPS (nvidia-cuda-mps-control -d)",
              e.sharers, e.sharers, e.workers);
     warnWithoutMpsShare(e.sharers);
+    warnWithoutEagerLoading(e.sharers);
   }
   Undo freePartials{[&] {
     if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);

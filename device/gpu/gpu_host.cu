@@ -414,6 +414,20 @@ Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks) {
   return o;
 }
 
+Outcome loadKernels(bool proxied) {
+  const Kernels& k = kernels(proxied);
+  const void* all[] = {reinterpret_cast<const void*>(k.persistent),   reinterpret_cast<const void*>(k.op),
+                       reinterpret_cast<const void*>(k.oneShotLines), reinterpret_cast<const void*>(k.gemv),
+                       reinterpret_cast<const void*>(k.embedding),    reinterpret_cast<const void*>(k.gemm),
+                       reinterpret_cast<const void*>(k.gemmRoute),    reinterpret_cast<const void*>(k.gemmSolo)};
+  Outcome o;
+  for (const void* f : all) {
+    gpuFuncAttributes a{};
+    if (o) o = check(GPU(FuncGetAttributes)(&a, f), "FuncGetAttributes (loading weft's kernels)");
+  }
+  return o;
+}
+
 Outcome smCount(int* sms) {
   int device = 0;
   gpuDeviceProp_t prop{};

@@ -1,6 +1,5 @@
 #include "gpu_support.hpp"
 
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +61,10 @@ void useGpu(int rank, int n) {
   const int sharers = (n + gpus - 1) / gpus;
   if (sharingGpus() && sharers > 1 && !getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
     setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(100 / sharers).c_str(), 1);
+  // Under MPS a kernel's first launch (lazy loading) waits for the device to drain, the peers'
+  // spinning kernels included: the suite's own kernels load at the rank's start instead, as
+  // weftrun has every rank's (unless the environment says otherwise).
+  if (sharingGpus() && sharers > 1) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   ASSERT_EQ(cudaSetDevice(rank % gpus), cudaSuccess);
 }
 

@@ -9,8 +9,9 @@
 #             during init) is gone once weftrun has ended
 #   ipath     the ranks run with IPATH_NO_BACKTRACE=1 (unless the user set it), so that the
 #             libinfinipath that Debian's libfabric loads catches none of their signals
-#   mps_share ranks sharing GPUs get CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / ranks per GPU
-#             (unless the user set it); ranks with a GPU each get none
+#   mps_share ranks sharing GPUs get CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / ranks per GPU and
+#             CUDA_MODULE_LOADING = EAGER (each unless the user set it); ranks with a GPU each get
+#             neither
 # Waits are bounded by tens of seconds; nothing is timed.
 set -u
 weftrun=$1
@@ -100,27 +101,29 @@ case $check in
     for f in "$dir"/seg.*; do [ -e "/dev/shm/$(cat "$f")" ] && fail "/dev/shm/$(cat "$f") outlived weftrun"; done
     ;;
   mps_share)
-    # The distinct CUDA_MPS_ACTIVE_THREAD_PERCENTAGE values the ranks of a run saw ("unset": none).
+    # The distinct CUDA_MPS_ACTIVE_THREAD_PERCENTAGE/CUDA_MODULE_LOADING pairs the ranks of a run
+    # saw ("unset": none).
     shares() {
       rm -f "$dir"/mps.*
-      "$@" -t 60 sh -c 'echo "${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE-unset}" > "$0/mps.$RANK"' "$dir" 2>/dev/null ||
-        fail "$* failed"
+      "$@" -t 60 sh -c 'echo "${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE-unset}/${CUDA_MODULE_LOADING-unset}" > "$0/mps.$RANK"' \
+        "$dir" 2>/dev/null || fail "$* failed"
       sort -u "$dir"/mps.* | tr '\n' ' '
     }
-    unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CUDA_MODULE_LOADING
     got=$(shares "$weftrun" --gpus 1 -n 4)
-    [ "$got" = "25 " ] || fail "4 ranks on 1 GPU saw: $got"
+    [ "$got" = "25/EAGER " ] || fail "4 ranks on 1 GPU saw: $got"
     got=$(shares "$weftrun" --gpus 2 -n 3)
-    [ "$got" = "50 " ] || fail "3 ranks on 2 GPUs saw: $got"
+    [ "$got" = "50/EAGER " ] || fail "3 ranks on 2 GPUs saw: $got"
     got=$(shares "$weftrun" --gpus 2 -n 2)
-    [ "$got" = "unset " ] || fail "2 ranks on 2 GPUs saw: $got"
+    [ "$got" = "unset/unset " ] || fail "2 ranks on 2 GPUs saw: $got"
     # Counted, not given: CUDA_VISIBLE_DEVICES=-1 hides every GPU, as CUDA reads it.
     got=$(shares env CUDA_VISIBLE_DEVICES=-1 "$weftrun" -n 4)
-    [ "$got" = "unset " ] || fail "4 ranks with no visible GPU saw: $got"
-    got=$(shares env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 "$weftrun" --gpus 1 -n 2)
-    [ "$got" = "40 " ] || fail "the user's 40 became: $got"
-    "$weftrun" --gpus 1 -n 2 -t 60 true 2>&1 | grep -q "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" ||
-      fail "weftrun did not say what it set"
+    [ "$got" = "unset/unset " ] || fail "4 ranks with no visible GPU saw: $got"
+    got=$(shares env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 CUDA_MODULE_LOADING=LAZY "$weftrun" --gpus 1 -n 2)
+    [ "$got" = "40/LAZY " ] || fail "the user's 40 and LAZY became: $got"
+    out=$("$weftrun" --gpus 1 -n 2 -t 60 true 2>&1)
+    echo "$out" | grep -q "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" || fail "weftrun did not say what it set: $out"
+    echo "$out" | grep -q "CUDA_MODULE_LOADING=EAGER" || fail "weftrun did not say it set eager loading: $out"
     ;;
   ipath)
     env -u IPATH_NO_BACKTRACE "$weftrun" -n 2 -t 60 sh -c 'echo "$RANK $IPATH_NO_BACKTRACE" > "$0/env.$RANK"' "$dir" || fail "weftrun failed"

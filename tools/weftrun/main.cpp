@@ -9,7 +9,9 @@
 // More ranks than GPUs share them (a rank takes GPU LOCAL_RANK % GPUs): their kernels, whose blocks
 // wait on each other's, run side by side only under MPS with each client limited to its share of
 // the SMs, so weftrun sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / (ranks per GPU) for every rank
-// where the user has not set it (MPS reads it when CUDA starts in the rank, before weft could).
+// where the user has not set it (MPS reads it when CUDA starts in the rank, before weft could), and
+// CUDA_MODULE_LOADING = EAGER: under MPS a kernel's first launch with lazy loading waits for the
+// device's work to drain, a peer's spinning kernel included, which may be waiting on this rank.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -206,6 +208,12 @@ int run(int nranks, int gpus, double timeout, const std::string& addr, std::vect
                  "weftrun: %d ranks on %d GPU(s), up to %d a GPU: each rank gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s "
                  "(their kernels run side by side only under MPS: nvidia-cuda-mps-control -d)\n",
                  nranks, gpus, sharers, share.c_str());
+  }
+  if (sharers > 1 && !std::getenv("CUDA_MODULE_LOADING")) {
+    common.emplace_back("CUDA_MODULE_LOADING", "EAGER");
+    std::fprintf(stderr,
+                 "weftrun: ranks share GPUs: each rank gets CUDA_MODULE_LOADING=EAGER (a kernel loaded at its first "
+                 "launch would wait for the other ranks' kernels)\n");
   }
   const sigset_t set = waitedSignals();
   sigset_t before;
