@@ -57,6 +57,32 @@ int residentKernels(int device) {
 
 }  // namespace
 
+// Device memory that an op reads and a later one may need larger: grown in 2 MiB steps, and every
+// smaller one kept until the engine stops (a captured graph may still address it).
+struct GrowingBuffer {
+  void* at = nullptr;
+  uint64_t bytes = 0;
+  std::vector<void*> outgrown;
+
+  void* atLeast(uint64_t need, const char* what) {
+    if (need <= bytes) return at;
+    const uint64_t grown = dev::ceilDiv(need, uint64_t{2} << 20) * (uint64_t{2} << 20);
+    void* p = nullptr;
+    requireGpu(gpu::deviceMallocDuringCapture(&p, grown), what);
+    if (at) outgrown.push_back(at);
+    at = p;
+    bytes = grown;
+    return at;
+  }
+  void release() {
+    for (void* p : outgrown) gpu::deviceFree(p);
+    if (at) gpu::deviceFree(at);
+    outgrown.clear();
+    at = nullptr;
+    bytes = 0;
+  }
+};
+
 struct Engine::Impl {
   WorkQueue* queue = nullptr;
   uint8_t* queueDevice = nullptr;  // the queue's shared memory as the GPU addresses it
@@ -89,15 +115,8 @@ struct Engine::Impl {
   }
   float* gemmPartials = nullptr;          // the GEMM's split tiles' partials (sm_90a), gemmBlocks slots
   std::unique_ptr<gpu::VendorBlas> blas;  // launched engines of builds with one: the `blas` paths
-  // The GEMM + All-to-All's blas path: the vendor BLAS's product, the op's input. Grown as needed;
-  // a smaller one is kept until the engine stops (a captured graph may still address it).
-  void* product = nullptr;
-  uint64_t productBytes = 0;
-  std::vector<void*> productsOutgrown;
-  // The embedding's unfused path: its pooled vectors (poolEmbedding), kept alike.
-  void* pooled = nullptr;
-  uint64_t pooledBytes = 0;
-  std::vector<void*> pooledOutgrown;
+  GrowingBuffer product;  // the GEMM + All-to-All's blas path: the vendor BLAS's product, the op's input
+  GrowingBuffer pooled;   // the embedding's unfused path: its pooled vectors (poolEmbedding)
   std::mutex launchMutex;
   std::function<void()> wake;  // remote: asks weftd to start its kernel again (setWake)
   // Engine::itemsFinished's copies: a stream and a pinned word of their own (made on first use,
@@ -461,10 +480,8 @@ bool Engine::stop() {
     free(e.watchWord);
   }
   if (e.gemmPartials) gpu::deviceFree(e.gemmPartials);
-  for (void* p : e.productsOutgrown) gpu::deviceFree(p);
-  if (e.product) gpu::deviceFree(e.product);
-  for (void* p : e.pooledOutgrown) gpu::deviceFree(p);
-  if (e.pooled) gpu::deviceFree(e.pooled);
+  e.product.release();
+  e.pooled.release();
   gpu::hostUnregister(e.queue->memory());
   return e.released = true;
 }
@@ -552,38 +569,24 @@ bool Engine::vendorGemv(const GemvOperands& g, void* stream, bool capturing) {
 const void* Engine::vendorGemm(const GemmOperands& g, void* stream, bool capturing) {
   Impl& e = *impl_;
   if (!e.blas || (e.persistent && !capturing) || !gpu::VendorBlas::fits(g.tokens, g.h, g.k)) return nullptr;
-  const uint64_t bytes = g.tokens * g.h * dev::dtypeSize(g.dt);
-  if (bytes > e.productBytes) {
-    const uint64_t grown = dev::ceilDiv(bytes, uint64_t{2} << 20) * (uint64_t{2} << 20);
-    void* p = nullptr;
-    requireGpu(gpu::deviceMallocDuringCapture(&p, grown), "the GEMM's product buffer (gemm_path blas)");
-    if (e.product) e.productsOutgrown.push_back(e.product);
-    e.product = p;
-    e.productBytes = grown;
-  }
+  void* product =
+      e.product.atLeast(g.tokens * g.h * dev::dtypeSize(g.dt), "the GEMM's product buffer (gemm_path blas)");
   orderedVendorCall(
       e.lastStream, e.lastOp, stream, capturing,
-      [&] { return e.blas->gemm(g.a, g.w, e.product, g.tokens, g.k, g.h, g.dt, stream); },
+      [&] { return e.blas->gemm(g.a, g.w, product, g.tokens, g.k, g.h, g.dt, stream); },
       "the vendor BLAS's GEMM (gemm_path blas)");
-  return e.product;
+  return product;
 }
 
 void* Engine::poolEmbedding(dev::OpDesc& pool, uint64_t bytes, void* stream, bool capturing) {
   Impl& e = *impl_;
   if (e.persistent && !capturing) return nullptr;
-  if (bytes > e.pooledBytes) {
-    const uint64_t grown = dev::ceilDiv(bytes, uint64_t{2} << 20) * (uint64_t{2} << 20);
-    void* p = nullptr;
-    requireGpu(gpu::deviceMallocDuringCapture(&p, grown), "the embedding's pooled vectors (embedding_path unfused)");
-    if (e.pooled) e.pooledOutgrown.push_back(e.pooled);
-    e.pooled = p;
-    e.pooledBytes = grown;
-  }
-  pool.args.embedding.pooled = reinterpret_cast<uint64_t>(e.pooled);
+  void* pooled = e.pooled.atLeast(bytes, "the embedding's pooled vectors (embedding_path unfused)");
+  pool.args.embedding.pooled = reinterpret_cast<uint64_t>(pooled);
   orderedVendorCall(
       e.lastStream, e.lastOp, stream, capturing, [&] { return e.launchSized(pool, stream); },
       "the embedding's pooling kernel (embedding_path unfused)");
-  return e.pooled;
+  return pooled;
 }
 
 std::optional<uint64_t> Engine::itemsFinished(double seconds) {

@@ -85,6 +85,37 @@ TEST(TuneMeasure, WritesATableThatParsesAndChoosesWhatItMeasuredFastest) {
   std::remove(out.c_str());
 }
 
+// The points of a table of an op with two paths, `fused` and `other` in the times' order: each
+// point's comment names the faster (ties go to `other`), and the rows choose it. Returns how many
+// points the table has.
+size_t pointsChosenAsMeasured(const std::string& text, const weft::PathTable& t, weft::FusedOp op,
+                              const std::string& other) {
+  const char* const* names = weft::shapeNames(op);
+  const std::regex group("^# ([0-9]+) rank\\(s\\), " + std::string(names[1]) + " ([0-9]+), " + names[2] +
+                         " ([0-9]+): us per op \\(fused " + other + "\\)$");
+  const std::regex point("^#   " + std::string(names[0]) + " ([0-9]+) +([0-9.]+) +([0-9.]+)  -> (fused|" + other +
+                         ")$");
+  std::istringstream lines(text);
+  int ranks = 0;
+  size_t points = 0;
+  uint64_t second = 0, third = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, group)) {
+      ranks = std::stoi(m[1]);
+      second = std::stoull(m[2]);
+      third = std::stoull(m[3]);
+    } else if (std::regex_match(line, m, point)) {
+      ++points;
+      EXPECT_EQ(m[4].str(), std::stod(m[3]) <= std::stod(m[2]) ? other : "fused") << line;
+      const weft::PathChoice c = t.choose(op, "cpu", ranks, {{std::stoull(m[1]), second, third}});
+      EXPECT_NE(c.row, nullptr) << line;
+      if (c.row) EXPECT_EQ(weft::pathName(c.path), m[4].str()) << line;
+    }
+  }
+  return points;
+}
+
 // The GEMM + All-to-All: fused against blas (on the CPU backend the engine's stand-in for the
 // vendor BLAS), the rows choosing what each point measured fastest; 3 ranks split neither token
 // count evenly.
@@ -99,27 +130,8 @@ TEST(TuneMeasure, TheGemmSweepChoosesBetweenFusedAndBlas) {
   const weft::PathTable t = weft::PathTable::parse(text, out);
   ASSERT_FALSE(t.rows().empty()) << text;
   for (const weft::PathRow& r : t.rows()) EXPECT_EQ(r.op, weft::FusedOp::kGemmAllToAll);
-  const std::regex group(R"(^# ([0-9]+) rank\(s\), k ([0-9]+), h ([0-9]+): us per op \(fused blas\)$)");
-  const std::regex point(R"(^#   tokens ([0-9]+) +([0-9.]+) +([0-9.]+)  -> (fused|blas)$)");
-  std::istringstream lines(text);
-  int ranks = 0, points = 0;
-  uint64_t k = 0, h = 0;
-  for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (std::regex_match(line, m, group)) {
-      ranks = std::stoi(m[1]);
-      k = std::stoull(m[2]);
-      h = std::stoull(m[3]);
-    } else if (std::regex_match(line, m, point)) {
-      ++points;
-      const double fused = std::stod(m[2]), blas = std::stod(m[3]);
-      EXPECT_EQ(m[4].str(), blas <= fused ? "blas" : "fused") << line;
-      const weft::PathChoice c = t.choose(weft::FusedOp::kGemmAllToAll, "cpu", ranks, {{std::stoull(m[1]), k, h}});
-      ASSERT_NE(c.row, nullptr) << line;
-      EXPECT_EQ(weft::pathName(c.path), m[4].str()) << line;
-    }
-  }
-  EXPECT_EQ(points, 2 * 2 * 2) << text;  // ranks x h x tokens
+  const size_t points = pointsChosenAsMeasured(text, t, weft::FusedOp::kGemmAllToAll, "blas");
+  EXPECT_EQ(points, 2u * 2 * 2) << text;  // ranks x h x tokens
   std::remove(out.c_str());
 }
 
@@ -137,28 +149,8 @@ TEST(TuneMeasure, TheEmbeddingSweepChoosesBetweenFusedAndUnfused) {
   const weft::PathTable t = weft::PathTable::parse(text, out);
   ASSERT_FALSE(t.rows().empty()) << text;
   for (const weft::PathRow& r : t.rows()) EXPECT_EQ(r.op, weft::FusedOp::kEmbeddingAllToAll);
-  const std::regex group(R"(^# ([0-9]+) rank\(s\), num_tables ([0-9]+), dim ([0-9]+): us per op \(fused unfused\)$)");
-  const std::regex point(R"(^#   local_batch ([0-9]+) +([0-9.]+) +([0-9.]+)  -> (fused|unfused)$)");
-  std::istringstream lines(text);
-  int ranks = 0, points = 0;
-  uint64_t tables = 0, dim = 0;
-  for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (std::regex_match(line, m, group)) {
-      ranks = std::stoi(m[1]);
-      tables = std::stoull(m[2]);
-      dim = std::stoull(m[3]);
-    } else if (std::regex_match(line, m, point)) {
-      ++points;
-      const double fused = std::stod(m[2]), unfused = std::stod(m[3]);
-      EXPECT_EQ(m[4].str(), unfused <= fused ? "unfused" : "fused") << line;
-      const weft::PathChoice c =
-          t.choose(weft::FusedOp::kEmbeddingAllToAll, "cpu", ranks, {{std::stoull(m[1]), tables, dim}});
-      ASSERT_NE(c.row, nullptr) << line;
-      EXPECT_EQ(weft::pathName(c.path), m[4].str()) << line;
-    }
-  }
-  EXPECT_EQ(points, 2 * 2 * 2) << text;  // ranks x dim x local_batch
+  const size_t points = pointsChosenAsMeasured(text, t, weft::FusedOp::kEmbeddingAllToAll, "unfused");
+  EXPECT_EQ(points, 2u * 2 * 2) << text;  // ranks x dim x local_batch
   std::remove(out.c_str());
 }
 
