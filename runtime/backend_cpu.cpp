@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "backend.hpp"
@@ -184,17 +186,25 @@ const void* Engine::vendorGemm(const GemmOperands& g, void*, bool) {
   return e.product.data();
 }
 
-// On the calling thread, every item in turn. The ops are complete when their calls return, so
-// the workers are idle and one buffer serves every call. Never under weftd's engine, which reads
+// On the calling thread (the communicator's submit lock held, so nothing is queued meanwhile),
+// once every op queued before has completed: the engine's counters are then the ones the exchange
+// will start from, and no earlier exchange still reads the buffer. That wait is bounded by the
+// ops' own timeouts; past it, null (the op runs fused). Never under weftd's engine, which reads
 // only memory that weftd maps.
 void* Engine::poolEmbedding(dev::OpDesc& pool, uint64_t bytes, void*, bool) {
   Impl& e = *impl_;
   if (e.weftdWorkers) return nullptr;
+  const uint64_t until = prim::nowNs() + e.view.timeoutNs + 1000000000ull;
+  while (e.queue->inFlight() != 0) {
+    if (prim::nowNs() > until) return nullptr;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
   if (e.pooled.size() < bytes) e.pooled.resize(bytes);
   pool.args.embedding.pooled = reinterpret_cast<uint64_t>(e.pooled.data());
   const dev::OpSeq seq = dev::opSeq(dev::loadCounters(e.control), pool);
   dev::SoloCoop c;
-  for (uint32_t item = 0; item < pool.nitems; ++item) dev::EmbeddingPoolOp::run(c, e.view, pool, seq, item);
+  for (uint32_t item = 0; item < pool.nitems && dev::stopReason(e.view) == dev::Status::kOk; ++item)
+    dev::EmbeddingPoolOp::run(c, e.view, pool, seq, item);
   return e.pooled.data();
 }
 

@@ -57,8 +57,9 @@ int residentKernels(int device) {
 
 }  // namespace
 
-// Device memory that an op reads and a later one may need larger: grown in 2 MiB steps, and every
-// smaller one kept until the engine stops (a captured graph may still address it).
+// Device memory that an op reads and a later one may need larger: grown to at least twice its
+// size (in 2 MiB steps), so that a rising size keeps few outgrown buffers, each kept until the
+// engine stops (a captured graph may still address it).
 struct GrowingBuffer {
   void* at = nullptr;
   uint64_t bytes = 0;
@@ -66,7 +67,7 @@ struct GrowingBuffer {
 
   void* atLeast(uint64_t need, const char* what) {
     if (need <= bytes) return at;
-    const uint64_t grown = dev::ceilDiv(need, uint64_t{2} << 20) * (uint64_t{2} << 20);
+    const uint64_t grown = dev::ceilDiv(std::max(need, 2 * bytes), uint64_t{2} << 20) * (uint64_t{2} << 20);
     void* p = nullptr;
     requireGpu(gpu::deviceMallocDuringCapture(&p, grown), what);
     if (at) outgrown.push_back(at);

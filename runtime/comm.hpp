@@ -3,6 +3,7 @@
 // collective and must not run concurrently with each other on one communicator.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -110,8 +111,11 @@ class Comm {
   // Hands the op to the engine, or into the graph `stream` is capturing. `bytes`: what it writes
   // on this rank (for the status page).
   Code submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
-  // submit's work, with the descriptor as the engine reads it.
-  Code submitHere(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing);
+  // submit's work, with the descriptor as the engine reads it. `first`, if given, runs under the
+  // submit lock right before the op is queued (or captured), on the descriptor that will be: no
+  // other op of the communicator comes between them.
+  Code submitHere(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing,
+                  const std::function<void(dev::OpDesc&)>& first = {});
   // The GEMV + AllReduce's blas path: the vendor BLAS's GEMV, where the engine has one (else false).
   bool vendorGemv(const GemvOperands& g, void* stream, bool capturing);
   // The GEMM + All-to-All's blas path: the product rows to route, or null (Engine::vendorGemm).
@@ -183,9 +187,6 @@ class Comm {
   // Held by a GEMM on the blas path from its vendor GEMM to its submit: the engine has one product
   // buffer, and another thread's GEMM must not write it in between.
   std::mutex productMutex_;
-  // Held by an embedding op on the unfused path from its pooling to its exchange's submit: the
-  // engine has one buffer of pooled vectors.
-  std::mutex pooledMutex_;
 };
 
 }  // namespace weft

@@ -102,12 +102,15 @@ Code Comm::submit(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool ca
   return c;
 }
 
-Code Comm::submitHere(const dev::OpDesc& d, uint64_t bytes, void* stream, bool capturing) {
+Code Comm::submitHere(const dev::OpDesc& desc, uint64_t bytes, void* stream, bool capturing,
+                      const std::function<void(dev::OpDesc&)>& first) {
   requireHealthy();
   uint64_t ticket;
   Status st;
+  dev::OpDesc d = desc;
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
+    if (first) first(d);
     if (capturing) {
       // Runs at each replay, in graph order; it takes no ticket (the queue never sees it).
       engine_->capture(d, stream);
@@ -309,15 +312,15 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   pool.grain = Op::bagsPerItem(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_),
                                static_cast<uint32_t>(engine_->groupsFor(dev::OpKind::kEmbeddingPool)));
   pool.nitems = dev::EmbeddingPoolOp::numItems(a.numTables, a.localBatch, static_cast<uint32_t>(nranks_), pool.grain);
-  // Held to the exchange's submit: another thread's pooling must not overwrite the buffer first.
-  std::lock_guard<std::mutex> pooledLock(pooledMutex_);
-  {
-    requireHealthy();
-    std::lock_guard<std::mutex> lock(submitMutex_);
-    const void* pooled = engine_->poolEmbedding(pool, bags * a.dim * dev::dtypeSize(dt), stream, capturing);
-    d.args.embedding.pooled = reinterpret_cast<uint64_t>(pooled);
-  }
-  return submit(d, recvBytes, stream, capturing);
+  // Pooled under the submit lock, right before the exchange is queued: no other op of this
+  // communicator comes between them, so the pooling's note of a bad index names this exchange's
+  // epoch, and no other thread's pooling overwrites the buffer before the exchange has read it
+  // (the next pooling runs after it: in stream order on a GPU, after the queue drains on the CPU).
+  const uint64_t pooledBytes = bags * a.dim * dev::dtypeSize(dt);
+  return submitHere(d, recvBytes, stream, capturing, [&](dev::OpDesc& exchange) {
+    exchange.args.embedding.pooled =
+        reinterpret_cast<uint64_t>(engine_->poolEmbedding(pool, pooledBytes, stream, capturing));
+  });
 }
 
 Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void* stream) {

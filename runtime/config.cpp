@@ -82,8 +82,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        "Ranks may differ"},
       {"embedding_path", SettingType::kString, "auto",
        "Embedding-bag + All-to-All: auto (the path table decides), fused (each bag pooled straight into its "
-       "destination) or unfused (every bag pooled into a buffer first, then sent as an All-to-All; as fused where "
-       "the engine is weftd's). Ranks may differ"},
+       "destination) or unfused (every bag pooled into a buffer first, then sent as an All-to-All; as fused for "
+       "the persistent engine's eager ops and weftd's). Ranks may differ"},
       {"path_table_file", SettingType::kString, "",
        "Path table for the fused ops (rows: op gpu ranks max1 max2 max3 path measured; weftctl tune measure "
        "writes one); empty: the built-in conf/path_table.tsv"},

@@ -69,7 +69,9 @@ __device__ WEFT_LAUNCHED_RUN inline void runLaunched(const CommView& view, const
     // blocks add to is written only by atomics").
     (void)prim::atomicFetchAdd<prim::Order::kRelaxed, prim::Scope::kDevice>(&view.control->blocksDone, 0u - gridDim.x);
   }
-  storeCounters(view.control, advance(counters, desc, static_cast<uint32_t>(view.nranks)));
+  // The embedding's pooling kernel is no op of the queue's: it leaves the counters to the ops.
+  if (desc.kind != static_cast<uint32_t>(OpKind::kEmbeddingPool))
+    storeCounters(view.control, advance(counters, desc, static_cast<uint32_t>(view.nranks)));
 }
 
 }  // namespace weft::dev

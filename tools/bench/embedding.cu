@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "common.cuh"
 #include "device/coop_device.hpp"
@@ -71,8 +73,11 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
   uint64_t recvMax = 0;
   for (const EmbedShape& s : kShapes)
     recvMax = std::max<uint64_t>(recvMax, s.globalBatch / c.nranks * s.tables * c.nranks * s.dim * t.bytes);
-  const Peers fusedComm(c, "WEFT_EMBEDDING_PATH", "fused", recvMax);
-  const Peers unfusedComm(c, "WEFT_EMBEDDING_PATH", "unfused", recvMax);
+  std::unique_ptr<Peers> fusedComm, unfusedComm;
+  if (o.forcedPaths) {
+    fusedComm = std::make_unique<Peers>(c, "WEFT_EMBEDDING_PATH", "fused", recvMax);
+    unfusedComm = std::make_unique<Peers>(c, "WEFT_EMBEDDING_PATH", "unfused", recvMax);
+  }
   for (const EmbedShape& s : kShapes) {
     EmbedRow r{s.tables, s.rows, s.dim, s.globalBatch, s.pooling};
     const int64_t lb = s.globalBatch / c.nranks, total = s.tables * c.nranks;
@@ -142,15 +147,19 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
            "copy");
     };
     if (o.check) {
+      std::vector<const void*> outputs{c.weftRecv};
       weftOn(c.weft, c.weftRecv);
-      weftOn(fusedComm.comm, fusedComm.heap);
-      weftOn(unfusedComm.comm, unfusedComm.heap);
+      for (const Peers* p : {fusedComm.get(), unfusedComm.get()})
+        if (p) {
+          weftOn(p->comm, p->heap);
+          outputs.push_back(p->heap);
+        }
       baseline();
       cuda(cudaStreamSynchronize(c.stream), "sync");
       std::vector<uint8_t> a(recvBytes), b(recvBytes);
       cuda(cudaMemcpy(b.data(), baseRecv, recvBytes, cudaMemcpyDefault), "copy the baseline's recv");
       r.diff = 0;
-      for (const void* got : {c.weftRecv, fusedComm.heap, unfusedComm.heap}) {
+      for (const void* got : outputs) {
         cuda(cudaMemcpy(a.data(), got, recvBytes, cudaMemcpyDefault), "copy weft's recv");
         // weft: [sample][src * tables + t][:]; baseline: [src][sample][t][:].
         for (int64_t src = 0; src < c.nranks; ++src)
@@ -163,13 +172,20 @@ std::vector<EmbedRow> runEmbedding(Context& c, const Options& o) {
               }
       }
     }
-    timeBothWays(c, o,
-                 {{[&] { weftOn(c.weft, c.weftRecv); }, &r.weftUs, &r.hostUs},
-                  {[&] { weftOn(fusedComm.comm, fusedComm.heap); }, &r.fusedUs},
-                  {[&] { weftOn(unfusedComm.comm, unfusedComm.heap); }, &r.unfusedUs},
-                  {baseline, &r.baseUs},
-                  {pool, &r.poolUs},
-                  {allToAll, &r.allToAllUs}});
+    if (o.forcedPaths)
+      timeBothWays(c, o,
+                   {{[&] { weftOn(c.weft, c.weftRecv); }, &r.weftUs, &r.hostUs},
+                    {[&] { weftOn(fusedComm->comm, fusedComm->heap); }, &r.fusedUs},
+                    {[&] { weftOn(unfusedComm->comm, unfusedComm->heap); }, &r.unfusedUs},
+                    {baseline, &r.baseUs},
+                    {pool, &r.poolUs},
+                    {allToAll, &r.allToAllUs}});
+    else
+      timeBothWays(c, o,
+                   {{[&] { weftOn(c.weft, c.weftRecv); }, &r.weftUs, &r.hostUs},
+                    {baseline, &r.baseUs},
+                    {pool, &r.poolUs},
+                    {allToAll, &r.allToAllUs}});
     // The copy is always timed eagerly: a graph's memcpy node moved 2.77 TB/s where the eager copy
     // moved 4.25 (H200), and the target is the better of the two.
     const double copyUs = eagerUs(c, o.warmup, o.iters, copy, nullptr);
@@ -199,10 +215,16 @@ void reportEmbedding(const Context& c, const Options& o, const std::vector<Embed
               "copy_GBs", "#diff");
   JsonRows json(c, o, "embedding_alltoall");
   for (const EmbedRow& r : rows) {
-    std::printf("%6lld %8lld %5lld %6lld %4lld %9.2f %9.2f %10.2f %10.2f %8.2f %9.2f %9.2f %9.0f %9.0f %7lld\n",
+    // A path not timed (--forced-paths 0) reads "-".
+    auto us = [](double v) {
+      char text[32] = "-";
+      if (v > 0) std::snprintf(text, sizeof text, "%.2f", v);
+      return std::string(text);
+    };
+    std::printf("%6lld %8lld %5lld %6lld %4lld %9.2f %9s %10s %10.2f %8.2f %9.2f %9.2f %9.0f %9.0f %7lld\n",
                 (long long)r.tables, (long long)r.rows, (long long)r.dim, (long long)r.batch, (long long)r.pooling,
-                r.weftUs, r.fusedUs, r.unfusedUs, r.baseUs, r.baseUs / r.weftUs, r.poolUs, r.allToAllUs, r.poolGBs,
-                r.copyGBs, (long long)r.diff);
+                r.weftUs, us(r.fusedUs).c_str(), us(r.unfusedUs).c_str(), r.baseUs, r.baseUs / r.weftUs, r.poolUs,
+                r.allToAllUs, r.poolGBs, r.copyGBs, (long long)r.diff);
     json.add([&](std::ostream& j) {
       j << ", \"tables\": " << r.tables << ", \"dim\": " << r.dim << ", \"batch\": " << r.batch
         << ", \"pooling\": " << r.pooling << ", \"weft_us\": " << r.weftUs << ", \"fused_us\": " << r.fusedUs

@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
                  "(allreduce, alltoall: weft alone, for ranks that share a GPU, which NCCL refuses; compare runs "
                  "of one call)")
       ->check(CLI::IsMember({"nccl", "weft", "none"}));
+  app.add_option("--forced-paths", o.forcedPaths,
+                 "embedding_alltoall: also time each path forced, each on a communicator of its own (1), or the "
+                 "table's choice alone (0: through the host proxy every communicator's proxy threads share the "
+                 "CPUs, so time one path a run there, forced with WEFT_EMBEDDING_PATH)");
   CLI11_PARSE(app, argc, argv);
   if (o.baseline == "weft" && o.op != "embedding_alltoall") die("--baseline weft: only for embedding_alltoall");
   if (o.baseline == "none" && o.op != "allreduce" && o.op != "alltoall")

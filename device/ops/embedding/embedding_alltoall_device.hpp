@@ -229,21 +229,24 @@ struct EmbeddingAllToAllOp {
   }
 
   // Bags [lo, hi) of one destination, pooled by EmbeddingPoolOp (bag b's vector at from + b *
-  // rowBytes), to their places: 16-byte pieces where rows and both ends allow, else bytes. The
-  // group's threads take consecutive pieces, so the loads are coalesced and so are the stores
-  // within a row.
+  // rowBytes), to their places: 16-byte pieces where rows and both ends allow, else 8 (a row is
+  // dim x at least 2 bytes, dim a multiple of 4), else bytes. The group's threads take consecutive
+  // pieces, so the loads are coalesced and so are the stores within a row.
   template <class Coop, class Out>
   WEFT_HOST_DEVICE static void copyBags(const Coop& c, const uint8_t* from, uint64_t lo, uint64_t hi, uint64_t rowBytes,
                                         Out&& out) {
     if (lo >= hi || rowBytes == 0) return;
-    const bool vec = rowBytes % kVecBytes == 0 && aligned16(from) && aligned16(out(lo));
-    const uint64_t piece = vec ? kVecBytes : 1, perRow = rowBytes / piece, pieces = (hi - lo) * perRow;
+    const auto apart = reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(out(lo)) | rowBytes;
+    const uint64_t piece = apart % kVecBytes == 0 ? kVecBytes : apart % 8 == 0 ? 8 : 1;
+    const uint64_t perRow = rowBytes / piece, pieces = (hi - lo) * perRow;
     for (uint64_t i = static_cast<uint64_t>(c.rank()); i < pieces; i += static_cast<uint64_t>(c.size())) {
       const uint64_t b = lo + i / perRow, at = i % perRow * piece;
       const uint8_t* src = from + b * rowBytes + at;
       uint8_t* dst = out(b) + at;
-      if (vec)
+      if (piece == kVecBytes)
         store16(dst, load16(src));
+      else if (piece == 8)
+        store8(dst, load8(src));
       else
         *dst = *src;
     }
