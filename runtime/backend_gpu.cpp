@@ -99,7 +99,11 @@ struct Engine::Impl {
   int device = 0;
   int workers = 0;
   int threads = prim::kBlockThreads;
-  int gatherBlocks = 0;   // launched: resident blocks of the embedding kernel
+  int gatherBlocks = 0;  // launched: resident blocks of the embedding kernel
+  // Launched: the same before any share of the device is taken, for the embedding's pooling kernel,
+  // which waits on nothing: a block that is not resident waits only for this kernel's own blocks,
+  // which finish, so it may take what the process holds, as a framework's kernel would.
+  int poolBlocks = 0;
   int gemvBlocks = 0;     // launched: resident blocks of the GEMV kernel
   int oneShotBlocks = 0;  // launched: resident blocks of the one-shot kernels
   int gemmBlocks = 0;     // resident blocks of the GEMM kernel
@@ -230,8 +234,9 @@ struct Engine::Impl {
     const int oneShot = std::min(oneShotBlocks, static_cast<int>(dev::AllReduceOneShotOp::kMaxItems));
     switch (kind) {
       case dev::OpKind::kEmbeddingAllToAll:
-      case dev::OpKind::kEmbeddingPool:
         return shared ? gatherBlocks : std::max(workers, gatherBlocks);
+      case dev::OpKind::kEmbeddingPool:
+        return poolBlocks;
       case dev::OpKind::kGemv:
       case dev::OpKind::kGemvAllReduce:
         return shared ? gemvBlocks : std::max(workers, gemvBlocks);
@@ -260,7 +265,12 @@ struct Engine::Impl {
     // places its split partials' flags (gemmBlocks, fixed at init): neither is spread here.
     const bool gemv = gemvKind(kind);
     const bool gemm = kind == dev::OpKind::kGemmAllToAll;
-    const int grid = gemv ? static_cast<int>(desc.grain) : gemm ? gemmBlocks : spread(groupsFor(kind));
+    // The pooling kernel waits on nothing: not spread among the process's kernels either.
+    const bool pool = kind == dev::OpKind::kEmbeddingPool;
+    const int grid = gemv   ? static_cast<int>(desc.grain)
+                     : gemm ? gemmBlocks
+                     : pool ? groupsFor(kind)
+                            : spread(groupsFor(kind));
     const dev::OpDesc d = asLaunched(desc);
     const int blocks = static_cast<int>(std::min<uint64_t>(d.nitems, static_cast<uint64_t>(grid)));
     return gpu::launchOp(view, d, blocks, threads, stream, proxied);
@@ -434,6 +444,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     }
     // Through weftd's engine the GEMV runs as the rank's own kernel, as the GEMM does: weftd's 32
     // workers streamed w at a fifth of the rate the whole GPU does.
+    e.poolBlocks = e.gatherBlocks;
     e.gatherBlocks = e.share(e.gatherBlocks);
     e.gemvBlocks = e.share(besideWeftd(e.gemvBlocks));
     e.oneShotBlocks = e.share(e.oneShotBlocks);
