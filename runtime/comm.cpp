@@ -296,6 +296,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
     r.device[sizeof r.device - 1] = '\0';
     sharers += mine.device[0] != '\0' && r.hostHash == mine.hostHash && strcmp(r.device, mine.device) == 0;
   }
+  c->deviceSharers_ = std::max(1, sharers);
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, workers,
                                         c->staging_ || c->weftdInputs_ ? std::string("weftd") : s.getString("engine"),
                                         sharers, c->heap_->proxy() != nullptr);

@@ -180,6 +180,7 @@ class Comm {
   std::optional<OpPath> gemmForced_;       // the gemm_path setting, unless auto
   std::optional<OpPath> embeddingForced_;  // the embedding_path setting, unless auto
   bool proxyPeers_ = false;                // some peer is reached through the host proxy (every rank alike)
+  int deviceSharers_ = 1;                  // ranks of this communicator on this rank's GPU, itself included
 
   // Ticket order is op order, the same on every rank because every rank issues the same ops in the
   // same order (the engine's protocol counters rely on it).

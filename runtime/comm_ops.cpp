@@ -297,10 +297,15 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   // device's own memory, then sending the vectors (unfused). The pooling is no op of the queue's
   // and the exchange is this same op, so ranks may differ. Engines that cannot run it (the
   // persistent engine, weftd's) run fused, as do the ops whose inputs weftd reads.
+  // The table's rows key on the GPU model and the ranks, not on whether ranks share a GPU: where
+  // they do, each rank's op kernels take its share of the device while the pooling kernel takes
+  // what the process holds, and unfused measured 1.65-1.75x faster (2 ranks on one H100 under MPS,
+  // docs/perf.md); not through the host proxy, where the fused op was faster.
   const uint64_t bags = a.numTables * a.localBatch * static_cast<uint64_t>(nranks_);
   const OpPath path =
-      embeddingForced_
-          ? *embeddingForced_
+      embeddingForced_ ? *embeddingForced_
+      : deviceSharers_ > 1 && !proxyPeers_
+          ? OpPath::kUnfused
           : pathTable_.choose(FusedOp::kEmbeddingAllToAll, pathGpu_, nranks_, {{a.localBatch, a.numTables, a.dim}})
                 .path;
   if (path != OpPath::kUnfused || bags == 0 || a.dim == 0 || weftdInputs_ || staging_)

@@ -93,6 +93,10 @@ int runTuneShow(const TuneShowOptions& o) {
     std::printf("%s (no row covers it: the fallback, %s)\n", weft::pathName(c.path), fallbackReason(*op));
   if (*op == weft::FusedOp::kGemvAllReduce && o.ranks > 1)
     std::printf("note: ranks that reach a peer through the host proxy take blas unless gemv_path says otherwise\n");
+  if (*op == weft::FusedOp::kEmbeddingAllToAll && o.ranks > 1)
+    std::printf(
+        "note: ranks that share a GPU (and reach no peer through the host proxy) take unfused unless "
+        "embedding_path says otherwise\n");
   return 0;
 }
 
