@@ -3,8 +3,10 @@
 // where ranks take different paths, and weftctl shows its pooling ops; an out-of-range index fails
 // the op on every rank, naming it, on either path; unchecked indices still pool correctly; every
 // bad argument is named.
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ops/embedding_cases.hpp"
@@ -85,6 +87,54 @@ TEST_P(EmbeddingFaults, AnIndexOutOfRangeFailsTheOpOnEveryRankAndNamesIt) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, EmbeddingFaults, ::testing::Values("fused", "unfused"),
                          [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+// Two threads of rank 0 on one communicator: op A's exchange is in flight (it waits for rank 1,
+// which issues its ops late) when thread B's unfused op, with a bad index, pools. B's pooling must
+// name B's exchange, not A's: A succeeds on every rank, B fails on every rank. (When the pooling
+// read the engine's counters while A was in flight, the index failed A.)
+TEST(EmbeddingFaults, ABadIndexFailsItsOwnOpWhileAnotherThreadsOpIsInFlight) {
+  const uint64_t seed = freshSeed();
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("WEFT_EMBEDDING_PATH", "unfused", 1);
+    OpRank r = openRank(rank, n, id, 1 << 16);
+    ASSERT_NE(r.comm, nullptr);
+    const EmbeddingCase c{seed, n, 3, 8, WEFT_FLOAT32, 0, false};
+    EmbeddingInputs bad = embeddingInputs(c, rank);
+    if (rank == 0) {  // into bag (table 0, sample 0)
+      bad.indices.insert(bad.indices.begin(), bad.tableOffsets[1] - bad.tableOffsets[0] + 5);
+      for (size_t b = 1; b < bad.offsets.size(); ++b) ++bad.offsets[b];
+    }
+    const EmbeddingOnBackend good(embeddingInputs(c, rank)), badOnBackend(bad);
+    void* secondRecv = static_cast<uint8_t*>(r.heap) + (1 << 15);
+    auto runB = [&] {
+      return weft_embedding_alltoall(r.comm, badOnBackend.weights, badOnBackend.tableOffsets, c.tables(rank),
+                                     badOnBackend.indices, badOnBackend.offsets, nullptr, WEFT_POOL_SUM, secondRecv,
+                                     c.localBatch, c.totalTables(), c.tableBase(rank), c.dim, c.dtype, r.stream);
+    };
+    weft_result_t a = WEFT_SUCCESS, b = WEFT_SUCCESS;
+    std::string whyB;  // the last error is the calling thread's
+    if (rank == 0) {
+      std::thread second([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // A's exchange is in flight by now
+        b = runB();
+        whyB = weft_get_last_error(nullptr);
+      });
+      a = runEmbedding(r, c, rank, good);
+      second.join();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));  // rank 0's B pools meanwhile
+      a = runEmbedding(r, c, rank, good);
+      b = runB();
+      whyB = weft_get_last_error(nullptr);
+    }
+    EXPECT_EQ(a, WEFT_SUCCESS) << weft_get_error_string(a);
+    EXPECT_TRUE(receivedEmbedding(r, c, rank));
+    EXPECT_EQ(b, WEFT_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(whyB.find(rank == 0 ? "is not a row of table 0" : "rank 0 found"), std::string::npos) << whyB;
+    closeFailedRank(r);
+  };
+  EXPECT_TRUE(runRanks(2, body));
+}
 
 TEST(EmbeddingUncheckedIndices, StillPoolCorrectly) {
   const uint64_t seed = freshSeed();
