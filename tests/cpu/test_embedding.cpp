@@ -16,6 +16,12 @@
 namespace weft::test {
 namespace {
 
+// One index past table 0's end, into bag (table 0, sample 0).
+void withBadIndex(EmbeddingInputs& in) {
+  in.indices.insert(in.indices.begin(), in.tableOffsets[1] - in.tableOffsets[0] + 5);
+  for (size_t b = 1; b < in.offsets.size(); ++b) ++in.offsets[b];
+}
+
 // embedding_path unfused: every bag pooled into the engine's buffer on the calling thread, then
 // sent by the op's exchange. Every mode, weighting and dim of the suite in every dtype on 1-4
 // ranks, first with the odd ranks fused (the paths meet in one op), then every rank unfused; the
@@ -71,10 +77,7 @@ TEST_P(EmbeddingFaults, AnIndexOutOfRangeFailsTheOpOnEveryRankAndNamesIt) {
     // A good op first; then rank 1 sends one index past its first table's end.
     embeddingCase(r, c, rank);
     EmbeddingInputs in = embeddingInputs(c, rank);
-    if (rank == 1) {  // into bag (table 0, sample 0), bound for rank 0
-      in.indices.insert(in.indices.begin(), in.tableOffsets[1] - in.tableOffsets[0] + 5);
-      for (size_t b = 1; b < in.offsets.size(); ++b) ++in.offsets[b];
-    }
+    if (rank == 1) withBadIndex(in);  // bound for rank 0
     const weft_result_t result = runEmbedding(r, c, rank, EmbeddingOnBackend(in));
     EXPECT_TRUE(failsWith(result, WEFT_ERR_INVALID_ARGUMENT, rank == 1 ? "is not a row of table 0" : "rank 1 found"));
     weft_result_t async = WEFT_SUCCESS;
@@ -100,10 +103,7 @@ TEST(EmbeddingFaults, ABadIndexFailsItsOwnOpWhileAnotherThreadsOpIsInFlight) {
     ASSERT_NE(r.comm, nullptr);
     const EmbeddingCase c{seed, n, 3, 8, WEFT_FLOAT32, 0, false};
     EmbeddingInputs bad = embeddingInputs(c, rank);
-    if (rank == 0) {  // into bag (table 0, sample 0)
-      bad.indices.insert(bad.indices.begin(), bad.tableOffsets[1] - bad.tableOffsets[0] + 5);
-      for (size_t b = 1; b < bad.offsets.size(); ++b) ++bad.offsets[b];
-    }
+    if (rank == 0) withBadIndex(bad);
     const EmbeddingOnBackend good(embeddingInputs(c, rank)), badOnBackend(bad);
     void* secondRecv = static_cast<uint8_t*>(r.heap) + (1 << 15);
     auto runB = [&] {
