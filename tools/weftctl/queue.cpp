@@ -17,6 +17,11 @@ namespace st = weft::status;
 
 namespace {
 
+// The path a row's flags name (the GEMM's blas, the embedding's unfused), or null for the op's own.
+const char* flaggedPath(const st::OpRow& r) {
+  return r.flags & st::kRowVendorProduct ? "blas" : r.flags & st::kRowPooledFirst ? "unfused" : nullptr;
+}
+
 volatile sig_atomic_t gInterrupted = 0;
 
 std::string num(uint64_t v) { return std::to_string(v); }
@@ -84,8 +89,8 @@ void printText(const st::Listing& l, const QueueOptions& o) {
     for (size_t i = s.history.size(), n = 0; i-- > 0 && n < 4; ++n) {
       const st::OpRow& r = s.history[i];
       last += std::string(n ? "; " : "") + "#" + num(r.ticket) + " " + st::kindName(r.kind) +
-              (r.flags & st::kRowVendorProduct ? " (blas)" : "") + (r.flags & st::kRowPooledFirst ? " (unfused)" : "") +
-              " " + secondsText(r.endNs - r.submitNs) + " " + st::statusName(r.status);
+              (flaggedPath(r) ? std::string(" (") + flaggedPath(r) + ")" : "") + " " +
+              secondsText(r.endNs - r.submitNs) + " " + st::statusName(r.status);
     }
     if (!last.empty()) std::printf("    last ops: %s\n", last.c_str());
     if (const std::string f = failureLine(s); !f.empty()) std::printf("    first failure: %s\n", f.c_str());
@@ -101,10 +106,9 @@ std::string rowJson(const st::OpRow& r) {
   return "{\"ticket\":" + num(r.ticket) + ",\"op\":" + jsonString(st::kindName(r.kind)) +
          ",\"dtype\":" + jsonString(st::dtypeName(r.dtype)) + ",\"count\":" + num(r.count) +
          ",\"bytes\":" + num(r.bytes) + ",\"items\":" + num(r.nitems) +
-         (r.kind == static_cast<uint32_t>(weft::dev::OpKind::kGemmAllToAll)
-              ? std::string(",\"path\":") + (r.flags & st::kRowVendorProduct ? "\"blas\"" : "\"fused\"")
-          : r.kind == static_cast<uint32_t>(weft::dev::OpKind::kEmbeddingAllToAll)
-              ? std::string(",\"path\":") + (r.flags & st::kRowPooledFirst ? "\"unfused\"" : "\"fused\"")
+         (r.kind == static_cast<uint32_t>(weft::dev::OpKind::kGemmAllToAll) ||
+                  r.kind == static_cast<uint32_t>(weft::dev::OpKind::kEmbeddingAllToAll)
+              ? ",\"path\":" + jsonString(flaggedPath(r) ? flaggedPath(r) : "fused")
               : "");
 }
 
@@ -214,8 +218,8 @@ std::string opText(const st::OpRow& r) {
   else if (kind == weft::dev::OpKind::kAllToAll)
     what += " of " + num(r.count) + " " + st::dtypeName(r.dtype) + " per rank";
   else
-    what += std::string(" (") + st::dtypeName(r.dtype) + (r.flags & st::kRowVendorProduct ? ", blas" : "") +
-            (r.flags & st::kRowPooledFirst ? ", unfused" : "") + ")";
+    what +=
+        std::string(" (") + st::dtypeName(r.dtype) + (flaggedPath(r) ? std::string(", ") + flaggedPath(r) : "") + ")";
   return what + ", " + num(r.bytes) + " B";
 }
 
