@@ -32,8 +32,8 @@ struct Options {
   bool coldW = false;
   // gemm_alltoall shapes: rows per rank, k, h.
   std::vector<struct GemmShape> gemmShapes;
-  // The unfused baseline's collective: NCCL's, or weft's own (embedding_alltoall), for ranks that
-  // share a GPU or reach each other through the host proxy, where NCCL does not run.
+  // The unfused baseline's collective: NCCL's, or weft's own (the fused ops), for ranks that share
+  // a GPU or reach each other through the host proxy, where NCCL does not run.
   std::string baseline = "nccl";
   // embedding_alltoall: also time each path forced, each on a communicator of its own.
   bool forcedPaths = true;

@@ -4,7 +4,8 @@
 // alone (cuBLAS, and weft's own with every row kept on its rank) and the all-to-all alone, so that
 // max(compute, comm) can be read off. Every rank has `tokens` rows, split unevenly (0.75x to 1.25x
 // of an even share) over the destinations. The baseline is given the splits on the host for free;
-// weft reads them from device memory.
+// weft reads them from device memory. With --baseline weft (ranks that share a GPU, which NCCL
+// refuses) the baseline's all-to-all is weft's, which moves equal blocks: every split is then even.
 #include <cmath>
 #include <cstdio>
 
@@ -14,11 +15,12 @@ namespace weft::bench {
 
 namespace {
 
-// Rows rank `src` sends to each rank: shares of 3..5 (out of 4 on average), cut to sum to `tokens`.
-std::vector<int64_t> splitOf(int src, int nranks, int64_t tokens) {
+// Rows rank `src` sends to each rank: shares of 3..5 (out of 4 on average), or all alike if
+// `even`, cut to sum to `tokens`.
+std::vector<int64_t> splitOf(int src, int nranks, int64_t tokens, bool even) {
   std::vector<int64_t> w(nranks), out(nranks);
   int64_t sum = 0, given = 0;
-  for (int d = 0; d < nranks; ++d) sum += w[d] = 3 + (src * 7 + d * 3) % 3;
+  for (int d = 0; d < nranks; ++d) sum += w[d] = even ? 1 : 3 + (src * 7 + d * 3) % 3;
   for (int d = 0; d < nranks; ++d) given += out[d] = tokens * w[d] / sum;
   out[src] += tokens - given;
   return out;
@@ -26,11 +28,11 @@ std::vector<int64_t> splitOf(int src, int nranks, int64_t tokens) {
 
 // The rows any rank's recv must hold for shape `s` on `n` ranks: what it receives, and at least
 // its own tokens (weft's GEMM alone keeps every row on its rank).
-int64_t capacityOf(const GemmShape& s, int n) {
+int64_t capacityOf(const GemmShape& s, int n, bool even) {
   int64_t capacity = 0;
   for (int dst = 0; dst < n; ++dst) {
     int64_t into = 0;
-    for (int src = 0; src < n; ++src) into += splitOf(src, n, s.tokens)[dst];
+    for (int src = 0; src < n; ++src) into += splitOf(src, n, s.tokens, even)[dst];
     capacity = std::max({capacity, into, s.tokens});
   }
   return capacity;
@@ -42,19 +44,24 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
   if (t.bytes != 2) die("--dtype: the GEMM takes bf16 or half");
   const Blas blas(c.stream);
+  const bool even = o.baseline == "weft";
   uint64_t recvMax = 0;
-  for (const GemmShape& s : o.gemmShapes)
-    recvMax = std::max<uint64_t>(recvMax, capacityOf(s, c.nranks) * s.h * t.bytes);
+  for (const GemmShape& s : o.gemmShapes) {
+    if (even && s.tokens % c.nranks)
+      die("--shapes: " + std::to_string(s.tokens) + " tokens do not split evenly over " + std::to_string(c.nranks) +
+          " ranks (--baseline weft: weft's all-to-all moves equal blocks)");
+    recvMax = std::max<uint64_t>(recvMax, capacityOf(s, c.nranks, even) * s.h * t.bytes);
+  }
   const Peers fusedComm(c, "WEFT_GEMM_PATH", "fused", recvMax), blasComm(c, "WEFT_GEMM_PATH", "blas", recvMax);
   std::vector<GemmRow> rows;
   for (const GemmShape& s : o.gemmShapes) {
     GemmRow r{s.tokens, s.k, s.h};
     const int n = c.nranks, me = c.rank;
-    const std::vector<int64_t> send = splitOf(me, n, s.tokens);
+    const std::vector<int64_t> send = splitOf(me, n, s.tokens, even);
     std::vector<int64_t> from(n), self(n, 0);
-    const int64_t capacity = capacityOf(s, n);
+    const int64_t capacity = capacityOf(s, n, even);
     int64_t received = 0;
-    for (int src = 0; src < n; ++src) received += from[src] = splitOf(src, n, s.tokens)[me];
+    for (int src = 0; src < n; ++src) received += from[src] = splitOf(src, n, s.tokens, even)[me];
     self[me] = s.tokens;
     if (static_cast<uint64_t>(capacity * s.h * t.bytes) > o.maxBytes) die("gemm_alltoall: -e is too small for recv");
     void *a, *w, *out, *baseRecv;
@@ -62,7 +69,13 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
     cuda(cudaMalloc(&a, s.tokens * s.k * t.bytes), "cudaMalloc a");
     cuda(cudaMalloc(&w, s.k * s.h * t.bytes), "cudaMalloc w");
     cuda(cudaMalloc(&out, s.tokens * s.h * t.bytes), "cudaMalloc out");
-    cuda(cudaMalloc(&baseRecv, capacity * s.h * t.bytes), "cudaMalloc baseline recv");
+    // weft's all-to-all writes into the symmetric heap.
+    if (even) {
+      if (weft_mem_alloc(c.weft, capacity * s.h * t.bytes, &baseRecv) != WEFT_SUCCESS)
+        die(std::string("weft_mem_alloc (the baseline's recv): ") + weft_get_last_error(nullptr));
+    } else {
+      cuda(cudaMalloc(&baseRecv, capacity * s.h * t.bytes), "cudaMalloc baseline recv");
+    }
     cuda(cudaMalloc(&sendDev, n * sizeof(int64_t)), "cudaMalloc send_counts");
     cuda(cudaMalloc(&selfDev, n * sizeof(int64_t)), "cudaMalloc send_counts");
     cuda(cudaMemcpy(sendDev, send.data(), n * sizeof(int64_t), cudaMemcpyHostToDevice), "copy send_counts");
@@ -77,6 +90,11 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
     };
     auto gemm = [&] { blas.gemm(a, w, out, s.tokens, s.k, s.h, t.dev); };
     auto allToAll = [&] {
+      if (even) {
+        if (weft_alltoall(c.weft, out, baseRecv, s.tokens / n * s.h, t.weft, c.stream) != WEFT_SUCCESS)
+          die(std::string("weft all-to-all: ") + weft_get_last_error(nullptr));
+        return;
+      }
       const size_t row = s.h * t.bytes;
       int64_t sendAt = 0, recvAt = 0;
       if (ncclGroupStart() != ncclSuccess) die("ncclGroupStart");
@@ -115,7 +133,11 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
                   {[&] { weftOn(fusedComm.comm, fusedComm.heap, selfDev); }, &r.weftGemmUs},
                   {allToAll, &r.allToAllUs}});
     rows.push_back(r);
-    for (void* p : {a, w, out, baseRecv, static_cast<void*>(sendDev), static_cast<void*>(selfDev)}) cudaFree(p);
+    if (even)
+      weft_mem_free(c.weft, baseRecv);
+    else
+      cudaFree(baseRecv);
+    for (void* p : {a, w, out, static_cast<void*>(sendDev), static_cast<void*>(selfDev)}) cudaFree(p);
   }
   return rows;
 }
@@ -123,12 +145,13 @@ std::vector<GemmRow> runGemm(Context& c, const Options& o) {
 void reportGemm(const Context& c, const Options& o, const std::vector<GemmRow>& rows) {
   if (c.rank != 0) return;
   std::printf(
-      "# weft-bench gemm_alltoall, %d ranks, dtype %s, %s; baseline: cuBLAS GEMM + NCCL all-to-all (splits)\n"
+      "# weft-bench gemm_alltoall, %d ranks, dtype %s, %s; baseline: cuBLAS GEMM + %s\n"
       "# weft_us: the path table's choice; fused_us / blas_us: each path forced (weft's GEMM sending its tiles; "
       "cuBLAS's GEMM, then weft routing its rows); speedup: the baseline over weft_us\n"
       "# weft_gemm: weft's op with every row kept on its rank (its GEMM alone); fused/max: fused_us over "
       "max(gemm_us, a2a_us)\n",
-      c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager");
+      c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager",
+      o.baseline == "weft" ? "weft's all-to-all (even splits)" : "NCCL all-to-all (splits)");
   std::printf("%6s %6s %6s %9s %9s %9s %9s %8s %9s %9s %8s %9s %9s %8s %6s %8s\n", "tokens", "k", "h", "weft_us",
               "fused_us", "blas_us", "base_us", "speedup", "gemm_us", "weftgemm", "w/cublas", "a2a_us", "fused/max",
               "TFLOP/s", "#diff", "host_us");

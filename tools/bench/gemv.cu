@@ -1,6 +1,7 @@
 // weft-bench gemv_allreduce: weft's GEMV + AllReduce (as the path table runs it, and with each
-// path forced) against cuBLAS GEMV + NCCL AllReduce in the same run, on the same stream, plus the
-// GEMV alone and the AllReduce alone, so that max(compute, comm) can be read off. Each shape is n rows of w with k
+// path forced) against cuBLAS GEMV + NCCL AllReduce (with --baseline weft: + weft's AllReduce, for
+// ranks that share a GPU) in the same run, on the same stream, plus the GEMV alone and the
+// AllReduce alone, so that max(compute, comm) can be read off. Each shape is n rows of w with k
 // columns split over the ranks (k_local = k / nranks).
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@ size_t l2Bytes() {
 std::vector<GemvRow> runGemv(Context& c, const Options& o) {
   const Type t = typeOf(o.dtype);
   const Blas blas(c.stream);
+  const bool weftBaseline = o.baseline == "weft";
   // weft's GEMV alone: the same op on a communicator of this rank only, so no exchange.
   int64_t maxBatch = 0;
   for (int64_t b : o.gemvBatch) maxBatch = std::max(maxBatch, b);
@@ -42,6 +44,10 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       const size_t wBytes = n * kl * t.bytes;
       cuda(cudaMalloc(&x, batch * kl * t.bytes), "cudaMalloc x");
       cuda(cudaMalloc(&baseY, batch * n * t.bytes), "cudaMalloc y");
+      // NCCL reduces in place; weft's AllReduce writes into the symmetric heap.
+      void* baseOut = baseY;
+      if (weftBaseline && weft_mem_alloc(c.weft, batch * n * t.bytes, &baseOut) != WEFT_SUCCESS)
+        die(std::string("weft_mem_alloc (the baseline's y): ") + weft_get_last_error(nullptr));
       // w, and with --cold-w copies of it that together hold three times L2: each op then takes
       // the next copy, which the ops since its last use have evicted.
       const size_t copies =
@@ -62,8 +68,12 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       auto weft = [&] { weftOp(c.weft, c.weftRecv); };
       auto gemv = [&] { blas.gemv(x, nextW(), baseY, batch, n, kl, t.dev); };
       auto allReduce = [&] {
-        if (ncclAllReduce(baseY, baseY, batch * n, t.nccl, ncclSum, c.nccl, c.stream) != ncclSuccess)
+        if (weftBaseline) {
+          if (weft_allreduce(c.weft, baseY, baseOut, batch * n, t.weft, c.stream) != WEFT_SUCCESS)
+            die(std::string("weft AllReduce: ") + weft_get_last_error(nullptr));
+        } else if (ncclAllReduce(baseY, baseY, batch * n, t.nccl, ncclSum, c.nccl, c.stream) != ncclSuccess) {
           die("ncclAllReduce failed");
+        }
       };
       auto baseline = [&] {
         gemv();
@@ -77,8 +87,8 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
         // The baseline rounds every rank's partial to the dtype, then sums in the dtype; float32:
         // cuBLAS and weft sum in different orders. Every path is checked.
         const double tol = 2 * (c.nranks + 1) * std::max(rounding(t), 1e-5);
-        r.diff = differing(t, c.weftRecv, baseY, batch * n, tol);
-        for (const Peers* p : forced) r.diff += differing(t, p->heap, baseY, batch * n, tol);
+        r.diff = differing(t, c.weftRecv, baseOut, batch * n, tol);
+        for (const Peers* p : forced) r.diff += differing(t, p->heap, baseOut, batch * n, tol);
       }
       timeBothWays(c, o,
                    {{weft, &r.weftUs, &r.hostUs},
@@ -95,15 +105,17 @@ std::vector<GemvRow> runGemv(Context& c, const Options& o) {
       cudaFree(x);
       for (void* p : ws) cudaFree(p);
       cudaFree(baseY);
+      if (weftBaseline) weft_mem_free(c.weft, baseOut);
     }
   return rows;
 }
 
 void reportGemv(const Context& c, const Options& o, const std::vector<GemvRow>& rows) {
   if (c.rank != 0) return;
-  std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s, w %s; baseline: cuBLAS GEMV + NCCL AllReduce\n",
+  std::printf("# weft-bench gemv_allreduce, %d ranks, dtype %s, %s, w %s; baseline: cuBLAS GEMV + %s AllReduce\n",
               c.nranks, o.dtype.c_str(), o.graph ? "graph mode" : "eager",
-              o.coldW ? "cold (a copy per op, 3x L2 in all)" : "hot (one copy: in L2 where it fits)");
+              o.coldW ? "cold (a copy per op, 3x L2 in all)" : "hot (one copy: in L2 where it fits)",
+              o.baseline == "weft" ? "weft" : "NCCL");
   // weft_us: weft_gemv_allreduce as the path table runs it; fused_us / rsag_us / unfused_us /
   // blas_us: each path forced (fused, fused_rsag, unfused, blas); speedup: the baseline over weft_us; gemv_us: cuBLAS's
   // GEMV alone; weft_gemv: weft's (the op on one rank); w_TB/s: weft's GEMV streaming w;

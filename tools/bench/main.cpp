@@ -53,17 +53,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> gemmShapes{"4096x2048x7168", "16384x2048x7168", "8192x14336x4096"};
   app.add_option("--shapes", gemmShapes, "gemm_alltoall: TOKENSxKxH per rank (comma list)")->delimiter(',');
   app.add_option("--baseline", o.baseline,
-                 "The unfused baseline's collective: nccl, or weft (embedding_alltoall: pooling, then weft's "
-                 "All-to-All; for ranks that share a GPU or reach each other through the host proxy), or none "
-                 "(allreduce, alltoall: weft alone, for ranks that share a GPU, which NCCL refuses; compare runs "
-                 "of one call)")
+                 "The unfused baseline's collective: nccl, or weft (the fused ops: their compute, then weft's "
+                 "AllReduce or All-to-All, for ranks that share a GPU, which NCCL refuses, or reach each other "
+                 "through the host proxy; gemm_alltoall's splits are then even), or none (allreduce, alltoall: "
+                 "weft alone; compare runs of one call)")
       ->check(CLI::IsMember({"nccl", "weft", "none"}));
   app.add_option("--forced-paths", o.forcedPaths,
                  "embedding_alltoall: also time each path forced, each on a communicator of its own (1), or the "
                  "table's choice alone (0: through the host proxy every communicator's proxy threads share the "
                  "CPUs, so time one path a run there, forced with WEFT_EMBEDDING_PATH)");
   CLI11_PARSE(app, argc, argv);
-  if (o.baseline == "weft" && o.op != "embedding_alltoall") die("--baseline weft: only for embedding_alltoall");
+  if (o.baseline == "weft" && o.op != "embedding_alltoall" && o.op != "gemv_allreduce" && o.op != "gemm_alltoall")
+    die("--baseline weft: only for the fused ops (gemv_allreduce, gemm_alltoall, embedding_alltoall)");
   if (o.baseline == "none" && o.op != "allreduce" && o.op != "alltoall")
     die("--baseline none: only for allreduce and alltoall");
   for (const std::string& s : gemmShapes) {
