@@ -116,14 +116,18 @@ Outcome residentPersistentBlocks(int threads, bool proxied, int* blocks);
 Outcome loadKernels(bool proxied);
 // The current device's streaming multiprocessors (compute units on AMD).
 Outcome smCount(int* sms);
+// The kernels a GEMM + All-to-All op runs as: the multiply's (the fused path), the blas path's
+// route of the vendor BLAS's product (no multiply), and that route on one rank (a checked copy).
+enum class GemmVariant { kMultiply, kRoute, kSoloRoute };
 // What the compiler gave the launched kernel of `kind` on the current device: registers per
-// thread, and local memory per thread (its stack frame, where spills go). productGiven: the GEMM
-// op's kernel for the blas path (its route without the multiply).
+// thread, and local memory per thread (its stack frame, where spills go); `gemm` picks the GEMM
+// op's kernel.
 struct KernelResources {
   int registers = 0;
   size_t localBytes = 0;
 };
-Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out, bool productGiven = false);
+Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out,
+                        GemmVariant gemm = GemmVariant::kMultiply);
 Outcome eventCreate(void** event);
 Outcome eventDestroy(void* event);
 Outcome eventRecord(void* event, void* stream);

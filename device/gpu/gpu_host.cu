@@ -278,10 +278,18 @@ OpKernel kernelOf(dev::OpKind kind, bool lines, bool proxied) {
       return k.op;
   }
 }
-const void* kernelAddress(dev::OpKind kind, bool proxied, bool productGiven = false) {
+const void* kernelAddress(dev::OpKind kind, bool proxied, GemmVariant gemm = GemmVariant::kMultiply) {
   if (kind != dev::OpKind::kGemmAllToAll) return reinterpret_cast<const void*>(kernelOf(kind, true, proxied));
-  return productGiven ? reinterpret_cast<const void*>(kernels(proxied).gemmRoute)
-                      : reinterpret_cast<const void*>(kernels(proxied).gemm);
+  const Kernels& k = kernels(proxied);
+  switch (gemm) {
+    case GemmVariant::kRoute:
+      return reinterpret_cast<const void*>(k.gemmRoute);
+    case GemmVariant::kSoloRoute:
+      return reinterpret_cast<const void*>(k.gemmSolo);
+    case GemmVariant::kMultiply:
+      break;
+  }
+  return reinterpret_cast<const void*>(k.gemm);
 }
 }  // namespace
 
@@ -394,9 +402,9 @@ Outcome residentOpBlocks(dev::OpKind kind, int threads, bool proxied, int* block
   return o;
 }
 
-Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out, bool productGiven) {
+Outcome kernelResources(dev::OpKind kind, bool proxied, KernelResources* out, GemmVariant gemm) {
   gpuFuncAttributes a{};
-  Outcome o = check(GPU(FuncGetAttributes)(&a, kernelAddress(kind, proxied, productGiven)), "FuncGetAttributes");
+  Outcome o = check(GPU(FuncGetAttributes)(&a, kernelAddress(kind, proxied, gemm)), "FuncGetAttributes");
   if (o) *out = KernelResources{a.numRegs, a.localSizeBytes};
   return o;
 }

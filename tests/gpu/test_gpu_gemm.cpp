@@ -217,25 +217,31 @@ TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
 
 WEFT_INSTANTIATE_ON_EVERY_BACKEND(GpuGemm);
 
-// The blas path's route runs in a kernel without the multiply (gpu/gemm_kernel.cu): in the GEMM's
-// own kernel (255 registers, spills, 230 KB of shared memory) the same items took 24 us of device
-// time where this kernel takes 17 (one H200, 128 rows of 4096). A change that puts the multiply's weight back into it
-// is caught here, without a timing. Asked in a rank of its own (GpuGemvKernel.KeepsItsStateInRegisters says why).
+// The blas path's route runs in a kernel without the multiply (gpu/gemm_kernel.cu), and on one rank
+// in a copy kernel of its own: in the GEMM's own kernel (255 registers, spills, 230 KB of shared
+// memory) the same items took 24 us of device time where the route kernel takes 17 (one H200, 128
+// rows of 4096). A change that puts the multiply's weight back into either is caught here, without
+// a timing. Asked in a rank of its own (GpuGemvKernel.KeepsItsStateInRegisters says why).
 TEST(GpuGemmRouteKernel, CarriesNoneOfTheMultiplysWeight) {
   WEFT_REQUIRE_GPUS(1);
   const RankBody body = [](int, int, const weft_unique_id_t&) {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     for (const bool proxied : {false, true}) {
-      gpu::KernelResources route, gemm;
-      gpu::Outcome o = gpu::kernelResources(dev::OpKind::kGemmAllToAll, proxied, &route, /*productGiven=*/true);
+      const char* variant = proxied ? "proxied" : "direct";
+      gpu::KernelResources gemm;
+      gpu::Outcome o = gpu::kernelResources(dev::OpKind::kGemmAllToAll, proxied, &gemm);
       ASSERT_TRUE(o) << o.message;
-      o = gpu::kernelResources(dev::OpKind::kGemmAllToAll, proxied, &gemm);
-      ASSERT_TRUE(o) << o.message;
-      std::printf("%s GEMM route kernel: %d registers, %zu bytes of stack; the GEMM's: %d, %zu\n",
-                  proxied ? "proxied" : "direct", route.registers, route.localBytes, gemm.registers, gemm.localBytes);
-      EXPECT_EQ(route.localBytes, 0u) << (proxied ? "proxied" : "direct") << " route kernel spills";
-      EXPECT_LE(route.registers, 160) << (proxied ? "proxied" : "direct") << " route kernel: " << route.registers
-                                      << " registers (the GEMM's kernel: " << gemm.registers << ")";
+      for (const gpu::GemmVariant kernel : {gpu::GemmVariant::kRoute, gpu::GemmVariant::kSoloRoute}) {
+        const char* name = kernel == gpu::GemmVariant::kRoute ? "route" : "one-rank route";
+        gpu::KernelResources route;
+        o = gpu::kernelResources(dev::OpKind::kGemmAllToAll, proxied, &route, kernel);
+        ASSERT_TRUE(o) << o.message;
+        std::printf("%s GEMM %s kernel: %d registers, %zu bytes of stack; the GEMM's: %d, %zu\n", variant, name,
+                    route.registers, route.localBytes, gemm.registers, gemm.localBytes);
+        EXPECT_EQ(route.localBytes, 0u) << variant << " " << name << " kernel spills";
+        EXPECT_LE(route.registers, 160) << variant << " " << name << " kernel: " << route.registers
+                                        << " registers (the GEMM's kernel: " << gemm.registers << ")";
+      }
     }
   };
   EXPECT_TRUE(runRanks(1, body));
