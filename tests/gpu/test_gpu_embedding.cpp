@@ -1,11 +1,14 @@
 // Embedding-bag + All-to-All on GPUs only (its cases on every backend are
 // tests/ops/test_embedding.cpp): the op captured into a CUDA graph and replayed; an index out of
-// range fails the op on every rank, reported when the stream drains. Skipped (and reported so)
-// without GPUs.
+// range fails the op on every rank, reported when the stream drains; each rank runs the path its
+// setting and the rules choose. Skipped (and reported so) without GPUs.
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gpu_support.hpp"
 #include "ops/embedding_cases.hpp"
+#include "page_rows.hpp"
 
 namespace weft::test {
 namespace {
@@ -53,6 +56,36 @@ TEST_P(GpuEmbedding, AnIndexOutOfRangeFailsTheOpOnEveryRank) {
     closeFailedRank(r);
   };
   EXPECT_TRUE(runRanks(ranks(), body));
+}
+
+// The path each rank ran, from its status page (kRowPooledFirst: unfused), for embedding_path
+// fused and unfused, and auto where a rule in the runtime decides: ranks that share a GPU and reach
+// each other without the host proxy take unfused (the path table cannot tell shared GPUs apart).
+// Elsewhere auto runs what the path table says, which this test does not restate. The persistent
+// engine runs fused whatever the setting: it has no kernel of the rank's own process to pool.
+TEST_P(GpuEmbedding, RunsThePathItsSettingAndTheRulesChoose) {
+  const uint64_t seed = freshSeed();
+  const char* transport = std::getenv("WEFT_TRANSPORT");
+  const bool viaProxy = transport && std::string(transport) == "proxy";
+  const bool ruleDecides = sharingGpus() && ranks() > gpusPresent() && !viaProxy;
+  for (const std::string path : {"auto", "fused", "unfused"}) {
+    if (path == "auto" && !ruleDecides) continue;
+    char tmpl[] = "/tmp/weft-gpu-embedding-XXXXXX";
+    const std::string dir = std::string(mkdtemp(tmpl)) + "/pages";
+    const bool unfused = gEngine == "launched" && path != "fused";
+    const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+      setenv("WEFT_EMBEDDING_PATH", path.c_str(), 1);
+      setenv("WEFT_STATUS_DIR", dir.c_str(), 1);
+      OpRank r = openRank(rank, n, id, 1 << 20);
+      ASSERT_NE(r.comm, nullptr);
+      embeddingCase(r, EmbeddingCase{seed, n, 3, 64, WEFT_BFLOAT16, 0, false}, rank);
+      const PageRows ops = rowsOnPage(dir, rank, dev::OpKind::kEmbeddingAllToAll, status::kRowPooledFirst);
+      EXPECT_EQ(ops.all, 1) << "embedding ops on this rank's page in " << dir;
+      EXPECT_EQ(ops.flagged, unfused ? 1 : 0) << "embedding ops that pooled first (the unfused path)";
+      closeRank(r);
+    };
+    EXPECT_TRUE(runRanks(ranks(), body)) << "embedding_path " << path;
+  }
 }
 
 WEFT_INSTANTIATE_ON_EVERY_BACKEND(GpuEmbedding);

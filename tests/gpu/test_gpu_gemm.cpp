@@ -14,6 +14,7 @@
 #include "device/ops/gemm/gemm_split_device.hpp"
 #include "gpu_support.hpp"
 #include "ops/gemm_cases.hpp"
+#include "page_rows.hpp"
 #include "runtime/status_read.hpp"
 
 namespace weft::test {
@@ -94,23 +95,10 @@ TEST_P(GpuGemm, TheLastWaveSplitAlongKAddsUp) {
 // and on the blas path (on one rank, a checked copy of its own: gemm_solo_device.hpp; grouped
 // experts run fused whatever the path).
 enum class GemmFault { kCapacity, kSendCounts };
-// The GEMM ops this process's page of `rank` (in status directory `dir`) shows, and how many of
-// them routed the vendor BLAS's product (the blas path).
-struct GemmRows {
-  int all = 0, vendor = 0;
-};
-GemmRows gemmRowsOnPage(const std::string& dir, int rank) {
-  GemmRows out;
-  for (const status::Snapshot& page : status::readDirectory(dir).pages) {
-    if (page.header.rank != rank || page.header.pid != getpid()) continue;
-    for (const auto* rows : {&page.inFlight, &page.history})
-      for (const status::OpRow& row : *rows) {
-        if (row.kind != static_cast<uint32_t>(dev::OpKind::kGemmAllToAll)) continue;
-        ++out.all;
-        out.vendor += (row.flags & status::kRowVendorProduct) != 0;
-      }
-  }
-  return out;
+// The GEMM ops this process's page of `rank` (in status directory `dir`) shows; `flagged`: those
+// that routed the vendor BLAS's product (the blas path).
+PageRows gemmRowsOnPage(const std::string& dir, int rank) {
+  return rowsOnPage(dir, rank, dev::OpKind::kGemmAllToAll, status::kRowVendorProduct);
 }
 
 TEST_P(GpuGemm, BadInputFailsEveryRankAndStoresNothing) {
@@ -165,10 +153,10 @@ TEST_P(GpuGemm, BadInputFailsEveryRankAndStoresNothing) {
           // The path the case names is the one that refused the input: blas where the launched
           // engine runs it (the persistent engine has no vendor BLAS, and a grouped call is always
           // fused: its experts' rows are out of the vendor BLAS's reach), else fused.
-          const GemmRows ops = gemmRowsOnPage(dir, rank);
+          const PageRows ops = gemmRowsOnPage(dir, rank);
           const bool vendor = std::string(path) == "blas" && gEngine == "launched" && sh.experts == 1;
           EXPECT_EQ(ops.all, 1) << "GEMM ops on this rank's page in " << dir;
-          EXPECT_EQ(ops.vendor, vendor ? 1 : 0) << "GEMM ops that routed the vendor BLAS's product";
+          EXPECT_EQ(ops.flagged, vendor ? 1 : 0) << "GEMM ops that routed the vendor BLAS's product";
           closeFailedRank(r);
         };
         EXPECT_TRUE(runRanks(ranks(), body));
@@ -207,9 +195,9 @@ TEST_P(GpuGemm, TheBlasPathRoutesCublasProductsAndRanksMayDiffer) {
       EXPECT_TRUE(receivedGemm(r, big, rank, in, capacity)) << "replay " << replay;
     }
     WEFT_CUDA_OK(cudaGraphExecDestroy(exec));
-    const GemmRows ops = gemmRowsOnPage(dir, rank);
+    const PageRows ops = gemmRowsOnPage(dir, rank);
     EXPECT_GT(ops.all, 0) << "no GEMM op on this rank's page in " << dir;
-    EXPECT_EQ(ops.vendor > 0, blas && gEngine == "launched") << ops.vendor << " of " << ops.all << " GEMM ops";
+    EXPECT_EQ(ops.flagged > 0, blas && gEngine == "launched") << ops.flagged << " of " << ops.all << " GEMM ops";
     closeRank(r);
   };
   EXPECT_TRUE(runRanks(ranks(), body));
