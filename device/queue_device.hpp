@@ -69,6 +69,7 @@ enum class WaitWhat : uint32_t {
   kExternal = 17,   // a kernel outside weft's engine (weft.h: weft_device_status_t); ticket kExternalTicket
   kSignature = 18,  // a peer's signature word of the op (expected: this rank's word, observed: the peer's)
   kOpKind = 19,     // not a wait: the engine does not run op kind `observed` (a descriptor of another build)
+  kHandover = 20,   // the persistent kernel to start an op (observed: the slot's `ready`; host: HandoverGuard)
 };
 
 // WaitRecord::ticket of a failure recorded by a kernel outside weft's engine (weft.h).

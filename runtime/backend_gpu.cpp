@@ -18,6 +18,7 @@
 #include "device/gpu_host.hpp"
 #include "device/ops/collectives/allreduce_oneshot_device.hpp"
 #include "device/ops/gemm/gemm_alltoall_device.hpp"
+#include "handover_guard.hpp"
 #include "transport/p2p/gpu_require.hpp"
 
 namespace weft {
@@ -124,6 +125,8 @@ struct Engine::Impl {
   GrowingBuffer pooled;   // the embedding's unfused path: its pooled vectors (poolEmbedding)
   std::mutex launchMutex;
   std::function<void()> wake;  // remote: asks weftd to start its kernel again (setWake)
+  // The in-process persistent engine: fails an op its kernel never starts (handover_guard.hpp).
+  std::unique_ptr<HandoverGuard> guard;
   // Engine::itemsFinished's copies: a stream and a pinned word of their own (made on first use,
   // on the status watch's thread).
   void* watchStream = nullptr;
@@ -427,6 +430,16 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
     requireGpu(e.launch(), "starting the persistent kernel");
     destroyStream.armed = false;
+    // Looks a few times per timeout, at least every second: a look reads three words of host memory.
+    if (mode == "persistent")
+      e.guard = std::make_unique<HandoverGuard>(
+          queue, view.timeoutNs, std::clamp<uint64_t>(view.timeoutNs / 8, 1000000, 1000000000), [&e] {
+            // The queue's word, which every worker reads every kHostEvery-th poll: the control
+            // word's copy would go through a stream, which may be the one held.
+            prim::atomicStore<prim::Order::kRelease>(&e.queue->header()->stop, 1u);
+            if (const gpu::Outcome o = gpu::streamDrain(e.stream, 2.0); !o)
+              WEFT_LOG(kError, kEngine, "the persistent kernel did not leave when told: {}", o.message);
+          });
   } else {
     requireGpu(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, e.proxied, &e.gatherBlocks),
                "sizing the embedding kernel's grid");
@@ -462,6 +475,7 @@ bool Engine::stop() {
   Impl& e = *impl_;
   if (e.stopped) return e.released;
   e.stopped = true;
+  e.guard.reset();
   addResidentKernels(e.device, -e.kernels);
   if (e.remote) {
     // weftd's kernel has stopped once the rank's detach returned (Comm::~Comm).

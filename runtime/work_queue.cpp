@@ -158,8 +158,9 @@ void WorkQueue::failPeerGone(int peer, int pid, uint64_t seenBy) {
   if (peer < 0) prim::atomicStore<prim::Order::kRelease>(&header_->abort, 1u);
 }
 
-void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed) {
-  dev::recordHostFailure(*header_, dev::WaitSite{ticket, 0, -1, dev::WaitWhat::kOpDone}, st, expected, observed);
+void WorkQueue::recordHostFailure(uint64_t ticket, Status st, uint64_t expected, uint64_t observed,
+                                  dev::WaitWhat what) {
+  dev::recordHostFailure(*header_, dev::WaitSite{ticket, 0, -1, what}, st, expected, observed);
 }
 
 const char* waitWhatName(dev::WaitWhat w) {
@@ -186,6 +187,10 @@ const char* waitWhatName(dev::WaitWhat w) {
       return "its partial sums of a split tile";
     case dev::WaitWhat::kSignature:
       return "its op signature word";
+    case dev::WaitWhat::kHandover:
+      return "the persistent kernel to start the op (saw: the op's ready word; its stream never wrote it, or no "
+             "kernel took it; a stream that shares the GPU's hardware queue with the resident kernel holds it "
+             "back: set CUDA_DEVICE_MAX_CONNECTIONS=32 or use engine=launched)";
     case dev::WaitWhat::kProxyRoom:
       return "room in the host proxy's trigger ring (the proxy thread is not draining it)";
     default:

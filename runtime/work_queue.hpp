@@ -80,7 +80,8 @@ class WorkQueue {
   // The host proxy found peer `peer` (-1: none in particular) failed; the proxy holds its words.
   void failTransport(int peer);
   // Records a failure the host found while waiting on op `ticket` (the host's first wins, sticky).
-  void recordHostFailure(uint64_t ticket, dev::Status st, uint64_t expected, uint64_t observed);
+  void recordHostFailure(uint64_t ticket, dev::Status st, uint64_t expected, uint64_t observed,
+                         dev::WaitWhat what = dev::WaitWhat::kOpDone);
   // Human-readable first failure of the communicator ("" if none).
   std::string failureText(int self = -1) const;  // self: this rank, for the message
 

@@ -1,12 +1,13 @@
 // Faults on the GPU end with an error, never a hung stream: a peer that never arrives (timeout), a
 // peer killed (at once), abort from another thread while the op waits, the same for an op replayed
-// from a CUDA graph; plus two communicators on one GPU.
+// from a CUDA graph, a persistent kernel that never gets its op; plus two communicators on one GPU.
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -177,6 +178,46 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
     cudaFree(x);
   };
   EXPECT_TRUE(runRanks(2, body));
+}
+
+// The persistent kernel in the caller's process holds its stream's hardware queue while it waits
+// for its next op, and CUDA_DEVICE_MAX_CONNECTIONS=1 puts every stream of the process on that one
+// queue: the caller's stream then never writes the op's `ready` (it waits behind the kernel, which
+// waits for it), and its wait for the op had no bound. The handover guard fails the op within the
+// timeout: the stream drains, and the communicator names the persistent kernel.
+TEST(GpuFaults, APersistentOpThatItsStreamCannotHandOverTimesOut) {
+  WEFT_REQUIRE_GPUS(1);
+  const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+    setenv("WEFT_ENGINE", "persistent", 1);
+    useGpu(rank, n);
+    weft_config_t config = WEFT_CONFIG_INITIALIZER;
+    config.timeout_s = 2;
+    weft_comm_t comm = initRank(rank, n, id, &config);
+    ASSERT_NE(comm, nullptr);
+    void *y = nullptr, *x = nullptr;
+    WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 16, &y));
+    WEFT_CUDA_OK(cudaMalloc(&x, 1 << 16));
+    cudaStream_t s;
+    WEFT_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const auto start = Clock::now();
+    WEFT_ASSERT_OK(weft_allreduce(comm, x, y, 1 << 14, WEFT_FLOAT32, s));
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const double took = since(start);
+    EXPECT_GE(took, 1.9);
+    EXPECT_LT(took, 8.0);
+    weft_result_t async = WEFT_SUCCESS;
+    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    EXPECT_EQ(async, WEFT_ERR_TIMEOUT) << weft_get_last_error(comm);
+    EXPECT_NE(std::string(weft_get_last_error(comm)).find("persistent kernel to start the op"), std::string::npos)
+        << weft_get_last_error(comm);
+    EXPECT_NE(weft_allreduce(comm, x, y, 16, WEFT_FLOAT32, s), WEFT_SUCCESS) << "a failed communicator is sticky";
+    WEFT_ASSERT_OK(weft_comm_destroy(comm));
+    cudaFree(x);
+    cudaStreamDestroy(s);
+  };
+  EXPECT_TRUE(runRanks(1, body));
 }
 
 TEST(GpuFaults, GraphReplayWithAPeerThatNeverArrivesTimesOut) {
