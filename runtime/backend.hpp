@@ -196,6 +196,11 @@ class Engine {
   // wake). Throws weft::Error if the launch fails.
   bool kernelRunning(double waitS = 0);
   void restartIfIdle();
+  // The persistent engine in the caller's process: an op its kernel has not started `limitNs`
+  // after it became the oldest unfinished one fails the communicator, and its stream is released
+  // (runtime/handover_guard.hpp: a stream held behind the resident kernel never hands it over).
+  // Other engines have no such handover to bound: nothing happens.
+  void boundHandovers(uint64_t limitNs);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 

@@ -134,6 +134,8 @@ Engine::~Engine() { stop(); }
 void Engine::setWake(std::function<void()>) {}  // weftd's threads never leave
 bool Engine::kernelRunning(double) { return false; }
 void Engine::restartIfIdle() {}
+// The CPU engine's ops are handed over by the calling thread itself.
+void Engine::boundHandovers(uint64_t) {}
 
 bool Engine::linesSafe() { return true; }
 

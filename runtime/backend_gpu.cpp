@@ -90,6 +90,7 @@ struct Engine::Impl {
   uint8_t* queueDevice = nullptr;  // the queue's shared memory as the GPU addresses it
   dev::CommView view;              // with device addresses
   bool persistent = false;
+  bool inProcess = false;  // the persistent kernel is this process's, for its own ranks (not weftd's)
   bool remote = false;     // "weftd": the persistent kernel is weftd's (service mode); none runs here
   bool proxied = false;    // the kernels that post to the host proxy
   void* stream = nullptr;  // persistent: the engine's own stream
@@ -361,7 +362,8 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   // submits, and runs the ops that are kernels of the caller's (the GEMM, captured ops).
   e.remote = mode == "weftd";
   const bool served = mode == "served";
-  e.persistent = mode == "persistent" || served || e.remote;
+  e.inProcess = mode == "persistent";
+  e.persistent = e.inProcess || served || e.remote;
   if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
     throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));
   requireGpu(gpu::currentDevice(&e.device), "finding the current device");
@@ -430,16 +432,6 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
     Undo destroyStream{[&] { gpu::streamDestroy(e.stream); }};
     requireGpu(e.launch(), "starting the persistent kernel");
     destroyStream.armed = false;
-    // Looks a few times per timeout, at least every second: a look reads three words of host memory.
-    if (mode == "persistent")
-      e.guard = std::make_unique<HandoverGuard>(
-          queue, view.timeoutNs, std::clamp<uint64_t>(view.timeoutNs / 8, 1000000, 1000000000), [&e] {
-            // The queue's word, which every worker reads every kHostEvery-th poll: the control
-            // word's copy would go through a stream, which may be the one held.
-            prim::atomicStore<prim::Order::kRelease>(&e.queue->header()->stop, 1u);
-            if (const gpu::Outcome o = gpu::streamDrain(e.stream, 2.0); !o)
-              WEFT_LOG(kError, kEngine, "the persistent kernel did not leave when told: {}", o.message);
-          });
   } else {
     requireGpu(gpu::residentOpBlocks(dev::OpKind::kEmbeddingAllToAll, e.threads, e.proxied, &e.gatherBlocks),
                "sizing the embedding kernel's grid");
@@ -515,6 +507,28 @@ bool Engine::stop() {
 Engine::~Engine() { stop(); }
 
 void Engine::setWake(std::function<void()> wake) { impl_->wake = std::move(wake); }
+
+void Engine::boundHandovers(uint64_t limitNs) {
+  Impl& e = *impl_;
+  if (!e.inProcess || e.stopped || e.guard) return;
+  // A few looks per limit, at least one a second: a look reads three words of host memory.
+  const uint64_t periodNs = std::clamp<uint64_t>(limitNs / 8, 1000000, 1000000000);
+  e.guard = std::make_unique<HandoverGuard>(*e.queue, limitNs, periodNs, [&e, first = true]() mutable {
+    // The guard's own thread: the device and capture mode the status watch's thread also sets, so
+    // that its CUDA calls neither start a context on another device nor break a capture.
+    gpu::Outcome o = gpu::setDevice(e.device);
+    if (o) o = gpu::relaxCaptureMode();
+    // The queue's stop word, which every worker reads every kHostEvery-th poll, and the control
+    // block's error and stop, which the waits inside an op read (their copy goes through the
+    // control stream, which may be the held one: it lands once the kernel has left).
+    prim::atomicStore<prim::Order::kRelease>(&e.queue->header()->stop, 1u);
+    if (first) e.raise({&dev::EngineControl::error, &dev::EngineControl::stop});
+    if (o) o = gpu::streamDrain(e.stream, first ? 2.0 : 0.05);
+    if (!o && first) WEFT_LOG(kError, kEngine, "the persistent kernel has not left yet: {}", o.message);
+    first = false;
+    return static_cast<bool>(o);
+  });
+}
 
 bool Engine::kernelRunning(double waitS) {
   Impl& e = *impl_;

@@ -300,6 +300,7 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, workers,
                                         c->staging_ || c->weftdInputs_ ? std::string("weftd") : s.getString("engine"),
                                         sharers, c->heap_->proxy() != nullptr);
+  c->engine_->boundHandovers(static_cast<uint64_t>(s.getDouble("engine_handover_s") * 1e9));
   // A fault the proxy sees (a dead peer, a dropped connection) fails the communicator at once: every
   // wait of the engine gives up, naming the peer and the back-end's own words (failureText). The
   // proxy's thread calls this until ~Comm takes it back, before the queue and the engine go.

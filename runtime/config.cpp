@@ -50,6 +50,10 @@ const std::vector<SettingSpec>& settingSpecs() {
        "every block the GPU holds, if more)",
        1, 1024},
       {"queue_depth", SettingType::kInt, "64", "Slots of the work queue", 2, 65536},
+      {"engine_handover_s", SettingType::kDouble, "120",
+       "GPU persistent engine in the caller's process: an op its kernel has not started this long after the op "
+       "before it ended fails the communicator, and its stream drains (a stream held behind the resident kernel)",
+       0.001, 86400},
       {"engine_idle_us", SettingType::kInt, "200",
        "GPU: the persistent kernel exits after this long without work (so device-wide syncs return)", 1, 60000000},
       {"heap_bytes", SettingType::kSize, "256M",

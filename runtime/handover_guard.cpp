@@ -7,8 +7,8 @@
 
 namespace weft {
 
-HandoverGuard::HandoverGuard(WorkQueue& queue, uint64_t timeoutNs, uint64_t periodNs, std::function<void()> stopKernel)
-    : queue_(queue), timeoutNs_(timeoutNs), stopKernel_(std::move(stopKernel)) {
+HandoverGuard::HandoverGuard(WorkQueue& queue, uint64_t limitNs, uint64_t periodNs, std::function<bool()> stopKernel)
+    : queue_(queue), limitNs_(limitNs), stopKernel_(std::move(stopKernel)) {
   if (periodNs > 0) thread_ = std::thread([this, periodNs] { run(periodNs); });
 }
 
@@ -30,13 +30,17 @@ void HandoverGuard::run(uint64_t periodNs) {
   }
 }
 
+void HandoverGuard::release() {
+  if (!kernelGone_) kernelGone_ = stopKernel_();
+  if (kernelGone_ && queue_.inFlight() != 0) queue_.completeUnfinished();
+}
+
 bool HandoverGuard::look(uint64_t nowNs) {
-  const dev::QueueHeader& h = *queue_.header();
   if (fired_) {
-    // The kernel was told to leave: an op a submitter published meanwhile has nobody to run it.
-    if (queue_.inFlight() != 0) queue_.completeUnfinished();
+    release();
     return true;
   }
+  const dev::QueueHeader& h = *queue_.header();
   const uint64_t oldest = prim::atomicLoad<prim::Order::kAcquire>(&h.completed);
   if (oldest >= prim::atomicLoad<prim::Order::kAcquire>(&h.tail)) {
     watched_.reset();
@@ -44,7 +48,8 @@ bool HandoverGuard::look(uint64_t nowNs) {
   }
   const dev::QueueSlot& s = queue_.slots()[oldest % queue_.depth()];
   // Started: a worker claimed an item of it (from then on the op's waits are the kernel's own, each
-  // bounded), or it is already done.
+  // bounded), or it is already done. The claim word carries its ticket's low 32 bits: a slot's
+  // previous op's claims are not this op's.
   const uint64_t claim = prim::atomicLoad<prim::Order::kRelaxed>(&s.claim);
   const bool started =
       static_cast<uint32_t>(claim >> 32) == static_cast<uint32_t>(oldest) && static_cast<uint32_t>(claim) != 0;
@@ -57,17 +62,18 @@ bool HandoverGuard::look(uint64_t nowNs) {
     watchedSinceNs_ = nowNs;
     return false;
   }
-  if (nowNs - watchedSinceNs_ < timeoutNs_) return false;
+  if (nowNs - watchedSinceNs_ < limitNs_) return false;
   const uint64_t ready = prim::atomicLoad<prim::Order::kAcquire>(&s.ready);
-  queue_.recordHostFailure(oldest, dev::Status::kTimeout, oldest + 1, ready, dev::WaitWhat::kHandover);
+  // A communicator that failed or was aborted keeps its own record (and error code).
+  if (failureStatus(h) == dev::Status::kOk && prim::atomicLoad<prim::Order::kAcquire>(&h.abort) == 0)
+    queue_.recordHostFailure(oldest, dev::Status::kTimeout, oldest + 1, ready, dev::WaitWhat::kHandover);
   WEFT_LOG(kError, kEngine,
            "op #{} was not started by the persistent kernel in {} s ({}): the communicator fails, its kernel is "
            "stopped and its unfinished ops are completed so that no stream waits on them",
-           oldest, static_cast<double>(timeoutNs_) * 1e-9,
+           oldest, static_cast<double>(limitNs_) * 1e-9,
            ready == oldest + 1 ? "its stream had handed it over" : "its stream never handed it over");
   fired_ = true;
-  stopKernel_();
-  queue_.completeUnfinished();
+  release();
   return true;
 }
 

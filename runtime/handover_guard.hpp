@@ -20,13 +20,16 @@ namespace weft {
 class HandoverGuard {
  public:
   // Looks at `queue` every `periodNs`: where its oldest unfinished op has not been started by a
-  // worker for `timeoutNs`, the communicator fails (kTimeout, naming the op and WaitWhat::kHandover,
-  // with the op's `ready` word as seen), `stopKernel` is called (it tells the kernel to leave and
-  // returns once it has, or its own bound has passed: a resident kernel may hold the stream that
-  // is to write `ready`), and every unfinished op is completed, as aborted, so that no stream waits
-  // on it; ops published after that are completed at the next look. periodNs 0: no thread (tests
-  // call look()).
-  HandoverGuard(WorkQueue& queue, uint64_t timeoutNs, uint64_t periodNs, std::function<void()> stopKernel);
+  // worker for `limitNs` since the guard first saw it oldest (since the op before it ended, or
+  // since it was published), the communicator fails (kTimeout, naming the op and
+  // WaitWhat::kHandover, with the op's `ready` word as seen; unless it has failed or been aborted
+  // already, whose record stands) and `stopKernel` is called: it tells the kernel to leave, even
+  // from inside an op, and returns whether it has left (a resident kernel may hold the very stream
+  // that is to write `ready`). Once it has, every unfinished op is completed, as aborted, so that no
+  // stream waits on it; until then the guard asks again at each look, since ops a kernel still runs
+  // must not be completed under it. Ops published later are completed at the next look.
+  // periodNs 0: no thread (tests call look()).
+  HandoverGuard(WorkQueue& queue, uint64_t limitNs, uint64_t periodNs, std::function<bool()> stopKernel);
   ~HandoverGuard();
   HandoverGuard(const HandoverGuard&) = delete;
   HandoverGuard& operator=(const HandoverGuard&) = delete;
@@ -36,13 +39,16 @@ class HandoverGuard {
 
  private:
   void run(uint64_t periodNs);
+  // After firing: completes what is left once the kernel has gone.
+  void release();
 
   WorkQueue& queue_;
-  const uint64_t timeoutNs_;
-  const std::function<void()> stopKernel_;
+  const uint64_t limitNs_;
+  const std::function<bool()> stopKernel_;
   std::optional<uint64_t> watched_;  // the oldest unstarted op, since watchedSinceNs_
   uint64_t watchedSinceNs_ = 0;
   bool fired_ = false;
+  bool kernelGone_ = false;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

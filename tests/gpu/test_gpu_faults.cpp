@@ -183,18 +183,17 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
 // The persistent kernel in the caller's process holds its stream's hardware queue while it waits
 // for its next op, and CUDA_DEVICE_MAX_CONNECTIONS=1 puts every stream of the process on that one
 // queue: the caller's stream then never writes the op's `ready` (it waits behind the kernel, which
-// waits for it), and its wait for the op had no bound. The handover guard fails the op within the
-// timeout: the stream drains, and the communicator names the persistent kernel.
+// waits for it), and its wait for the op had no bound. The handover guard fails the op within
+// engine_handover_s: the stream drains, and the communicator names the persistent kernel.
 TEST(GpuFaults, APersistentOpThatItsStreamCannotHandOverTimesOut) {
   WEFT_REQUIRE_GPUS(1);
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     setenv("WEFT_ENGINE", "persistent", 1);
+    setenv("WEFT_ENGINE_HANDOVER_S", "2", 1);
     useGpu(rank, n);
-    weft_config_t config = WEFT_CONFIG_INITIALIZER;
-    config.timeout_s = 2;
-    weft_comm_t comm = initRank(rank, n, id, &config);
+    weft_comm_t comm = initRank(rank, n, id);
     ASSERT_NE(comm, nullptr);
     void *y = nullptr, *x = nullptr;
     WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 16, &y));
