@@ -348,6 +348,19 @@ void warnWithoutEagerLoading(int sharers) {
            sharers, loading ? loading : "unset (lazy)");
 }
 
+// The in-process persistent kernel stays on its stream's hardware queue: a caller's stream that
+// shares it cannot hand the kernel an op (docs/design-notes.md, "The persistent engine and the
+// GPU's hardware queues"). The fewer queues, the likelier; read when CUDA starts in the process.
+void warnWithFewHardwareQueues() {
+  const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (queues && std::atoi(queues) >= 32) return;
+  WEFT_LOG(kWarn, kEngine,
+           "engine=persistent with CUDA_DEVICE_MAX_CONNECTIONS {}: a stream of this process that shares the GPU's "
+           "hardware queue with the resident kernel cannot hand it an op, which then fails after "
+           "engine_handover_s; set it to 32 before CUDA starts, or use engine=launched",
+           queues ? queues : "unset (8)");
+}
+
 }  // namespace
 
 Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const std::string& mode, int deviceSharers,
@@ -363,6 +376,7 @@ Engine::Engine(const dev::CommView& view, WorkQueue& queue, int workers, const s
   e.remote = mode == "weftd";
   const bool served = mode == "served";
   e.inProcess = mode == "persistent";
+  if (e.inProcess) warnWithFewHardwareQueues();
   e.persistent = e.inProcess || served || e.remote;
   if (workers > static_cast<int>(WorkQueue::kMaxWorkers))
     throw Error(Code::kInvalidArgument, "persistent_ctas: at most " + std::to_string(WorkQueue::kMaxWorkers));

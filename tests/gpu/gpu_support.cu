@@ -71,7 +71,12 @@ void useGpu(int rank, int n) {
 Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft_config_t* config) {
   Rank r;
   setenv("WEFT_ENGINE", gEngine.c_str(), 1);
-  if (gEngine == "persistent") setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  // The persistent kernel holds its stream's hardware queue: the rank's streams must not share it
+  // (docs/design-notes.md, "The persistent engine and the GPU's hardware queues").
+  if (gEngine == "persistent") {
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  }
   useGpu(rank, n);
   r.comm = initRank(rank, n, id, config);
   EXPECT_EQ(cudaStreamCreate(&r.stream), cudaSuccess);
