@@ -150,6 +150,9 @@ struct Engine::Impl {
     uint32_t* alive = queue->alive();
     for (int w = 0; w < workers; ++w)
       if (prim::atomicLoad<prim::Order::kAcquire>(&alive[w])) return {};
+    // A stopped engine (destroy, or the handover guard) starts no kernel: one started now could
+    // take an op the host is completing, or queue behind a stream the guard released.
+    if (!remote && prim::atomicLoad<prim::Order::kAcquire>(&queue->header()->stop) != 0) return {};
     if (!remote) return launch();
     try {
       wake();
@@ -354,11 +357,14 @@ void warnWithoutEagerLoading(int sharers) {
 void warnWithFewHardwareQueues() {
   const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   if (queues && std::atoi(queues) >= 32) return;
-  WEFT_LOG(kWarn, kEngine,
-           "engine=persistent with CUDA_DEVICE_MAX_CONNECTIONS {}: a stream of this process that shares the GPU's "
-           "hardware queue with the resident kernel cannot hand it an op, which then fails after "
-           "engine_handover_s; set it to 32 before CUDA starts, or use engine=launched",
-           queues ? queues : "unset (8)");
+  static std::once_flag once;  // the variable is the process's: once for all its communicators
+  std::call_once(once, [&] {
+    WEFT_LOG(kWarn, kEngine,
+             "engine=persistent with CUDA_DEVICE_MAX_CONNECTIONS {}: a stream of this process that shares the GPU's "
+             "hardware queue with the resident kernel cannot hand it an op, which then fails after "
+             "engine_handover_s; set it to 32 before CUDA starts, or use engine=launched",
+             queues ? queues : "unset (8)");
+  });
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ Rank setUp(int rank, int n, const weft_unique_id_t& id, size_t bytes, const weft
   // (docs/design-notes.md, "The persistent engine and the GPU's hardware queues").
   if (gEngine == "persistent") {
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
   }
   useGpu(rank, n);
   r.comm = initRank(rank, n, id, config);

@@ -143,6 +143,7 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
     // so that the device-wide synchronisation below returns. Where ranks share the GPU, a's op
     // kernel and b's persistent kernel are resident at once and must fit the rank's share together.
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);  // b's kernel holds its stream's hardware queue
     useGpu(rank, n);
     weft_comm_t a = initRank(rank, n, id);
     setenv("WEFT_ENGINE", "persistent", 1);
