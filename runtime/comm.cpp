@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "common/log.hpp"
@@ -150,7 +151,8 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   // Every rank must take the same path (a fused op's items wait on their peers'): the same table,
   // read for the same GPU model (rank 0's: a job on mixed GPUs still decides alike).
   checkAgree(all, &RankInfo::pathTable, "path_table_file (the table's fingerprint)", rank);
-  c->pathGpu_ = std::string(all[0].gpuModel, strnlen(all[0].gpuModel, sizeof all[0].gpuModel));
+  c->pathPlacement_.gpu = std::string(all[0].gpuModel, strnlen(all[0].gpuModel, sizeof all[0].gpuModel));
+  c->pathPlacement_.nranks = nranks;
   checkAgree(all, &RankInfo::gemvPath, "gemv_path", rank, gemvPathDescription);
   // Paths must be symmetric: a rank that maps a peer which reaches it through the proxy would wait
   // for signals that never come.
@@ -291,12 +293,15 @@ std::unique_ptr<Comm> Comm::create(const UniqueId& id, int rank, int nranks, con
   int workers = static_cast<int>(s.getInt("persistent_ctas"));
   if (engineWorkers > 0) workers = std::min(workers, static_cast<int>(engineWorkers));
   c->engineWorkers_ = static_cast<uint32_t>(workers);
-  int sharers = 0;
+  // The path table's per_gpu is the most ranks on any one GPU, so that every rank reads the same
+  // rows; the engine sizes its grids by the ranks on its own.
+  std::map<std::pair<uint64_t, std::string>, int> onDevice;  // ranks per (host, device)
   for (auto& r : all) {
     r.device[sizeof r.device - 1] = '\0';
-    sharers += mine.device[0] != '\0' && r.hostHash == mine.hostHash && strcmp(r.device, mine.device) == 0;
+    if (r.device[0] != '\0') ++onDevice[{r.hostHash, r.device}];
   }
-  c->deviceSharers_ = std::max(1, sharers);
+  for (const auto& [device, ranks] : onDevice) c->pathPlacement_.perGpu = std::max(c->pathPlacement_.perGpu, ranks);
+  const int sharers = mine.device[0] != '\0' ? onDevice[{mine.hostHash, mine.device}] : 0;
   c->engine_ = std::make_unique<Engine>(v, *c->queue_, workers,
                                         c->staging_ || c->weftdInputs_ ? std::string("weftd") : s.getString("engine"),
                                         sharers, c->heap_->proxy() != nullptr);

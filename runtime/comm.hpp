@@ -60,6 +60,8 @@ class Comm {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   const Settings& settings() const { return settings_; }
+  // What the path table's rows are matched against: the GPU model, ranks and ranks per GPU.
+  const Placement& pathPlacement() const { return pathPlacement_; }
 
   // Collective; throws kOutOfMemory / kInvalidUsage (ranks disagree).
   void* memAlloc(uint64_t bytes);
@@ -175,12 +177,11 @@ class Comm {
   bool checkIndices_ = true;
   bool checkSignatures_ = true;  // check_signatures
   PathTable pathTable_;
-  std::string pathGpu_;                    // the GPU model the table is read for: rank 0's, on every rank
+  Placement pathPlacement_;                // what the table's rows are matched against: the same on every rank
   std::optional<OpPath> gemvForced_;       // the gemv_path setting, unless auto
   std::optional<OpPath> gemmForced_;       // the gemm_path setting, unless auto
   std::optional<OpPath> embeddingForced_;  // the embedding_path setting, unless auto
   bool proxyPeers_ = false;                // some peer is reached through the host proxy (every rank alike)
-  int deviceSharers_ = 1;                  // ranks of this communicator on this rank's GPU, itself included
 
   // Ticket order is op order, the same on every rank because every rank issues the same ops in the
   // same order (the engine's protocol counters rely on it).

@@ -238,10 +238,9 @@ Code Comm::gemvAllReduce(const void* x, const void* w, void* y, uint32_t batch, 
   // partials travel as flagged words in messages, and on 4 H200 as 2 x 2 nodes over UCX tcp the
   // fused GEMV + AllReduce took 15x the time of the blas path (a GEMV, then weft's AllReduce):
   // a job with proxy peers takes the blas path unless gemv_path says otherwise.
-  const OpPath path = gemvForced_ ? *gemvForced_
-                      : proxyPeers_
-                          ? OpPath::kBlas
-                          : pathTable_.choose(FusedOp::kGemvAllReduce, pathGpu_, nranks_, {{batch, n, k}}).path;
+  const OpPath path = gemvForced_   ? *gemvForced_
+                      : proxyPeers_ ? OpPath::kBlas
+                                    : pathTable_.choose(FusedOp::kGemvAllReduce, pathPlacement_, {{batch, n, k}}).path;
   const uint64_t partialBytes = dev::GemvAllReduceOp::numSlices(n) * dev::gemvSliceFloats(batch) * sizeof(float);
   const bool fused = path == OpPath::kFused || path == OpPath::kFusedRsag;
   if (fused && yBytes > 0 && exchangeFits(partialBytes, gemvScratch_)) {
@@ -297,17 +296,15 @@ Code Comm::embeddingAllToAll(const dev::EmbeddingArgs& a, void* recv, dev::DType
   // device's own memory, then sending the vectors (unfused). The pooling is no op of the queue's
   // and the exchange is this same op, so ranks may differ. Engines that cannot run it (the
   // persistent engine, weftd's) run fused, as do the ops whose inputs weftd reads.
-  // The table's rows key on the GPU model and the ranks, not on whether ranks share a GPU: where
-  // they do, each rank's op kernels take its share of the device while the pooling kernel takes
-  // what the process holds, and unfused measured 1.65-1.75x faster (2 ranks on one H100 under MPS,
-  // docs/perf.md); not through the host proxy, where the fused op was faster.
+  // The table was measured between p2p peers (as the GEMV's above). Through the host proxy the
+  // fused op was 1.35-1.7x faster than unfused (2 ranks sharing an H100, docs/perf.md): the
+  // exchange, not the pooling, bounds it there, and fused overlaps the two.
   const uint64_t bags = a.numTables * a.localBatch * static_cast<uint64_t>(nranks_);
   const OpPath path =
       embeddingForced_ ? *embeddingForced_
-      : deviceSharers_ > 1 && !proxyPeers_
-          ? OpPath::kUnfused
-          : pathTable_.choose(FusedOp::kEmbeddingAllToAll, pathGpu_, nranks_, {{a.localBatch, a.numTables, a.dim}})
-                .path;
+      : proxyPeers_
+          ? OpPath::kFused
+          : pathTable_.choose(FusedOp::kEmbeddingAllToAll, pathPlacement_, {{a.localBatch, a.numTables, a.dim}}).path;
   if (path != OpPath::kUnfused || bags == 0 || a.dim == 0 || weftdInputs_ || staging_)
     return submit(d, recvBytes, stream, capturing);
   dev::OpDesc pool = d;
@@ -370,7 +367,7 @@ Code Comm::gemmAllToAll(const dev::GemmArgs& g, void* recv, dev::DType dt, void*
   if (g.experts == 1 && !g.expertEnds && g.tokens > 0 && g.k > 0 && g.h > 0) {
     const OpPath path = gemmForced_
                             ? *gemmForced_
-                            : pathTable_.choose(FusedOp::kGemmAllToAll, pathGpu_, nranks_, {{g.tokens, g.k, g.h}}).path;
+                            : pathTable_.choose(FusedOp::kGemmAllToAll, pathPlacement_, {{g.tokens, g.k, g.h}}).path;
     if (path == OpPath::kBlas) {
       productLock.lock();
       if (const void* product = vendorGemm({g.a, g.w, g.tokens, g.k, g.h, dt}, stream, capturing)) {

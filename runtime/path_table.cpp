@@ -67,6 +67,14 @@ uint64_t limitField(const std::string& text, const std::string& where, const std
   return v;
 }
 
+// A count of ranks (ranks, per_gpu): a positive integer to 2^20, or '*' (0: any).
+int countField(const std::string& text, const std::string& where, const std::string& what) {
+  const uint64_t v = limitField(text, where, what);
+  if (v == UINT64_MAX) return 0;
+  if (v > 1 << 20) throw Error(Code::kInvalidArgument, where + ": " + what + " '" + text + "' is too large");
+  return static_cast<int>(v);
+}
+
 // DATE@COMMIT: a date as YYYY-MM-DD and 7 to 40 hex digits.
 bool provenanceOk(const std::string& m) {
   const size_t at = m.find('@');
@@ -132,29 +140,28 @@ PathTable PathTable::parse(const std::string& text, const std::string& origin) {
     for (std::string word; words >> word;) w.push_back(word);
     if (w.empty()) continue;
     const std::string where = origin + ":" + std::to_string(number);
-    if (w.size() != 8)
-      throw Error(Code::kInvalidArgument,
-                  where + ": expected 8 fields (" + tableHeader().substr(2) + "), got " + std::to_string(w.size()));
+    if (w.size() != 8 && w.size() != 9)
+      throw Error(Code::kInvalidArgument, where + ": expected 9 fields (" + tableHeader().substr(2) +
+                                              "; 8 without per_gpu), got " + std::to_string(w.size()));
+    if (w.size() == 8) w.insert(w.begin() + 3, "*");  // written before per_gpu: any
     PathRow r;
     r.line = number;
     const auto op = opNamed(w[0]);
     if (!op) throw Error(Code::kInvalidArgument, where + ": op '" + w[0] + "' is not " + opList());
     r.op = *op;
     r.gpu = w[1] == "*" ? "" : w[1];
-    const uint64_t ranks = limitField(w[2], where, "ranks");
-    if (ranks != UINT64_MAX && ranks > 1 << 20)
-      throw Error(Code::kInvalidArgument, where + ": ranks '" + w[2] + "' is too large");
-    r.ranks = ranks == UINT64_MAX ? 0 : static_cast<int>(ranks);
-    for (int d = 0; d < 3; ++d) r.maxima[d] = limitField(w[3 + d], where, std::string(shapeNames(r.op)[d]) + "_max");
-    const auto path = pathNamed(w[6]);
+    r.ranks = countField(w[2], where, "ranks");
+    r.perGpu = countField(w[3], where, "per_gpu");
+    for (int d = 0; d < 3; ++d) r.maxima[d] = limitField(w[4 + d], where, std::string(shapeNames(r.op)[d]) + "_max");
+    const auto path = pathNamed(w[7]);
     if (!path || !opHasPath(r.op, *path))
       throw Error(Code::kInvalidArgument,
-                  where + ": path '" + w[6] + "' is not " + pathList(r.op) + " (the paths " + w[0] + " has)");
+                  where + ": path '" + w[7] + "' is not " + pathList(r.op) + " (the paths " + w[0] + " has)");
     r.path = *path;
-    if (w[7] != "-" && !provenanceOk(w[7]))
+    if (w[8] != "-" && !provenanceOk(w[8]))
       throw Error(Code::kInvalidArgument,
-                  where + ": measured '" + w[7] + "' is not DATE@COMMIT (2026-11-22@ab36614) or '-'");
-    r.measured = w[7] == "-" ? "" : w[7];
+                  where + ": measured '" + w[8] + "' is not DATE@COMMIT (2026-11-22@ab36614) or '-'");
+    r.measured = w[8] == "-" ? "" : w[8];
     t.rows_.push_back(r);
   }
   return t;
@@ -165,9 +172,11 @@ PathTable PathTable::load(const std::string& file) {
   return parse(readTextFile(file, "path_table_file"), file);
 }
 
-PathChoice PathTable::choose(FusedOp op, const std::string& gpu, int nranks, const OpShape& shape) const {
+PathChoice PathTable::choose(FusedOp op, const Placement& where, const OpShape& shape) const {
   for (const PathRow& r : rows_) {
-    if (r.op != op || (!r.gpu.empty() && r.gpu != gpu) || (r.ranks != 0 && r.ranks != nranks)) continue;
+    if (r.op != op || (!r.gpu.empty() && r.gpu != where.gpu) || (r.ranks != 0 && r.ranks != where.nranks) ||
+        (r.perGpu != 0 && r.perGpu != where.perGpu))
+      continue;
     if (shape.dims[0] <= r.maxima[0] && shape.dims[1] <= r.maxima[1] && shape.dims[2] <= r.maxima[2])
       return PathChoice{r.path, &r};
   }
@@ -184,6 +193,7 @@ uint64_t PathTable::fingerprint() const {
     for (char c : r.gpu) mix(static_cast<unsigned char>(c));
     mix(r.gpu.size());
     mix(static_cast<uint64_t>(r.ranks));
+    mix(static_cast<uint64_t>(r.perGpu));
     for (uint64_t m : r.maxima) mix(m);
     mix(static_cast<uint64_t>(r.path));
   }
@@ -196,11 +206,11 @@ std::string formatRow(const PathRow& r) {
     return text;
   };
   return padded(opName(r.op), 19) + padded(r.gpu.empty() ? "*" : r.gpu, 25) +
-         padded(r.ranks ? std::to_string(r.ranks) : "*", 6) + padded(limitText(r.maxima[0]), 11) +
-         padded(limitText(r.maxima[1]), 11) + padded(limitText(r.maxima[2]), 11) + padded(pathName(r.path), 11) +
-         (r.measured.empty() ? "-" : r.measured);
+         padded(r.ranks ? std::to_string(r.ranks) : "*", 6) + padded(r.perGpu ? std::to_string(r.perGpu) : "*", 8) +
+         padded(limitText(r.maxima[0]), 11) + padded(limitText(r.maxima[1]), 11) + padded(limitText(r.maxima[2]), 11) +
+         padded(pathName(r.path), 11) + (r.measured.empty() ? "-" : r.measured);
 }
 
-std::string tableHeader() { return "# op gpu ranks max1 max2 max3 path measured"; }
+std::string tableHeader() { return "# op gpu ranks per_gpu max1 max2 max3 path measured"; }
 
 }  // namespace weft

@@ -1,15 +1,17 @@
 // Which way each fused op runs, per GPU model, world size and shape: one table for the three ops.
 // The table is text, one row per line (conf/path_table.tsv is the built-in one):
 //
-//   op  gpu  ranks  max1  max2  max3  path  measured
+//   op  gpu  ranks  per_gpu  max1  max2  max3  path  measured
 //
 // op: gemv_allreduce (maxima: batch, n, k_local), gemm_alltoall (tokens, k, h) or
 // embedding_alltoall (local_batch, num_tables, dim). gpu: the model as the runtime names it
 // (gpuModel(): the device's name with blanks as '_', "cpu" on the CPU backend) or '*'; ranks: the
-// communicator's size or '*'; a maximum is a positive integer or '*'. measured: DATE@COMMIT of
-// the run that chose the path (weftctl tune measure), or '-' for a row written by hand.
-// The first row whose op, gpu and ranks match and whose maxima hold the shape decides. A shape no
-// row covers takes the op's fallback (fallbackPath).
+// communicator's size or '*'; per_gpu: the most of its ranks that share one GPU (1: each rank has
+// a GPU of its own) or '*'; a maximum is a positive integer or '*'. measured: DATE@COMMIT of the
+// run that chose the path (weftctl tune measure), or '-' for a row written by hand. A row of 8
+// fields (the format before per_gpu) has per_gpu '*'.
+// The first row whose op, gpu, ranks and per_gpu match and whose maxima hold the shape decides. A
+// shape no row covers takes the op's fallback (fallbackPath).
 #pragma once
 
 #include <cstdint>
@@ -50,10 +52,19 @@ struct OpShape {
   uint64_t dims[3] = {0, 0, 0};  // in shapeNames(op)'s order
 };
 
+// What a row's keys are matched against: the same on every rank of a communicator (its rank 0's
+// GPU model; the most ranks on any one GPU), so that every rank decides alike.
+struct Placement {
+  std::string gpu;  // gpuModel()
+  int nranks = 1;
+  int perGpu = 1;  // the most ranks of the communicator on one GPU
+};
+
 struct PathRow {
   FusedOp op = FusedOp::kGemvAllReduce;
   std::string gpu;  // "" for any
   int ranks = 0;    // 0 for any
+  int perGpu = 0;   // 0 for any
   uint64_t maxima[3] = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
   OpPath path = OpPath::kFused;
   std::string measured;  // DATE@COMMIT, or "" (written by hand)
@@ -75,7 +86,7 @@ class PathTable {
   // for "".
   static PathTable load(const std::string& file);
 
-  PathChoice choose(FusedOp op, const std::string& gpu, int nranks, const OpShape& shape) const;
+  PathChoice choose(FusedOp op, const Placement& where, const OpShape& shape) const;
 
   const std::vector<PathRow>& rows() const { return rows_; }
   const std::string& origin() const { return origin_; }

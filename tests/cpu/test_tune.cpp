@@ -60,23 +60,26 @@ TEST(TuneMeasure, WritesATableThatParsesAndChoosesWhatItMeasuredFastest) {
     EXPECT_EQ(r.op, weft::FusedOp::kGemvAllReduce);
     EXPECT_EQ(r.gpu, "cpu");
     EXPECT_TRUE(r.ranks == 1 || r.ranks == 2) << r.ranks;
+    EXPECT_EQ(r.perGpu, 1) << "the CPU backend's ranks share no GPU";
     EXPECT_TRUE(std::regex_match(r.measured, provenance)) << r.measured;
   }
   // Each point's times are in the comments, with the fastest path named; the rows must choose it.
-  const std::regex group(R"(^# ([0-9]+) rank\(s\), n ([0-9]+), k_local ([0-9]+): us per op.*)");
+  const std::regex group(R"(^# ([0-9]+) rank\(s\), ([0-9]+) on a GPU, n ([0-9]+), k_local ([0-9]+): us per op.*)");
   const std::regex point(R"(^#   batch ([0-9]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)  -> ([a-z_]+)$)");
   std::istringstream lines(text);
-  int ranks = 0, points = 0;
+  int ranks = 0, perGpu = 0, points = 0;
   uint64_t n = 0, k = 0;
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
     if (std::regex_match(line, m, group)) {
       ranks = std::stoi(m[1]);
-      n = std::stoull(m[2]);
-      k = std::stoull(m[3]);
+      perGpu = std::stoi(m[2]);
+      n = std::stoull(m[3]);
+      k = std::stoull(m[4]);
     } else if (std::regex_match(line, m, point)) {
       ++points;
-      const weft::PathChoice c = t.choose(weft::FusedOp::kGemvAllReduce, "cpu", ranks, {{std::stoull(m[1]), n, k}});
+      const weft::PathChoice c =
+          t.choose(weft::FusedOp::kGemvAllReduce, {"cpu", ranks, perGpu}, {{std::stoull(m[1]), n, k}});
       ASSERT_NE(c.row, nullptr) << line;
       EXPECT_EQ(weft::pathName(c.path), m[6].str()) << line;
     }
@@ -91,26 +94,29 @@ TEST(TuneMeasure, WritesATableThatParsesAndChoosesWhatItMeasuredFastest) {
 size_t pointsChosenAsMeasured(const std::string& text, const weft::PathTable& t, weft::FusedOp op,
                               const std::string& other) {
   const char* const* names = weft::shapeNames(op);
-  const std::regex group("^# ([0-9]+) rank\\(s\\), " + std::string(names[1]) + " ([0-9]+), " + names[2] +
-                         " ([0-9]+): us per op \\(fused " + other + "\\)$");
+  const std::regex group("^# ([0-9]+) rank\\(s\\), ([0-9]+) on a GPU, " + std::string(names[1]) + " ([0-9]+), " +
+                         names[2] + " ([0-9]+): us per op \\(fused " + other + "\\)$");
   const std::regex point("^#   " + std::string(names[0]) + " ([0-9]+) +([0-9.]+) +([0-9.]+)  -> (fused|" + other +
                          ")$");
   std::istringstream lines(text);
-  int ranks = 0;
+  int ranks = 0, perGpu = 0;
   size_t points = 0;
   uint64_t second = 0, third = 0;
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
     if (std::regex_match(line, m, group)) {
       ranks = std::stoi(m[1]);
-      second = std::stoull(m[2]);
-      third = std::stoull(m[3]);
+      perGpu = std::stoi(m[2]);
+      second = std::stoull(m[3]);
+      third = std::stoull(m[4]);
     } else if (std::regex_match(line, m, point)) {
       ++points;
       EXPECT_EQ(m[4].str(), std::stod(m[3]) <= std::stod(m[2]) ? other : "fused") << line;
-      const weft::PathChoice c = t.choose(op, "cpu", ranks, {{std::stoull(m[1]), second, third}});
+      const weft::PathChoice c = t.choose(op, {"cpu", ranks, perGpu}, {{std::stoull(m[1]), second, third}});
       EXPECT_NE(c.row, nullptr) << line;
-      if (c.row) EXPECT_EQ(weft::pathName(c.path), m[4].str()) << line;
+      if (c.row) {
+        EXPECT_EQ(weft::pathName(c.path), m[4].str()) << line;
+      }
     }
   }
   return points;
@@ -158,11 +164,12 @@ TEST(TuneShow, NamesTheDecidingRowTheFallbackOrTheForcingSetting) {
   const std::string table = tempPath("show.tsv");
   std::ofstream(table) << "# a hand-written table\n"
                           "gemv_allreduce cpu 2 8 * * fused_rsag 2026-11-22@ab36614\n"
-                          "gemv_allreduce * 2 64 1024 * unfused -\n";
+                          "gemv_allreduce * 2 64 1024 * unfused -\n"
+                          "embedding_alltoall cpu 4 2 * * * unfused -\n";
   const std::string env = "WEFT_PATH_TABLE_FILE=" + table;
   CtlRun r = weftctl(env, "tune show --op gemv_allreduce --ranks 2 --shape 8,4096,512");
   EXPECT_EQ(r.rc, 0) << r.output;
-  EXPECT_NE(r.output.find("table: " + table + " (2 rows)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("table: " + table + " (3 rows)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("gpu model: cpu"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("batch 8, n 4096, k_local 512: fused_rsag (line 2: gemv_allreduce"), std::string::npos)
       << r.output;
@@ -179,6 +186,10 @@ TEST(TuneShow, NamesTheDecidingRowTheFallbackOrTheForcingSetting) {
       << r.output;
   r = weftctl(env, "tune show --op embedding_alltoall --ranks 4 --shape 4096,8,128");
   EXPECT_NE(r.output.find(": fused (no row covers it: the fallback, the fused op"), std::string::npos) << r.output;
+  // Ranks that share a GPU read the rows for their per_gpu.
+  r = weftctl(env, "tune show --op embedding_alltoall --ranks 4 --per-gpu 2 --shape 4096,8,128");
+  EXPECT_NE(r.output.find("4 rank(s) of cpu (2 on a GPU)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(": unfused (line 4: embedding_alltoall"), std::string::npos) << r.output;
   r = weftctl(env + " WEFT_EMBEDDING_PATH=unfused", "tune show --op embedding_alltoall --ranks 4 --shape 4096,8,128");
   EXPECT_NE(r.output.find(": unfused (embedding_path forces it)"), std::string::npos) << r.output;
   r = weftctl(env + " WEFT_GEMM_PATH=fused", "tune show --op gemm_alltoall --ranks 4 --shape 256,14336,4096");
@@ -195,6 +206,7 @@ TEST(Tune, BadArgumentsAreNamed) {
   } cases[] = {
       {"tune show --op gemv_reduce --ranks 2 --shape 1,2,3", "--op: 'gemv_reduce' is not gemv_allreduce"},
       {"tune show --op gemv_allreduce --ranks 2", "--op: needs --ranks and --shape"},
+      {"tune show --op gemv_allreduce --ranks 2 --per-gpu 3 --shape 1,2,3", "--per-gpu: 3 is not 1 to --ranks (2)"},
       {"tune show --op gemv_allreduce --ranks 2 --shape 65,8,8", "--shape: batch 65 is past"},
       {"tune show --op embedding_alltoall --ranks 2 --shape 1,2", "local_batch,num_tables,dim"},
       {"tune show --op gemm_alltoall --ranks 2 --shape 256,14336", "--shape: '256,14336' is not three"},

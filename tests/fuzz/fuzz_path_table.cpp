@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (weft::FusedOp op :
          {weft::FusedOp::kGemvAllReduce, weft::FusedOp::kGemmAllToAll, weft::FusedOp::kEmbeddingAllToAll})
       for (int ranks : {1, 2, 8})
-        for (uint64_t size : {uint64_t{1}, uint64_t{64}}) (void)t.choose(op, "cpu", ranks, {{size, 8192, 1024}});
+        for (uint64_t size : {uint64_t{1}, uint64_t{64}}) (void)t.choose(op, {"cpu", ranks, 1}, {{size, 8192, 1024}});
     std::string again;
     for (const weft::PathRow& r : t.rows()) again += weft::formatRow(r) + "\n";
     if (weft::PathTable::parse(again, "again").fingerprint() != t.fingerprint()) __builtin_trap();

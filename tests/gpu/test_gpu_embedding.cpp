@@ -1,7 +1,7 @@
 // Embedding-bag + All-to-All on GPUs only (its cases on every backend are
 // tests/ops/test_embedding.cpp): the op captured into a CUDA graph and replayed; an index out of
 // range fails the op on every rank, reported when the stream drains; each rank runs the path its
-// setting and the rules choose. Skipped (and reported so) without GPUs.
+// setting and the path table choose. Skipped (and reported so) without GPUs.
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -9,6 +9,9 @@
 #include "gpu_support.hpp"
 #include "ops/embedding_cases.hpp"
 #include "page_rows.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/config.hpp"
+#include "runtime/path_table.hpp"
 
 namespace weft::test {
 namespace {
@@ -59,26 +62,30 @@ TEST_P(GpuEmbedding, AnIndexOutOfRangeFailsTheOpOnEveryRank) {
 }
 
 // The path each rank ran, from its status page (kRowPooledFirst: unfused), for embedding_path
-// fused and unfused, and auto where a rule in the runtime decides: ranks that share a GPU and reach
-// each other without the host proxy take unfused (the path table cannot tell shared GPUs apart).
-// Elsewhere auto runs what the path table says, which this test does not restate. The persistent
-// engine runs fused whatever the setting: it has no kernel of the rank's own process to pool.
-TEST_P(GpuEmbedding, RunsThePathItsSettingAndTheRulesChoose) {
+// fused and unfused, and auto: what the path table says for this GPU model, ranks and ranks per
+// GPU (its per_gpu rows tell ranks that share a GPU apart), except through the host proxy, where
+// the runtime runs fused. The persistent engine runs fused whatever the setting: it has no kernel
+// of the rank's own process to pool.
+TEST_P(GpuEmbedding, RunsThePathItsSettingAndTheTableChoose) {
   const uint64_t seed = freshSeed();
   const char* transport = std::getenv("WEFT_TRANSPORT");
   const bool viaProxy = transport && std::string(transport) == "proxy";
-  const bool ruleDecides = sharingGpus() && ranks() > gpusPresent() && !viaProxy;
+  const PathTable table = PathTable::load(Settings::resolve().getString("path_table_file"));
+  const int perGpu = sharingGpus() ? (ranks() + gpusPresent() - 1) / gpusPresent() : 1;  // round-robin
   for (const std::string path : {"auto", "fused", "unfused"}) {
-    if (path == "auto" && !ruleDecides) continue;
     char tmpl[] = "/tmp/weft-gpu-embedding-XXXXXX";
     const std::string dir = std::string(mkdtemp(tmpl)) + "/pages";
-    const bool unfused = gEngine == "launched" && path != "fused";
     const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
       setenv("WEFT_EMBEDDING_PATH", path.c_str(), 1);
       setenv("WEFT_STATUS_DIR", dir.c_str(), 1);
       OpRank r = openRank(rank, n, id, 1 << 20);
       ASSERT_NE(r.comm, nullptr);
-      embeddingCase(r, EmbeddingCase{seed, n, 3, 64, WEFT_BFLOAT16, 0, false}, rank);
+      const EmbeddingCase c{seed, n, 3, 64, WEFT_BFLOAT16, 0, false};
+      const OpShape shape{{3, static_cast<uint64_t>(c.tables(rank)), 64}};
+      const OpPath autoPath =
+          viaProxy ? OpPath::kFused : table.choose(FusedOp::kEmbeddingAllToAll, {gpuModel(), n, perGpu}, shape).path;
+      const bool unfused = gEngine == "launched" && (path == "auto" ? autoPath == OpPath::kUnfused : path == "unfused");
+      embeddingCase(r, c, rank);
       const PageRows ops = rowsOnPage(dir, rank, dev::OpKind::kEmbeddingAllToAll, status::kRowPooledFirst);
       EXPECT_EQ(ops.all, 1) << "embedding ops on this rank's page in " << dir;
       EXPECT_EQ(ops.flagged, unfused ? 1 : 0) << "embedding ops that pooled first (the unfused path)";

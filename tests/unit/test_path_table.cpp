@@ -34,7 +34,7 @@ namespace {
 }
 
 OpPath gemv(const PathTable& t, const std::string& gpu, int ranks, uint64_t batch, uint64_t n, uint64_t k) {
-  return t.choose(FusedOp::kGemvAllReduce, gpu, ranks, {{batch, n, k}}).path;
+  return t.choose(FusedOp::kGemvAllReduce, {gpu, ranks, 1}, {{batch, n, k}}).path;
 }
 
 TEST(PathTable, TheFirstMatchingRowDecides) {
@@ -59,33 +59,38 @@ TEST(PathTable, TheFirstMatchingRowDecides) {
   EXPECT_EQ(gemv(t, "cpu", 2, 1, 8192, 100000), OpPath::kUnfused);        // row 3 (any model, any ranks) first
   EXPECT_EQ(gemv(t, "cpu", 2, 1, 8193, 100000), OpPath::kFusedRsag);      // n past row 3: row 4
   EXPECT_EQ(gemv(t, "NVIDIA_H100", 2, 1, 8193, 1), OpPath::kBlas);        // no row: the fallback
-  const PathChoice byRow = t.choose(FusedOp::kGemvAllReduce, "cpu", 2, {{2, 1, 1}});
+  const PathChoice byRow = t.choose(FusedOp::kGemvAllReduce, {"cpu", 2, 1}, {{2, 1, 1}});
   ASSERT_NE(byRow.row, nullptr);
   EXPECT_EQ(byRow.row->line, 6);
   // Rows of one op never decide another's.
-  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, "cpu", 2, {{256, 8, 8}}).row->line, 7);
-  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, "cpu", 2, {{257, 8, 8}}).row, nullptr);
-  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, "cpu", 2, {{512, 8, 1024}}).path, OpPath::kUnfused);
-  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, "cpu", 2, {{512, 9, 1024}}).row, nullptr);  // 9 tables
-  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, "cpu", 4, {{1, 1, 1}}).row, nullptr);
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, {"cpu", 2, 1}, {{256, 8, 8}}).row->line, 7);
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, {"cpu", 2, 1}, {{257, 8, 8}}).row, nullptr);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"cpu", 2, 1}, {{512, 8, 1024}}).path, OpPath::kUnfused);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"cpu", 2, 1}, {{512, 9, 1024}}).row, nullptr);  // 9 tables
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"cpu", 4, 1}, {{1, 1, 1}}).row, nullptr);
 }
 
 TEST(PathTable, AShapeNoRowCoversTakesThePathThatCannotLose) {
   const PathTable empty = PathTable::parse("", "empty");
-  const PathChoice g = empty.choose(FusedOp::kGemvAllReduce, "cpu", 4, {{1, 1, 1}});
+  const PathChoice g = empty.choose(FusedOp::kGemvAllReduce, {"cpu", 4, 1}, {{1, 1, 1}});
   EXPECT_EQ(g.path, OpPath::kBlas);  // the vendor BLAS's GEMV, then weft's AllReduce
   EXPECT_EQ(g.row, nullptr);
   EXPECT_EQ(fallbackPath(FusedOp::kGemvAllReduce), OpPath::kBlas);
   // The GEMM's is the fused op: its blas path pays the routing op's fixed cost, so it can lose.
-  EXPECT_EQ(empty.choose(FusedOp::kGemmAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
+  EXPECT_EQ(empty.choose(FusedOp::kGemmAllToAll, {"cpu", 4, 1}, {{1, 1, 1}}).path, OpPath::kFused);
   EXPECT_EQ(fallbackPath(FusedOp::kGemmAllToAll), OpPath::kFused);
   // The embedding's is the fused op; unfused moves every vector through the device's memory twice.
-  EXPECT_EQ(empty.choose(FusedOp::kEmbeddingAllToAll, "cpu", 4, {{1, 1, 1}}).path, OpPath::kFused);
+  EXPECT_EQ(empty.choose(FusedOp::kEmbeddingAllToAll, {"cpu", 4, 1}, {{1, 1, 1}}).path, OpPath::kFused);
   EXPECT_EQ(fallbackPath(FusedOp::kEmbeddingAllToAll), OpPath::kFused);
 }
 
 TEST(PathTable, EveryBadRowIsNamedByOriginLineAndField) {
-  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 8 * fused -\n", "t.tsv:1: expected 8 fields"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 8 * fused -\n", "t.tsv:1: expected 9 fields"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 1 8 * 1 fused - extra\n", "t.tsv:1: expected 9 fields"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 x 8 * 1 fused -\n", "t.tsv:1: per_gpu 'x'"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 0 8 * 1 fused -\n", "per_gpu '0'"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 2000000 8 * 1 fused -\n", "per_gpu '2000000' is too large"));
+  EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 1 8 * 1 sideways -\n", "path 'sideways'"));
   EXPECT_TRUE(parseFailsNaming("\ngemv_allreduce * 4 8 * 1 sideways -\n", "t.tsv:2: path 'sideways' is not"));
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 -8 * 1 fused -\n", "t.tsv:1: batch_max '-8'"));
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 0 * 1 fused -\n", "batch_max '0'"));
@@ -129,11 +134,41 @@ TEST(PathTable, PathSettingsNameThemselvesAndTheOp) {
     EXPECT_EQ(opNamed(opName(op)), op);
 }
 
+// per_gpu tells a job whose ranks have a GPU each from one whose ranks share (under MPS): each
+// rank's kernels then hold its share of the device while the vendor's take the process's, so the
+// faster path differs. A row of the format before per_gpu (8 fields) matches either.
+TEST(PathTable, RowsMatchTheRanksThatShareAGpu) {
+  const PathTable t = PathTable::parse(
+      "gemm_alltoall  NVIDIA_H200  2  2  8192  *  *  blas   -\n"
+      "gemm_alltoall  NVIDIA_H200  2  1  8192  *  *  fused  -\n"
+      "gemv_allreduce NVIDIA_H200  2  *  8     *  *  fused  -\n"
+      "gemv_allreduce NVIDIA_H200  2     16    *  *  unfused -\n"
+      "embedding_alltoall * * 4 * * * unfused -\n",
+      "t.tsv");
+  ASSERT_EQ(t.rows().size(), 5u);
+  EXPECT_EQ(t.rows()[0].perGpu, 2);
+  EXPECT_EQ(t.rows()[2].perGpu, 0);
+  EXPECT_EQ(t.rows()[3].perGpu, 0) << "8 fields: per_gpu '*'";
+  EXPECT_EQ(t.rows()[3].maxima[0], 16u);
+  const OpShape gemmShape{{4096, 14336, 4096}};
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, {"NVIDIA_H200", 2, 2}, gemmShape).row->line, 1);
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, {"NVIDIA_H200", 2, 1}, gemmShape).row->line, 2);
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, {"NVIDIA_H200", 4, 2}, gemmShape).row, nullptr);  // 4 ranks
+  for (int perGpu : {1, 2}) {
+    EXPECT_EQ(t.choose(FusedOp::kGemvAllReduce, {"NVIDIA_H200", 2, perGpu}, {{8, 1, 1}}).row->line, 3);
+    EXPECT_EQ(t.choose(FusedOp::kGemvAllReduce, {"NVIDIA_H200", 2, perGpu}, {{16, 1, 1}}).row->line, 4);
+  }
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"cpu", 8, 4}, {{1, 1, 1}}).path, OpPath::kUnfused);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"cpu", 8, 2}, {{1, 1, 1}}).row, nullptr);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"cpu", 8, 8}, {{1, 1, 1}}).row, nullptr);
+}
+
 TEST(PathTable, FormattedRowsParseBackToTheSameRows) {
   PathRow r;
   r.op = FusedOp::kGemmAllToAll;
   r.gpu = "NVIDIA_H100_80GB_HBM3";
   r.ranks = 4;
+  r.perGpu = 2;
   r.maxima[0] = 256;
   r.maxima[2] = 4096;
   r.measured = "2027-01-05@0123456789abcdef";
@@ -143,6 +178,7 @@ TEST(PathTable, FormattedRowsParseBackToTheSameRows) {
   EXPECT_EQ(b.op, r.op);
   EXPECT_EQ(b.gpu, r.gpu);
   EXPECT_EQ(b.ranks, 4);
+  EXPECT_EQ(b.perGpu, 2);
   EXPECT_EQ(b.maxima[0], 256u);
   EXPECT_EQ(b.maxima[1], UINT64_MAX);
   EXPECT_EQ(b.maxima[2], 4096u);
@@ -159,6 +195,8 @@ TEST(PathTable, FingerprintsTellDecidingRowsApartAndIgnoreTheRest) {
   EXPECT_NE(same, PathTable::parse("gemv_allreduce cpu 4 8 * 2048 fused -\n", "d").fingerprint());
   EXPECT_NE(same, PathTable::parse("gemv_allreduce * 2 8 * 2048 fused -\n", "e").fingerprint());
   EXPECT_NE(same, PathTable::parse("gemm_alltoall * 4 8 * 2048 fused -\n", "f").fingerprint());
+  EXPECT_EQ(same, PathTable::parse("gemv_allreduce * 4 * 8 * 2048 fused -\n", "i").fingerprint());  // per_gpu '*'
+  EXPECT_NE(same, PathTable::parse("gemv_allreduce * 4 1 8 * 2048 fused -\n", "j").fingerprint());
   EXPECT_NE(same, PathTable::parse(row + row, "g").fingerprint());
   EXPECT_NE(same, PathTable::parse("", "h").fingerprint());
 }
@@ -182,6 +220,7 @@ TEST(PathTable, TheBuiltInTableParsesAndKeepsTheMeasuredGemvChoices) {
   for (const PathRow& r : builtIn.rows()) {
     if (r.gpu.empty()) continue;
     EXPECT_FALSE(r.measured.empty()) << "line " << r.line << ": a model's row says who measured it";
+    EXPECT_NE(r.perGpu, 0) << "line " << r.line << ": a measured row says whether the ranks shared a GPU";
   }
 }
 
@@ -261,7 +300,7 @@ TEST(PathTable, OneRankOfAnH100RunsTheFasterGemv) {
 TEST(PathTable, TheBuiltInTableRunsFewTokensThroughTheVendorGemm) {
   const PathTable t = PathTable::load("");
   auto gemm = [&](const char* gpu, int ranks, uint64_t tokens, uint64_t k, uint64_t h) {
-    return t.choose(FusedOp::kGemmAllToAll, gpu, ranks, {{tokens, k, h}}).path;
+    return t.choose(FusedOp::kGemmAllToAll, {gpu, ranks, 1}, {{tokens, k, h}}).path;
   };
   for (const char* gpu : {"NVIDIA_H200", "NVIDIA_H100_80GB_HBM3", "cpu"})
     for (int ranks : {1, 2, 4}) {

@@ -101,12 +101,19 @@ int main(int argc, char** argv) {
                    "The op's three sizes, comma-separated: batch,n,k_local (GEMV), tokens,k,h (GEMM), "
                    "local_batch,num_tables,dim (embedding)")
       ->needs(showOp);
+  show->add_option("--per-gpu", showOpts.perGpu,
+                   "The most ranks that share one GPU (default 1: a GPU each; under MPS, e.g. 2)")
+      ->needs(showOp)
+      ->check(wholeNumber(1, 1 << 20));
   show->add_option("--gpu", showOpts.gpu, "GPU model to read the table for (default: this machine's)");
   weftctl::TuneMeasureOptions measureOpts;
   auto* measure =
       tune->add_subcommand("measure", "Time every path of a fused op on this machine and write a path table for it");
   measure->add_option("--op", measureOpts.op, "gemv_allreduce (the default), gemm_alltoall or embedding_alltoall");
-  measure->add_option("--ranks", measureOpts.ranks, "World sizes to measure, comma-separated (ranks share the GPUs)")
+  measure
+      ->add_option("--ranks", measureOpts.ranks,
+                   "World sizes to measure, comma-separated (ranks share the GPUs round-robin; the rows "
+                   "say how many shared one: per_gpu)")
       ->delimiter(',')
       ->check(wholeNumber(1, 64));
   measure->add_option("--out", measureOpts.out, "The table's file, '-' for stdout");

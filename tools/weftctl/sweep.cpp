@@ -123,14 +123,22 @@ std::vector<SweepPoint> sweepOf(const TuneMeasureOptions& o, FusedOp op, bool cp
   return points;
 }
 
-PointTimes parseReport(const std::string& report, FusedOp op, const std::vector<SweepPoint>& points) {
+PathRowsFor parseReport(const std::string& report, FusedOp op, const std::vector<SweepPoint>& points, int nranks) {
   const std::vector<OpPath>& paths = measuredPaths(op);
-  PointTimes times(points.size());
+  PathRowsFor world{nranks, 0, PointTimes(points.size())};
+  PointTimes& times = world.times;
   std::istringstream in(report);
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream words(line);
     std::string path;
+    if (line.rfind("per_gpu ", 0) == 0) {
+      int perGpu = 0;
+      if (!(words >> path >> perGpu) || perGpu < 1 || perGpu > nranks || (world.perGpu && world.perGpu != perGpu))
+        throw Error(Code::kInternal, "tune measure: rank 0 reported '" + line + "'");
+      world.perGpu = perGpu;
+      continue;
+    }
     size_t index = 0;
     double us = 0;
     if (!(words >> path >> index >> us) || index >= points.size() || !(us > 0))
@@ -140,11 +148,12 @@ PointTimes parseReport(const std::string& report, FusedOp op, const std::vector<
       if (path == weft::pathName(p)) times[index][p] = us, known = true;
     if (!known) throw Error(Code::kInternal, "tune measure: rank 0 reported path '" + path + "'");
   }
+  if (world.perGpu == 0) throw Error(Code::kInternal, "tune measure: rank 0 did not report its ranks per GPU");
   for (size_t i = 0; i < points.size(); ++i)
     if (times[i].size() != paths.size())
       throw Error(Code::kInternal, "tune measure: rank 0 reported " + std::to_string(times[i].size()) + " of the " +
                                        std::to_string(paths.size()) + " paths for point " + std::to_string(i));
-  return times;
+  return world;
 }
 
 OpPath fastest(const std::map<OpPath, double>& times) {
@@ -177,8 +186,8 @@ std::string writeTable(const TuneMeasureOptions& o, FusedOp op, const std::strin
   for (const PathRowsFor& w : worlds) {
     for (size_t i = 0; i < points.size();) {
       const uint64_t second = points[i].dims[1], third = points[i].dims[2];
-      out << "# " << w.nranks << " rank(s), " << names[1] << " " << second << ", " << names[2] << " " << third
-          << ": us per op (" << pathNames << ")\n";
+      out << "# " << w.nranks << " rank(s), " << w.perGpu << " on a GPU, " << names[1] << " " << second << ", "
+          << names[2] << " " << third << ": us per op (" << pathNames << ")\n";
       size_t end = i;
       while (end < points.size() && points[end].dims[1] == second && points[end].dims[2] == third) ++end;
       for (size_t j = i; j < end; ++j) {
@@ -198,6 +207,7 @@ std::string writeTable(const TuneMeasureOptions& o, FusedOp op, const std::strin
         r.op = op;
         r.gpu = model;
         r.ranks = w.nranks;
+        r.perGpu = w.perGpu;
         r.maxima[0] = points[j].dims[0];
         r.maxima[1] = second;
         r.maxima[2] = third;

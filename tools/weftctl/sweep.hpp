@@ -32,14 +32,16 @@ std::vector<SweepPoint> sweepOf(const TuneMeasureOptions& o, weft::FusedOp op, b
 
 // Microseconds per op of each path, per point (by index into the sweep).
 using PointTimes = std::vector<std::map<weft::OpPath, double>>;
-// Rank 0's report ("PATH INDEX MICROSECONDS" lines); throws if a line is malformed or a point
-// lacks one of the op's paths.
-PointTimes parseReport(const std::string& report, weft::FusedOp op, const std::vector<SweepPoint>& points);
 
+// What one world size measured: the rows' ranks and per_gpu, and the times.
 struct PathRowsFor {
   int nranks = 0;
+  int perGpu = 1;  // the most ranks on one GPU, as the communicators saw it
   PointTimes times;
 };
+// Rank 0's report of a world of `nranks`: a "per_gpu N" line, then "PATH INDEX MICROSECONDS"
+// lines; throws if a line is malformed, per_gpu is missing, or a point lacks one of the op's paths.
+PathRowsFor parseReport(const std::string& report, weft::FusedOp op, const std::vector<SweepPoint>& points, int nranks);
 // The fastest path of one point (ties go to the vendor BLAS, then the unfused path: the paths that
 // cannot lose by construction).
 weft::OpPath fastest(const std::map<weft::OpPath, double>& times);

@@ -15,6 +15,7 @@ namespace weftctl {
 struct TuneShowOptions {
   std::string op;     // empty: the table only
   int ranks = 0;      // with op
+  int perGpu = 1;     // with op: the most ranks on one GPU
   std::string shape;  // with op: three sizes, comma-separated, in the op's order
   std::string gpu;    // empty: this machine's model (weft::gpuModel())
 };

@@ -182,8 +182,8 @@ class PointOps {
 };
 
 // One rank of a world of `nranks`: every path over every point, one line per (path, point) on
-// `report` (rank 0 only): "PATH INDEX MICROSECONDS". Every rank issues the same ops in the same
-// order (the count is fixed, never adapted to what one rank saw), as collectives need.
+// `report` (rank 0 only): "PATH INDEX MICROSECONDS", after "per_gpu N" per communicator. Every rank issues the same ops
+// in the same order (the count is fixed, never adapted to what one rank saw), as collectives need.
 void measureRank(const TuneMeasureOptions& o, weft::FusedOp op, const std::vector<SweepPoint>& points,
                  const std::vector<weft::UniqueId>& ids, int rank, int nranks, FILE* report) {
   weft::selectDevice(rank);
@@ -196,6 +196,8 @@ void measureRank(const TuneMeasureOptions& o, weft::FusedOp op, const std::vecto
         {{pathSettingName(op), path}, {"heap_bytes", std::to_string(footprint.heap())}, {"service", "off"}});
     std::unique_ptr<weft::Comm> comm = weft::Comm::create(ids[i], rank, nranks, s);
     PointOps ops(*comm, op, footprint, dt, nranks);
+    // The rows' per_gpu: how the communicator found the ranks placed (one GPU each, or sharing).
+    if (report) std::fprintf(report, "per_gpu %d\n", comm->pathPlacement().perGpu);
     for (size_t at = 0; at < points.size(); ++at) {
       ops.prepare(points[at]);
       auto once = [&] {
@@ -349,7 +351,7 @@ int runTuneMeasure(const TuneMeasureOptions& given) {
   for (int nranks : o.ranks) {
     std::fprintf(stderr, "weftctl: tune measure: %s, %d rank(s), %zu shapes x %zu paths on %s\n", weft::opName(op),
                  nranks, points.size(), measuredPaths(op).size(), model.c_str());
-    worlds.push_back(PathRowsFor{nranks, parseReport(runWorld(o, op, points, nranks), op, points)});
+    worlds.push_back(parseReport(runWorld(o, op, points, nranks), op, points, nranks));
   }
   const std::string table = writeTable(o, op, model, measured, points, worlds);
   if (o.out == "-") {

@@ -69,6 +69,9 @@ int runTuneShow(const TuneShowOptions& o) {
       throw Error(Code::kInvalidArgument,
                   "--op: '" + o.op + "' is not gemv_allreduce, gemm_alltoall or embedding_alltoall");
     if (o.ranks <= 0 || o.shape.empty()) throw Error(Code::kInvalidArgument, "--op: needs --ranks and --shape");
+    if (o.perGpu < 1 || o.perGpu > o.ranks)
+      throw Error(Code::kInvalidArgument,
+                  "--per-gpu: " + std::to_string(o.perGpu) + " is not 1 to --ranks (" + std::to_string(o.ranks) + ")");
     shape = parseShape(*op, o.shape);
   }
   std::printf("table: %s (%zu rows)\n", t.origin().c_str(), t.rows().size());
@@ -78,15 +81,16 @@ int runTuneShow(const TuneShowOptions& o) {
   for (const weft::PathRow& r : t.rows()) std::printf("  %-5d %s\n", r.line, weft::formatRow(r).c_str());
   if (!op) return 0;
   const char* const* names = weft::shapeNames(*op);
-  std::printf("%s on %d rank(s) of %s, %s %llu, %s %llu, %s %llu: ", weft::opName(*op), o.ranks,
-              gpu.empty() ? "no GPU" : gpu.c_str(), names[0], static_cast<unsigned long long>(shape.dims[0]), names[1],
-              static_cast<unsigned long long>(shape.dims[1]), names[2], static_cast<unsigned long long>(shape.dims[2]));
+  std::printf("%s on %d rank(s) of %s (%d on a GPU), %s %llu, %s %llu, %s %llu: ", weft::opName(*op), o.ranks,
+              gpu.empty() ? "no GPU" : gpu.c_str(), o.perGpu, names[0], static_cast<unsigned long long>(shape.dims[0]),
+              names[1], static_cast<unsigned long long>(shape.dims[1]), names[2],
+              static_cast<unsigned long long>(shape.dims[2]));
   const char* setting = pathSettingName(*op);
   if (const auto forced = weft::pathSetting(*op, s.getString(setting), setting)) {
     std::printf("%s (%s forces it)\n", weft::pathName(*forced), setting);
     return 0;
   }
-  const weft::PathChoice c = t.choose(*op, gpu, o.ranks, shape);
+  const weft::PathChoice c = t.choose(*op, weft::Placement{gpu, o.ranks, o.perGpu}, shape);
   if (c.row)
     std::printf("%s (line %d: %s)\n", weft::pathName(c.path), c.row->line, weft::formatRow(*c.row).c_str());
   else
@@ -95,8 +99,7 @@ int runTuneShow(const TuneShowOptions& o) {
     std::printf("note: ranks that reach a peer through the host proxy take blas unless gemv_path says otherwise\n");
   if (*op == weft::FusedOp::kEmbeddingAllToAll && o.ranks > 1)
     std::printf(
-        "note: ranks that share a GPU (and reach no peer through the host proxy) take unfused unless "
-        "embedding_path says otherwise\n");
+        "note: ranks that reach a peer through the host proxy take fused unless embedding_path says otherwise\n");
   return 0;
 }
 
