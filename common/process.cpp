@@ -81,36 +81,35 @@ bool ProcessWatch::anyWatchable(const std::vector<ProcessIdentity>& watched) {
   return false;
 }
 
-ProcessWatch::ProcessWatch(std::vector<ProcessIdentity> watched, std::chrono::milliseconds interval,
-                           std::function<bool(int, const ProcessIdentity&)> ended, std::function<void()> look)
-    : watched_(std::move(watched)),
-      interval_(interval),
-      ended_(std::move(ended)),
-      look_(std::move(look)),
-      thread_([this] { run(); }) {}
+namespace {
 
-ProcessWatch::~ProcessWatch() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
+// `watched` with every identity that cannot be checked cleared (left alone).
+std::vector<ProcessIdentity> watchableOnly(std::vector<ProcessIdentity> watched) {
+  for (ProcessIdentity& p : watched)
+    if (!watchable(p)) p = ProcessIdentity{};
+  return watched;
 }
 
-void ProcessWatch::run() {
-  for (ProcessIdentity& p : watched_)
-    if (!watchable(p)) p = ProcessIdentity{};
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, interval_, [&] { return stop_; })) {
-    if (look_) look_();
-    for (size_t i = 0; i < watched_.size(); ++i) {
-      if (!watched_[i].pid || !processEnded(watched_[i])) continue;
-      const ProcessIdentity gone = watched_[i];
-      watched_[i] = ProcessIdentity{};
-      if (!ended_(static_cast<int>(i), gone)) return;
-    }
+}  // namespace
+
+ProcessWatch::ProcessWatch(std::vector<ProcessIdentity> watched, std::chrono::milliseconds interval,
+                           std::function<bool(int, const ProcessIdentity&)> ended, std::function<void()> look)
+    : watched_(watchableOnly(std::move(watched))),
+      ended_(std::move(ended)),
+      look_(std::move(look)),
+      thread_(interval, [this] { return lookOnce(); }) {}
+
+ProcessWatch::~ProcessWatch() = default;
+
+bool ProcessWatch::lookOnce() {
+  if (look_) look_();
+  for (size_t i = 0; i < watched_.size(); ++i) {
+    if (!watched_[i].pid || !processEnded(watched_[i])) continue;
+    const ProcessIdentity gone = watched_[i];
+    watched_[i] = ProcessIdentity{};
+    if (!ended_(static_cast<int>(i), gone)) return false;
   }
+  return true;
 }
 
 }  // namespace weft

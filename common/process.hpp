@@ -3,12 +3,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
-#include <thread>
 #include <vector>
+
+#include "periodic_thread.hpp"
 
 namespace weft {
 
@@ -50,16 +49,13 @@ class ProcessWatch {
   static bool anyWatchable(const std::vector<ProcessIdentity>& watched);
 
  private:
-  void run();
+  // One look: false once `ended_` has said to stop.
+  bool lookOnce();
 
   std::vector<ProcessIdentity> watched_;
-  std::chrono::milliseconds interval_;
   std::function<bool(int, const ProcessIdentity&)> ended_;
   std::function<void()> look_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::thread thread_;
+  PeriodicThread thread_;  // last: it looks at the members above
 };
 
 }  // namespace weft

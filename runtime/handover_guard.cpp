@@ -9,26 +9,14 @@ namespace weft {
 
 HandoverGuard::HandoverGuard(WorkQueue& queue, uint64_t limitNs, uint64_t periodNs, std::function<bool()> stopKernel)
     : queue_(queue), limitNs_(limitNs), stopKernel_(std::move(stopKernel)) {
-  if (periodNs > 0) thread_ = std::thread([this, periodNs] { run(periodNs); });
+  if (periodNs > 0)
+    thread_ = std::make_unique<PeriodicThread>(std::chrono::nanoseconds(periodNs), [this] {
+      look(prim::nowNs());
+      return true;
+    });
 }
 
-HandoverGuard::~HandoverGuard() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void HandoverGuard::run(uint64_t periodNs) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, std::chrono::nanoseconds(periodNs), [this] { return stopping_; })) {
-    lock.unlock();
-    look(prim::nowNs());
-    lock.lock();
-  }
-}
+HandoverGuard::~HandoverGuard() = default;
 
 void HandoverGuard::release() {
   if (!kernelGone_) kernelGone_ = stopKernel_();

@@ -6,13 +6,12 @@
 // kernel that never takes it would leave the caller's synchronisation waiting forever.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <optional>
-#include <thread>
 
+#include "common/periodic_thread.hpp"
 #include "work_queue.hpp"
 
 namespace weft {
@@ -38,7 +37,6 @@ class HandoverGuard {
   bool look(uint64_t nowNs);
 
  private:
-  void run(uint64_t periodNs);
   // After firing: completes what is left once the kernel has gone.
   void release();
 
@@ -49,10 +47,7 @@ class HandoverGuard {
   uint64_t watchedSinceNs_ = 0;
   bool fired_ = false;
   bool kernelGone_ = false;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::unique_ptr<PeriodicThread> thread_;  // last: it looks at the members above
 };
 
 }  // namespace weft

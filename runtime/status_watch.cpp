@@ -8,26 +8,14 @@ using dev::Status;
 
 StatusWatch::StatusWatch(status::Page& page, WorkQueue& queue, ReadItems readItems, std::chrono::milliseconds interval)
     : page_(page), queue_(queue), readItems_(std::move(readItems)) {
-  if (interval.count() > 0) thread_ = std::thread([this, interval] { run(interval); });
+  if (interval.count() > 0)
+    thread_ = std::make_unique<PeriodicThread>(interval, [this] {
+      poll();
+      return true;
+    });
 }
 
-StatusWatch::~StatusWatch() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void StatusWatch::run(std::chrono::milliseconds interval) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, interval, [this] { return stopping_; })) {
-    lock.unlock();
-    poll();
-    lock.lock();
-  }
-}
+StatusWatch::~StatusWatch() = default;
 
 void StatusWatch::submitted(const status::OpRow& row) {
   std::lock_guard<std::mutex> lock(mutex_);

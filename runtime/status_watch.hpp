@@ -12,13 +12,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
+
+#include "common/periodic_thread.hpp"
 
 #include "status_page.hpp"
 #include "work_queue.hpp"
@@ -57,18 +58,15 @@ class StatusWatch {
   // hold it), else `fallback`.
   dev::Status statusOf(uint64_t ticket, dev::Status fallback) const;
   void progressed(Op& op, uint64_t itemsDone, uint64_t now);
-  void run(std::chrono::milliseconds interval);
 
   status::Page& page_;
   WorkQueue& queue_;
   const ReadItems readItems_;
   mutable std::mutex mutex_;
-  std::deque<Op> ops_;    // in ticket order
-  uint64_t counted_ = 0;  // launched: the count at which every op before ops_.front() had ended
-  std::mutex pollMutex_;  // one poll at a time
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::deque<Op> ops_;                      // in ticket order
+  uint64_t counted_ = 0;                    // launched: the count at which every op before ops_.front() had ended
+  std::mutex pollMutex_;                    // one poll at a time
+  std::unique_ptr<PeriodicThread> thread_;  // last: it polls with the members above
 };
 
 }  // namespace weft

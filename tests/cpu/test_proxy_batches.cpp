@@ -274,8 +274,11 @@ TEST_P(ProxyBatches, ABurstGoesAsOneMessageAndItsSignalNeverPassesItsData) {
   // from under the other's last sends, which separate processes never share.
   for (auto& s : side)
     if (s.proxy) s.proxy->closing();
-  for (auto& s : side)
-    if (s.proxy) EXPECT_TRUE(s.proxy->stop(true));
+  for (auto& s : side) {
+    if (s.proxy) {
+      EXPECT_TRUE(s.proxy->stop(true));
+    }
+  }
   for (auto& s : side) s.proxy.reset();
   for (auto& s : side)
     if (s.heap) munmap(s.heap, kHeapBytes);
