@@ -35,13 +35,8 @@ bool HandoverGuard::look(uint64_t nowNs) {
     return false;
   }
   const dev::QueueSlot& s = queue_.slots()[oldest % queue_.depth()];
-  // Started: a worker claimed an item of it (from then on the op's waits are the kernel's own, each
-  // bounded), or it is already done. The claim word carries its ticket's low 32 bits: a slot's
-  // previous op's claims are not this op's.
-  const uint64_t claim = prim::atomicLoad<prim::Order::kRelaxed>(&s.claim);
-  const bool started =
-      static_cast<uint32_t>(claim >> 32) == static_cast<uint32_t>(oldest) && static_cast<uint32_t>(claim) != 0;
-  if (started || prim::atomicLoad<prim::Order::kAcquire>(&s.done) >= oldest + 1) {
+  // Started (from then on the op's waits are the kernel's own, each bounded), or already done.
+  if (opStarted(s, oldest) || prim::atomicLoad<prim::Order::kAcquire>(&s.done) >= oldest + 1) {
     watched_.reset();
     return false;
   }

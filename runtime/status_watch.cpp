@@ -68,8 +68,7 @@ void StatusWatch::pollPersistent(uint64_t now) {
     }
     if (prim::atomicLoad<prim::Order::kAcquire>(&s.ready) == op.row.ticket + 1) {
       const uint64_t finished = prim::atomicLoad<prim::Order::kRelaxed>(&s.finished);
-      const uint64_t claimed = prim::atomicLoad<prim::Order::kRelaxed>(&s.claim) & 0xffffffffu;
-      if (claimed > 0 && op.startNs == 0) op.startNs = now;
+      if (op.startNs == 0 && opStarted(s, op.row.ticket)) op.startNs = now;
       progressed(op, finished, now);
     }
     ++it;

@@ -207,6 +207,11 @@ std::string WorkQueue::failureText(int self) const {
   return r ? weft::failureText(*r, self) : "";
 }
 
+bool opStarted(const dev::QueueSlot& slot, uint64_t ticket) {
+  const uint64_t claim = prim::atomicLoad<prim::Order::kRelaxed>(&slot.claim);
+  return static_cast<uint32_t>(claim >> 32) == static_cast<uint32_t>(ticket) && static_cast<uint32_t>(claim) != 0;
+}
+
 const dev::WaitRecord* firstFailure(const dev::QueueHeader& h) {
   if (prim::atomicLoad<prim::Order::kAcquire>(&h.recordValid)) return &h.record;
   if (prim::atomicLoad<prim::Order::kAcquire>(&h.hostRecordValid)) return &h.hostRecord;

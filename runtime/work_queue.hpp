@@ -102,6 +102,11 @@ const dev::WaitRecord* firstFailure(const dev::QueueHeader& h);
 // Its status: the first failure's, else whatever `error` holds (kOk: none).
 dev::Status failureStatus(const dev::QueueHeader& h);
 
+// Whether a worker has claimed an item of op `ticket` in `slot` (the op has started: from then on
+// its waits are the kernel's own). The claim word carries the ticket's low 32 bits, so a slot's
+// previous op's claims do not count.
+bool opStarted(const dev::QueueSlot& slot, uint64_t ticket);
+
 const char* waitWhatName(dev::WaitWhat w);
 // A failure record in words (what WorkQueue::failureText says of the communicator's first).
 std::string failureText(const dev::WaitRecord& r, int self = -1);
