@@ -89,8 +89,8 @@ const std::vector<SettingSpec>& settingSpecs() {
        "destination) or unfused (every bag pooled into a buffer first, then sent as an All-to-All; as fused for "
        "the persistent engine's eager ops and weftd's). Ranks may differ"},
       {"path_table_file", SettingType::kString, "",
-       "Path table for the fused ops (rows: op gpu ranks max1 max2 max3 path measured; weftctl tune measure "
-       "writes one); empty: the built-in conf/path_table.tsv"},
+       "Path table for the fused ops (rows: op gpu ranks per_gpu max1 max2 max3 path measured; weftctl "
+       "tune measure writes one); empty: the built-in conf/path_table.tsv"},
       {"check_indices", SettingType::kInt, "1",
        "Embedding ops check every index against its table (0: trust them, faster)", 0, 1},
       {"check_signatures", SettingType::kInt, "1",

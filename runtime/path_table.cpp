@@ -133,16 +133,22 @@ PathTable PathTable::parse(const std::string& text, const std::string& origin) {
   t.origin_ = origin;
   std::istringstream in(text);
   std::string line;
+  // A header comment ("# op gpu ranks ...", as tableHeader() writes) declares the format of the rows
+  // after it, so that a row of the new format missing a field is not read as an old one, shifted.
+  size_t declared = 0;  // 0: either
   for (int number = 1; std::getline(in, line); ++number) {
+    if (line.rfind("# op gpu ranks ", 0) == 0) declared = line.find(" per_gpu ") != std::string::npos ? 9 : 8;
     line = line.substr(0, line.find('#'));
     std::istringstream words(line);
     std::vector<std::string> w;
     for (std::string word; words >> word;) w.push_back(word);
     if (w.empty()) continue;
     const std::string where = origin + ":" + std::to_string(number);
-    if (w.size() != 8 && w.size() != 9)
-      throw Error(Code::kInvalidArgument, where + ": expected 9 fields (" + tableHeader().substr(2) +
-                                              "; 8 without per_gpu), got " + std::to_string(w.size()));
+    if ((w.size() != 8 && w.size() != 9) || (declared && w.size() != declared))
+      throw Error(Code::kInvalidArgument,
+                  where + ": expected " + (declared == 8 ? "8 fields (the header above has no per_gpu)" : "9 fields") +
+                      " (" + tableHeader().substr(2) + (declared ? "" : "; 8 without per_gpu") + "), got " +
+                      std::to_string(w.size()));
     if (w.size() == 8) w.insert(w.begin() + 3, "*");  // written before per_gpu: any
     PathRow r;
     r.line = number;

@@ -9,7 +9,8 @@
 // communicator's size or '*'; per_gpu: the most of its ranks that share one GPU (1: each rank has
 // a GPU of its own) or '*'; a maximum is a positive integer or '*'. measured: DATE@COMMIT of the
 // run that chose the path (weftctl tune measure), or '-' for a row written by hand. A row of 8
-// fields (the format before per_gpu) has per_gpu '*'.
+// fields (the format before per_gpu) has per_gpu '*'. A header comment (tableHeader()) declares
+// the rows after it: with per_gpu, only rows of 9 fields; without it (an older table's), 8.
 // The first row whose op, gpu, ranks and per_gpu match and whose maxima hold the shape decides. A
 // shape no row covers takes the op's fallback (fallbackPath).
 #pragma once

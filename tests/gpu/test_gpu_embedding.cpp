@@ -82,8 +82,9 @@ TEST_P(GpuEmbedding, RunsThePathItsSettingAndTheTableChoose) {
       ASSERT_NE(r.comm, nullptr);
       const EmbeddingCase c{seed, n, 3, 64, WEFT_BFLOAT16, 0, false};
       const OpShape shape{{3, static_cast<uint64_t>(c.tables(rank)), 64}};
-      const OpPath autoPath =
-          viaProxy ? OpPath::kFused : table.choose(FusedOp::kEmbeddingAllToAll, {gpuModel(), n, perGpu}, shape).path;
+      const OpPath autoPath = viaProxy && n > 1
+                                  ? OpPath::kFused
+                                  : table.choose(FusedOp::kEmbeddingAllToAll, {gpuModel(), n, perGpu}, shape).path;
       const bool unfused = gEngine == "launched" && (path == "auto" ? autoPath == OpPath::kUnfused : path == "unfused");
       embeddingCase(r, c, rank);
       const PageRows ops = rowsOnPage(dir, rank, dev::OpKind::kEmbeddingAllToAll, status::kRowPooledFirst);

@@ -91,6 +91,14 @@ TEST(PathTable, EveryBadRowIsNamedByOriginLineAndField) {
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 0 8 * 1 fused -\n", "per_gpu '0'"));
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 2000000 8 * 1 fused -\n", "per_gpu '2000000' is too large"));
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 1 8 * 1 sideways -\n", "path 'sideways'"));
+  // A header declares its rows' format: a row of the new one that lost a field is not read shifted.
+  EXPECT_TRUE(parseFailsNaming(tableHeader() + "\ngemv_allreduce cpu 2 1 8 * fused -\n", "t.tsv:2: expected 9 fields"));
+  EXPECT_TRUE(parseFailsNaming("# op gpu ranks max1 max2 max3 path measured\ngemv_allreduce cpu 2 1 8 * * fused -\n",
+                               "t.tsv:2: expected 8 fields (the header above has no per_gpu)"));
+  EXPECT_NO_THROW(
+      PathTable::parse(tableHeader() + "\ngemv_allreduce cpu 2 1 8 * * fused -\n" +
+                           "# op gpu ranks max1 max2 max3 path measured\ngemv_allreduce cpu 2 8 * * fused -\n",
+                       "t.tsv"));  // tables of both formats, one after the other
   EXPECT_TRUE(parseFailsNaming("\ngemv_allreduce * 4 8 * 1 sideways -\n", "t.tsv:2: path 'sideways' is not"));
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 -8 * 1 fused -\n", "t.tsv:1: batch_max '-8'"));
   EXPECT_TRUE(parseFailsNaming("gemv_allreduce * 4 0 * 1 fused -\n", "batch_max '0'"));
@@ -329,6 +337,36 @@ TEST(PathTable, TheBuiltInTableRunsFewTokensThroughTheVendorGemm) {
   EXPECT_EQ(gemm("NVIDIA_H100_80GB_HBM3", 1, 1024, 14336, 4096), OpPath::kFused);
   EXPECT_EQ(gemm("NVIDIA_H100_80GB_HBM3", 1, 2048, 2048, 4096), OpPath::kBlas);
   EXPECT_EQ(gemm("NVIDIA_H100_80GB_HBM3", 2, 2048, 2048, 4096), OpPath::kFused);  // the '*' rows
+}
+
+// Ranks that share a GPU read their own rows, ahead of the '*' rows that would otherwise take
+// them: on one H200 shared by 2 ranks the fused GEMV to batch 16 (but batch 1 at k_local 7168),
+// cuBLAS's GEMM past 1024 tokens; on an H100 shared by 2 the embedding's unfused path.
+TEST(PathTable, TheBuiltInTableHasRowsForRanksThatShareAGpu) {
+  const PathTable t = PathTable::load("");
+  const Placement shared{"NVIDIA_H200", 2, 2}, own{"NVIDIA_H200", 2, 1};
+  auto gemvAt = [&](const Placement& p, uint64_t batch, uint64_t k) {
+    return t.choose(FusedOp::kGemvAllReduce, p, {{batch, 8192, k}}).path;
+  };
+  EXPECT_EQ(gemvAt(shared, 16, 2048), OpPath::kFused);
+  EXPECT_EQ(gemvAt(shared, 16, 4096), OpPath::kFused);
+  EXPECT_EQ(gemvAt(own, 16, 4096), OpPath::kBlas);
+  EXPECT_EQ(gemvAt(shared, 1, 7168), OpPath::kBlas);
+  EXPECT_EQ(gemvAt(own, 1, 7168), OpPath::kFused);
+  EXPECT_EQ(gemvAt(shared, 8, 7168), OpPath::kFused);
+  EXPECT_EQ(gemvAt(shared, 32, 4096), OpPath::kBlas) << "past the measured batches: the '*' rows";
+  auto gemmAt = [&](const Placement& p, uint64_t tokens) {
+    return t.choose(FusedOp::kGemmAllToAll, p, {{tokens, 14336, 4096}}).path;
+  };
+  EXPECT_EQ(gemmAt(shared, 256), OpPath::kBlas);
+  EXPECT_EQ(gemmAt(shared, 1024), OpPath::kFused);
+  EXPECT_EQ(gemmAt(shared, 4096), OpPath::kBlas);
+  EXPECT_EQ(gemmAt(own, 4096), OpPath::kFused);
+  const OpShape bags{{4096, 8, 128}};
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"NVIDIA_H100_80GB_HBM3", 2, 2}, bags).path, OpPath::kUnfused);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"NVIDIA_H100_80GB_HBM3", 4, 2}, bags).path, OpPath::kUnfused);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"NVIDIA_H100_80GB_HBM3", 2, 1}, bags).path, OpPath::kFused);
+  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"NVIDIA_H200", 2, 2}, bags).path, OpPath::kFused);
 }
 
 }  // namespace
