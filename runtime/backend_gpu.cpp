@@ -173,8 +173,10 @@ struct Engine::Impl {
   // The control words are in device memory: copies from a host word that holds 1, on a stream of
   // their own, so that they never wait behind the caller's work. With a host proxy they are in the
   // host heap, which the kernels read over PCIe: stores, which no stream work can hold up (the
-  // proxy's fault handler raises from its thread).
-  void raise(std::initializer_list<ControlWord> words) {
+  // proxy's fault handler raises from its thread). `drainS` bounds the wait for the copies to land;
+  // 0: queue them and return (the handover guard's: its kernel may hold the control stream, and the
+  // copies land once it has left).
+  void raise(std::initializer_list<ControlWord> words, double drainS = 1.0) {
     if (proxied) {
       for (ControlWord w : words) prim::atomicStore<prim::Order::kRelease>(&(view.control->*w), 1u);
       return;
@@ -183,7 +185,7 @@ struct Engine::Impl {
     gpu::Outcome o;
     for (ControlWord w : words)
       if (o) o = gpu::copyToDeviceAsync(&(view.control->*w), onDevice(queue->one()), sizeof(uint32_t), controlStream);
-    if (o) o = gpu::streamDrain(controlStream, 1.0);
+    if (o && drainS > 0) o = gpu::streamDrain(controlStream, drainS);
     if (!o && o.fault != gpu::Fault::kShuttingDown)
       WEFT_LOG(kError, kEngine, "could not set a control word of the engine: {}", o.message);
   }
@@ -533,21 +535,30 @@ void Engine::boundHandovers(uint64_t limitNs) {
   if (!e.inProcess || e.stopped || e.guard) return;
   // A few looks per limit, at least one a second: a look reads three words of host memory.
   const uint64_t periodNs = std::clamp<uint64_t>(limitNs / 8, 1000000, 1000000000);
-  e.guard = std::make_unique<HandoverGuard>(*e.queue, limitNs, periodNs, [&e, first = true]() mutable {
-    // The guard's own thread: the device and capture mode the status watch's thread also sets, so
-    // that its CUDA calls neither start a context on another device nor break a capture.
-    gpu::Outcome o = gpu::setDevice(e.device);
-    if (o) o = gpu::relaxCaptureMode();
-    // The queue's stop word, which every worker reads every kHostEvery-th poll, and the control
-    // block's error and stop, which the waits inside an op read (their copy goes through the
-    // control stream, which may be the held one: it lands once the kernel has left).
-    prim::atomicStore<prim::Order::kRelease>(&e.queue->header()->stop, 1u);
-    if (first) e.raise({&dev::EngineControl::error, &dev::EngineControl::stop});
-    if (o) o = gpu::streamDrain(e.stream, first ? 2.0 : 0.05);
-    if (!o && first) WEFT_LOG(kError, kEngine, "the persistent kernel has not left yet: {}", o.message);
-    first = false;
-    return static_cast<bool>(o);
-  });
+  // Logs that the kernel has not left at the first look after firing and once more a minute later
+  // (its ops then stay unfinished, and the communicator's memory cannot be freed under it).
+  e.guard = std::make_unique<HandoverGuard>(
+      *e.queue, limitNs, periodNs, [&e, first = true, sinceNs = uint64_t{0}, warned = false]() mutable {
+        // The guard's own thread: the device and capture mode the status watch's thread also sets, so
+        // that its CUDA calls neither start a context on another device nor break a capture.
+        gpu::Outcome o = gpu::setDevice(e.device);
+        if (o) o = gpu::relaxCaptureMode();
+        // The queue's stop word, which every worker reads every kHostEvery-th poll, and the control
+        // block's error and stop, which the waits inside an op read (their copy goes through the
+        // control stream, which may be the held one: it lands once the kernel has left).
+        prim::atomicStore<prim::Order::kRelease>(&e.queue->header()->stop, 1u);
+        if (first) e.raise({&dev::EngineControl::error, &dev::EngineControl::stop}, 0.0);
+        if (o) o = gpu::streamDrain(e.stream, first ? 2.0 : 0.05);
+        const uint64_t now = prim::nowNs();
+        if (first) sinceNs = now;
+        if (!o && (first || (!warned && now - sinceNs > 60000000000ull))) {
+          WEFT_LOG(kError, kEngine, "the persistent kernel has not left {}{}: {}", first ? "yet" : "after ",
+                   first ? "" : std::to_string((now - sinceNs) / 1000000000ull) + " s", o.message);
+          warned = !first;
+        }
+        first = false;
+        return static_cast<bool>(o);
+      });
 }
 
 bool Engine::kernelRunning(double waitS) {
