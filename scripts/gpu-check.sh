@@ -17,7 +17,8 @@
 # -s: ranks share GPUs (round-robin), so every multi-rank case runs on one GPU: starts MPS with a
 # private pipe directory (stopped on exit) so that the ranks' kernels run side by side, and lets
 # the GPU tests take more ranks than GPUs, each test suite a step of its own under an MPS server of
-# its own (the benches are skipped: NCCL takes a GPU per rank).
+# its own; the fused ops' benches take weft's own collective as the baseline's (--baseline weft:
+# NCCL takes a GPU per rank), and the AllReduce's is skipped.
 # -o: where each step's log goes (default:
 # gpu-check.<time>). -t: each step's time limit (default 600 s).
 # Programs come from PATH (a bundle's env.sh puts them there), else from build-cuda/bin. Prints
@@ -213,8 +214,8 @@ for s in "${steps[@]}"; do
     done
     continue
   fi
-  if [ $share -eq 1 ]; then
-    # NCCL, the benches' baseline, refuses ranks that share a GPU.
+  if [ $share -eq 1 ] && [ "$s" = allreduce ]; then
+    # NCCL, the collectives' baseline, refuses ranks that share a GPU.
     echo "== $s: skipped (-s: NCCL takes one GPU per rank)"
     continue
   fi
@@ -225,9 +226,15 @@ for s in "${steps[@]}"; do
     embedding) args=(embedding_alltoall -G) ;;
     allreduce) args=(allreduce -b 4K -e 1M -f 4 -d bf16 -G) ;;
   esac
+  # Ranks that share a GPU: the baseline's collective is weft's own (NCCL refuses them), and each
+  # rank gets its share of the SMs under MPS. Only weft_us compares with the baseline there: the
+  # forced paths' communicators, made after the first, get narrower grids (design-notes).
+  [ $share -eq 1 ] && args+=(--baseline weft)
   for n in $ranks; do
     log="$out/$s.$n-ranks.log"
-    step "$s on $n rank(s): weft-bench ${args[*]}" "$log" "$run" -n "$n" "$bench" "${args[@]}"
+    mps_share=()
+    [ $share -eq 1 ] && mps_share=(env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n)))
+    step "$s on $n rank(s): weft-bench ${args[*]}" "$log" "${mps_share[@]}" "$run" -n "$n" "$bench" "${args[@]}"
     grep -v '^#' "$log" | grep -E '^ *[a-z_]+ |^ *[0-9]' | head -40
   done
 done
