@@ -341,7 +341,8 @@ TEST(PathTable, TheBuiltInTableRunsFewTokensThroughTheVendorGemm) {
 
 // Ranks that share a GPU read their own rows, ahead of the '*' rows that would otherwise take
 // them: on one H200 shared by 2 ranks the fused GEMV to batch 16 (but batch 1 at k_local 7168),
-// cuBLAS's GEMM past 1024 tokens; on an H100 shared by 2 the embedding's unfused path.
+// cuBLAS's GEMM past 1024 tokens; on an H100 shared by 2 cuBLAS's GEMM from 2048 tokens, where one
+// rank alone runs fused, and the fused embedding (measured, as the fallback would run it).
 TEST(PathTable, TheBuiltInTableHasRowsForRanksThatShareAGpu) {
   const PathTable t = PathTable::load("");
   const Placement shared{"NVIDIA_H200", 2, 2}, own{"NVIDIA_H200", 2, 1};
@@ -362,11 +363,19 @@ TEST(PathTable, TheBuiltInTableHasRowsForRanksThatShareAGpu) {
   EXPECT_EQ(gemmAt(shared, 1024), OpPath::kFused);
   EXPECT_EQ(gemmAt(shared, 4096), OpPath::kBlas);
   EXPECT_EQ(gemmAt(own, 4096), OpPath::kFused);
+  const Placement h100Shared{"NVIDIA_H100_80GB_HBM3", 2, 2}, h100One{"NVIDIA_H100_80GB_HBM3", 1, 1};
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, h100Shared, {{1024, 14336, 4096}}).path, OpPath::kFused);
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, h100Shared, {{2048, 14336, 7168}}).path, OpPath::kBlas);
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, h100Shared, {{4096, 2048, 7168}}).path, OpPath::kBlas);
+  EXPECT_EQ(t.choose(FusedOp::kGemmAllToAll, h100One, {{4096, 2048, 7168}}).path, OpPath::kFused);
+  EXPECT_EQ(t.choose(FusedOp::kGemvAllReduce, h100Shared, {{16, 8192, 4096}}).path, OpPath::kBlas);
+  EXPECT_EQ(t.choose(FusedOp::kGemvAllReduce, h100Shared, {{8, 8192, 4096}}).path, OpPath::kFused);
   const OpShape bags{{4096, 8, 128}};
-  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"NVIDIA_H100_80GB_HBM3", 2, 2}, bags).path, OpPath::kUnfused);
-  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"NVIDIA_H100_80GB_HBM3", 4, 2}, bags).path, OpPath::kUnfused);
-  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"NVIDIA_H100_80GB_HBM3", 2, 1}, bags).path, OpPath::kFused);
-  EXPECT_EQ(t.choose(FusedOp::kEmbeddingAllToAll, {"NVIDIA_H200", 2, 2}, bags).path, OpPath::kFused);
+  for (const Placement& p : {h100Shared, h100One}) {
+    const PathChoice c = t.choose(FusedOp::kEmbeddingAllToAll, p, bags);
+    ASSERT_NE(c.row, nullptr) << "measured";
+    EXPECT_EQ(c.path, OpPath::kFused);
+  }
 }
 
 }  // namespace
