@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -239,6 +240,9 @@ std::string runWorld(const TuneMeasureOptions& o, weft::FusedOp op, const std::v
     if (pid < 0) throw Error(Code::kSystem, "tune measure: fork failed");
     if (pid == 0) {
       close(pipeFds[0]);
+      // Every kernel loaded before any runs: ranks that share a GPU would otherwise load a kernel
+      // at its first launch, which can wait behind another rank's spinning one (as init warns).
+      setenv("CUDA_MODULE_LOADING", "EAGER", 0);
       FILE* report = rank == 0 ? fdopen(pipeFds[1], "w") : nullptr;
       int status = 0;
       try {
