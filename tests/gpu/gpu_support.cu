@@ -125,7 +125,21 @@ __global__ void scaleKernel(float* out, const float* in, float f, size_t n) {
 __global__ void fillKernel(float* out, float v, size_t n) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = v;
 }
+// Returns once *open is nonzero or `limitNs` has passed (a bounded wait, whatever the test does).
+__global__ void gateKernel(const volatile uint32_t* open, uint64_t limitNs) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    if (*open) return;
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < limitNs);
+}
 }  // namespace
+
+void launchGate(const uint32_t* open, double limitS, cudaStream_t s) {
+  gateKernel<<<1, 1, 0, s>>>(open, static_cast<uint64_t>(limitS * 1e9));
+}
 
 void launchScale(float* out, const float* in, float factor, size_t n, cudaStream_t s) {
   scaleKernel<<<128, 256, 0, s>>>(out, in, factor, n);

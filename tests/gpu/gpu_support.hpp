@@ -92,5 +92,7 @@ cudaGraphExec_t captureGraph(cudaStream_t s, const std::function<void()>& enqueu
 // Kernels used to interleave the caller's own work with weft ops on one stream.
 void launchScale(float* out, const float* in, float factor, size_t n, cudaStream_t s);
 void launchFill(float* out, float value, size_t n, cudaStream_t s);
+// Holds `s` until the mapped host word `open` (its device address) is nonzero, at most `limitS`.
+void launchGate(const uint32_t* open, double limitS, cudaStream_t s);
 
 }  // namespace weft::test

@@ -55,13 +55,17 @@ void closeFailedRank(OpRank& r) {
 }
 
 void upload(void* dst, const void* src, size_t bytes) {
-  if (bytes) EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), cudaSuccess);
+  if (bytes) {
+    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), cudaSuccess);
+  }
 }
 
 std::vector<uint8_t> download(const void* src, size_t bytes) { return toHost(src, bytes); }
 
 void poisonBytes(void* dst, size_t bytes) {
-  if (bytes) EXPECT_EQ(cudaMemset(dst, 0xff, bytes), cudaSuccess);
+  if (bytes) {
+    EXPECT_EQ(cudaMemset(dst, 0xff, bytes), cudaSuccess);
+  }
 }
 
 BackendCopies::BackendCopies() = default;

@@ -181,15 +181,17 @@ TEST(GpuFaults, TwoCommunicatorsShareEachGpu) {
   EXPECT_TRUE(runRanks(2, body));
 }
 
-// The persistent kernel in the caller's process holds its stream's hardware queue while it waits
-// for its next op, and CUDA_DEVICE_MAX_CONNECTIONS=1 puts every stream of the process on that one
-// queue: the caller's stream then never writes the op's `ready` (it waits behind the kernel, which
-// waits for it), and its wait for the op had no bound. The handover guard fails the op within
-// engine_handover_s: the stream drains, and the communicator names the persistent kernel.
+// A caller's stream that never hands the in-process persistent kernel its op (in practice: a
+// stream that shares the GPU's hardware queue with the resident kernel, held behind it for good)
+// had a wait with no bound. Here a gate kernel holds the stream before the op's `ready` write, on
+// any GPU (CUDA_DEVICE_MAX_CONNECTIONS=1 alone did not reproduce it for one op on an H100: the
+// ready write went right after the kernel's launch). The handover guard fails the communicator
+// within engine_handover_s, naming the persistent kernel, stops the kernel and completes the op:
+// once the gate opens, the stream writes `ready`, finds the op done and drains.
 TEST(GpuFaults, APersistentOpThatItsStreamCannotHandOverTimesOut) {
   WEFT_REQUIRE_GPUS(1);
   const RankBody body = [&](int rank, int n, const weft_unique_id_t& id) {
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     setenv("WEFT_ENGINE", "persistent", 1);
     setenv("WEFT_ENGINE_HANDOVER_S", "2", 1);
@@ -199,22 +201,34 @@ TEST(GpuFaults, APersistentOpThatItsStreamCannotHandOverTimesOut) {
     void *y = nullptr, *x = nullptr;
     WEFT_ASSERT_OK(weft_mem_alloc(comm, 1 << 16, &y));
     WEFT_CUDA_OK(cudaMalloc(&x, 1 << 16));
+    volatile uint32_t* gate = nullptr;
+    WEFT_CUDA_OK(cudaHostAlloc(const_cast<uint32_t**>(&gate), sizeof(uint32_t), cudaHostAllocMapped));
+    *gate = 0;
+    uint32_t* gateOnDevice = nullptr;
+    WEFT_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&gateOnDevice), const_cast<uint32_t*>(gate), 0));
     cudaStream_t s;
     WEFT_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    launchGate(gateOnDevice, 30.0, s);
     const auto start = Clock::now();
     WEFT_ASSERT_OK(weft_allreduce(comm, x, y, 1 << 14, WEFT_FLOAT32, s));
-    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    weft_result_t async = WEFT_SUCCESS;
+    while (async == WEFT_SUCCESS && since(start) < 10.0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
+    }
     const double took = since(start);
     EXPECT_GE(took, 1.9);
     EXPECT_LT(took, 8.0);
-    weft_result_t async = WEFT_SUCCESS;
-    WEFT_ASSERT_OK(weft_comm_get_async_error(comm, &async));
     EXPECT_EQ(async, WEFT_ERR_TIMEOUT) << weft_get_last_error(comm);
     EXPECT_NE(std::string(weft_get_last_error(comm)).find("persistent kernel to start the op"), std::string::npos)
         << weft_get_last_error(comm);
+    *gate = 1;
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_LT(since(start), 12.0) << "the stream drained once the gate opened, not at the gate's own limit";
     EXPECT_NE(weft_allreduce(comm, x, y, 16, WEFT_FLOAT32, s), WEFT_SUCCESS) << "a failed communicator is sticky";
     WEFT_ASSERT_OK(weft_comm_destroy(comm));
     cudaFree(x);
+    cudaFreeHost(const_cast<uint32_t*>(gate));
     cudaStreamDestroy(s);
   };
   EXPECT_TRUE(runRanks(1, body));
