@@ -226,15 +226,14 @@ for s in "${steps[@]}"; do
     embedding) args=(embedding_alltoall -G) ;;
     allreduce) args=(allreduce -b 4K -e 1M -f 4 -d bf16 -G) ;;
   esac
-  # Ranks that share a GPU: the baseline's collective is weft's own (NCCL refuses them), and each
-  # rank gets its share of the SMs under MPS. Only weft_us compares with the baseline there: the
-  # forced paths' communicators, made after the first, get narrower grids (design-notes).
+  # Ranks that share a GPU: the baseline's collective is weft's own (NCCL refuses them); weftrun
+  # gives each rank its share of the SMs under MPS. The forced paths' communicators stay alive
+  # beside the first, and where ranks share a device a launched op's grid is divided among the
+  # process's kernels: every column there runs on part of its grid (docs/perf.md).
   [ $share -eq 1 ] && args+=(--baseline weft)
   for n in $ranks; do
     log="$out/$s.$n-ranks.log"
-    mps_share=()
-    [ $share -eq 1 ] && mps_share=(env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n)))
-    step "$s on $n rank(s): weft-bench ${args[*]}" "$log" "${mps_share[@]}" "$run" -n "$n" "$bench" "${args[@]}"
+    step "$s on $n rank(s): weft-bench ${args[*]}" "$log" "$run" -n "$n" "$bench" "${args[@]}"
     grep -v '^#' "$log" | grep -E '^ *[a-z_]+ |^ *[0-9]' | head -40
   done
 done
