@@ -30,4 +30,9 @@ int nvidiaGpusVisible() {
   return n;
 }
 
+int mpsSharePercent(int nranks, int gpus) {
+  if (gpus <= 0 || nranks <= gpus) return 0;
+  return 100 / ((nranks + gpus - 1) / gpus);
+}
+
 }  // namespace weft

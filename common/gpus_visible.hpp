@@ -7,4 +7,10 @@ namespace weft {
 
 int nvidiaGpusVisible();
 
+// The CUDA_MPS_ACTIVE_THREAD_PERCENTAGE that gives each of `nranks` ranks placed round-robin on
+// `gpus` GPUs its share of the SMs (100 / the most ranks on one GPU), or 0 where no GPU is shared
+// (or there is none): ranks that share a GPU run their spinning kernels side by side only under
+// MPS with a share each (weftrun, weftctl tune measure).
+int mpsSharePercent(int nranks, int gpus);
+
 }  // namespace weft

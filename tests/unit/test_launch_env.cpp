@@ -3,6 +3,7 @@
 #include <map>
 
 #include "common/error.hpp"
+#include "common/gpus_visible.hpp"
 #include "runtime/launch_env.hpp"
 
 namespace weft {
@@ -112,6 +113,19 @@ TEST(LaunchEnv, SlurmNodelists) {
   EXPECT_EQ(firstHostOfNodelist("node7"), "node7");
   EXPECT_EQ(firstHostOfNodelist("a1,b[1-2]"), "a1");
   EXPECT_EQ(firstHostOfNodelist("n[12]"), "n12");
+}
+
+// Ranks placed round-robin on the GPUs each get 100 / (the most ranks on one GPU) of the SMs under
+// MPS; none where every rank has a GPU of its own, or where there is no GPU.
+TEST(LaunchEnv, RanksThatShareAGpuGetTheirShareOfItsSms) {
+  EXPECT_EQ(mpsSharePercent(2, 1), 50);
+  EXPECT_EQ(mpsSharePercent(4, 1), 25);
+  EXPECT_EQ(mpsSharePercent(3, 1), 33);
+  EXPECT_EQ(mpsSharePercent(4, 2), 50);
+  EXPECT_EQ(mpsSharePercent(3, 2), 50) << "the GPU with two ranks decides";
+  EXPECT_EQ(mpsSharePercent(1, 1), 0);
+  EXPECT_EQ(mpsSharePercent(2, 4), 0);
+  EXPECT_EQ(mpsSharePercent(4, 0), 0) << "no GPU (the CPU backend)";
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "common/build_info.hpp"
 #include "common/error.hpp"
+#include "common/gpus_visible.hpp"
 #include "common/log.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/comm.hpp"
@@ -234,6 +235,13 @@ std::string runWorld(const TuneMeasureOptions& o, weft::FusedOp op, const std::v
   if (pipe(pipeFds) != 0) throw Error(Code::kSystem, "tune measure: pipe failed");
   std::fflush(stdout);
   std::fflush(stderr);
+  // Ranks that share a GPU get their share of its SMs under MPS, as weftrun gives them, unless the
+  // caller chose one.
+  const int mpsShare = weft::mpsSharePercent(nranks, kCpu ? 0 : weft::nvidiaGpusVisible());
+  if (mpsShare > 0 && !std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
+    std::fprintf(stderr,
+                 "weftctl: tune measure: %d ranks share the GPUs: each gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d\n",
+                 nranks, mpsShare);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < nranks; ++rank) {
     const pid_t pid = fork();
@@ -243,6 +251,7 @@ std::string runWorld(const TuneMeasureOptions& o, weft::FusedOp op, const std::v
       // Every kernel loaded before any runs: ranks that share a GPU would otherwise load a kernel
       // at its first launch, which can wait behind another rank's spinning one (as init warns).
       setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+      if (mpsShare > 0) setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(mpsShare).c_str(), 0);
       FILE* report = rank == 0 ? fdopen(pipeFds[1], "w") : nullptr;
       int status = 0;
       try {

@@ -201,8 +201,9 @@ int run(int nranks, int gpus, double timeout, const std::string& addr, std::vect
                                                              {"WEFT_BOOTSTRAP_PORT", port},
                                                              {"WEFT_BOOTSTRAP_SECRET", hex(weft::randomSecret())}};
   const int sharers = gpus > 0 ? (nranks + gpus - 1) / gpus : 1;
-  if (sharers > 1 && !std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
-    const std::string share = std::to_string(100 / sharers);
+  if (const int percent = weft::mpsSharePercent(nranks, gpus);
+      percent > 0 && !std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+    const std::string share = std::to_string(percent);
     common.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share);
     std::fprintf(stderr,
                  "weftrun: %d ranks on %d GPU(s), up to %d a GPU: each rank gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s "
