@@ -30,9 +30,11 @@ int nvidiaGpusVisible() {
   return n;
 }
 
+int ranksPerGpu(int nranks, int gpus) { return gpus > 0 ? std::max(1, (nranks + gpus - 1) / gpus) : 1; }
+
 int mpsSharePercent(int nranks, int gpus) {
-  if (gpus <= 0 || nranks <= gpus) return 0;
-  return 100 / ((nranks + gpus - 1) / gpus);
+  const int sharers = ranksPerGpu(nranks, gpus);
+  return sharers > 1 ? 100 / sharers : 0;
 }
 
 }  // namespace weft

@@ -7,6 +7,8 @@ namespace weft {
 
 int nvidiaGpusVisible();
 
+// The most of `nranks` ranks placed round-robin on `gpus` GPUs that share one (1 without GPUs).
+int ranksPerGpu(int nranks, int gpus);
 // The CUDA_MPS_ACTIVE_THREAD_PERCENTAGE that gives each of `nranks` ranks placed round-robin on
 // `gpus` GPUs its share of the SMs (100 / the most ranks on one GPU), or 0 where no GPU is shared
 // (or there is none): ranks that share a GPU run their spinning kernels side by side only under

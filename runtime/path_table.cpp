@@ -67,6 +67,9 @@ uint64_t limitField(const std::string& text, const std::string& where, const std
   return v;
 }
 
+// How a table's header comment starts, whichever format it declares.
+constexpr const char* kHeaderStart = "# op gpu ranks ";
+
 // A count of ranks (ranks, per_gpu): a positive integer to 2^20, or '*' (0: any).
 int countField(const std::string& text, const std::string& where, const std::string& what) {
   const uint64_t v = limitField(text, where, what);
@@ -137,7 +140,7 @@ PathTable PathTable::parse(const std::string& text, const std::string& origin) {
   // after it, so that a row of the new format missing a field is not read as an old one, shifted.
   size_t declared = 0;  // 0: either
   for (int number = 1; std::getline(in, line); ++number) {
-    if (line.rfind("# op gpu ranks ", 0) == 0) declared = line.find(" per_gpu ") != std::string::npos ? 9 : 8;
+    if (line.rfind(kHeaderStart, 0) == 0) declared = line.find(" per_gpu ") != std::string::npos ? 9 : 8;
     line = line.substr(0, line.find('#'));
     std::istringstream words(line);
     std::vector<std::string> w;
@@ -217,6 +220,6 @@ std::string formatRow(const PathRow& r) {
          padded(pathName(r.path), 11) + (r.measured.empty() ? "-" : r.measured);
 }
 
-std::string tableHeader() { return "# op gpu ranks per_gpu max1 max2 max3 path measured"; }
+std::string tableHeader() { return std::string(kHeaderStart) + "per_gpu max1 max2 max3 path measured"; }
 
 }  // namespace weft

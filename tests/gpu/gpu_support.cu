@@ -58,9 +58,9 @@ std::string gEngine = "launched";
 void useGpu(int rank, int n) {
   const int gpus = gpusPresent();
   ASSERT_GT(gpus, 0);
-  const int sharers = (n + gpus - 1) / gpus;
+  const int sharers = ranksPerGpu(n, gpus);
   if (sharingGpus() && sharers > 1 && !getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
-    setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(100 / sharers).c_str(), 1);
+    setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(mpsSharePercent(n, gpus)).c_str(), 1);
   // Under MPS a kernel's first launch (lazy loading) waits for the device to drain, the peers'
   // spinning kernels included: the suite's own kernels load at the rank's start instead, as
   // weftrun has every rank's (unless the environment says otherwise).

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpus_visible.hpp"
 #include "gpu_support.hpp"
 #include "ops/embedding_cases.hpp"
 #include "page_rows.hpp"
@@ -71,7 +72,7 @@ TEST_P(GpuEmbedding, RunsThePathItsSettingAndTheTableChoose) {
   const char* transport = std::getenv("WEFT_TRANSPORT");
   const bool viaProxy = transport && std::string(transport) == "proxy";
   const PathTable table = PathTable::load(Settings::resolve().getString("path_table_file"));
-  const int perGpu = sharingGpus() ? (ranks() + gpusPresent() - 1) / gpusPresent() : 1;  // round-robin
+  const int perGpu = sharingGpus() ? ranksPerGpu(ranks(), gpusPresent()) : 1;
   for (const std::string path : {"auto", "fused", "unfused"}) {
     char tmpl[] = "/tmp/weft-gpu-embedding-XXXXXX";
     const std::string dir = std::string(mkdtemp(tmpl)) + "/pages";

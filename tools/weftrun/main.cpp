@@ -200,7 +200,7 @@ int run(int nranks, int gpus, double timeout, const std::string& addr, std::vect
                                                              {"MASTER_ADDR", addr},
                                                              {"WEFT_BOOTSTRAP_PORT", port},
                                                              {"WEFT_BOOTSTRAP_SECRET", hex(weft::randomSecret())}};
-  const int sharers = gpus > 0 ? (nranks + gpus - 1) / gpus : 1;
+  const int sharers = weft::ranksPerGpu(nranks, gpus);
   if (const int percent = weft::mpsSharePercent(nranks, gpus);
       percent > 0 && !std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
     const std::string share = std::to_string(percent);
